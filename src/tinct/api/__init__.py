@@ -1,0 +1,1 @@
+"""The tinct API: custom resource models (the source of the CRDs) and data contracts."""

@@ -1,0 +1,93 @@
+"""Pieces shared by every tinct.io/v1alpha1 resource."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "tinct.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: Lowercase RFC 1123 DNS label/subdomain, the shape of a Kubernetes object name.
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+class Model(BaseModel):
+    """Base for every schema object: camelCase on the wire, snake_case in Python.
+
+    Unknown fields are ignored when parsing (the API server prunes them anyway) so an
+    older operator keeps working against a newer CRD.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=False,
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase, unset optionals left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Condition(Model):
+    """A status condition, shaped like ``metav1.Condition``."""
+
+    type: str = Field(max_length=316, description="Condition type in CamelCase, e.g. Verified.")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(
+        default="",
+        max_length=1024,
+        description="Machine-readable CamelCase reason for the last transition.",
+    )
+    message: str = Field(default="", max_length=32768, description="Human-readable details.")
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class ObjectMeta(Model):
+    """The few metadata fields the operator reads."""
+
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+def set_condition(
+    conditions: list[Condition],
+    new: Condition,
+    now: datetime,
+) -> list[Condition]:
+    """Return ``conditions`` with ``new`` in place of the condition of its type.
+
+    ``lastTransitionTime`` changes only when the status changes, as kubectl users expect.
+    """
+    out: list[Condition] = []
+    replaced = False
+    for c in conditions:
+        if c.type != new.type:
+            out.append(c)
+            continue
+        replaced = True
+        stamp = c.last_transition_time if c.status == new.status and c.last_transition_time else now
+        out.append(new.model_copy(update={"last_transition_time": stamp}))
+    if not replaced:
+        out.append(new.model_copy(update={"last_transition_time": now}))
+    return out
+
+
+def cel(*rules: dict[str, str]) -> ConfigDict:
+    """Model config carrying CEL rules (``x-kubernetes-validations``) for the CRD schema.
+
+    Each rule is ``{"rule": ..., "message": ...}`` with an optional ``fieldPath`` so the
+    API server's error names the offending field.
+    """
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})

@@ -1,0 +1,68 @@
+"""The ``tinct`` command.
+
+Each subcommand is one ``_add_<name>`` function that registers its parser and sets
+``func``; heavy imports happen inside the handlers so ``tinct --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tinct import __version__
+
+
+
+def _cmd_crds(args: argparse.Namespace) -> int:
+    from tinct.api.crd import render, write_all
+    from tinct.api.v1alpha1 import RESOURCES
+
+    if args.stdout:
+        sys.stdout.write("---\n".join(render(r) for r in RESOURCES))
+        return 0
+    for path in write_all(Path(args.out), RESOURCES):
+        print(path)
+    return 0
+
+
+def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "crds",
+        help="write the CustomResourceDefinitions generated from the API models",
+        description="Write one CRD YAML per kind, generated from the pydantic models in tinct.api.",
+    )
+    p.add_argument("--out", default="crds", help="directory to write into (default: %(default)s)")
+    p.add_argument("--stdout", action="store_true", help="print all CRDs as one YAML stream instead")
+    p.set_defaults(func=_cmd_crds)
+
+
+#: Subcommand registrars, in the order ``tinct --help`` lists them.
+COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_add_crds]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tinct",
+        description="ML model version lineage and per-dye-cell gray release on Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"tinct {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in COMMANDS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Delta Lake lineage store and artifact hashing/validation."""

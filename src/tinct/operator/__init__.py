@@ -1,0 +1,1 @@
+"""kopf handlers: ModelVersion, GrayRelease, autoscaling, analysis, routing."""

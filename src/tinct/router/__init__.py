@@ -1,0 +1,1 @@
+"""The dye-tag data plane: classify, choose, proxy, fall back, measure."""

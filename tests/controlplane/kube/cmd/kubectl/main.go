@@ -1,0 +1,19 @@
+// kubectl built from the published k8s.io/kubectl module, for tinct's tests and demo.
+package main
+
+import (
+	"os"
+
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	"k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/util"
+)
+
+func main() {
+	logs.GlogSetter(cmd.GetLogVerbosity(os.Args)) // nolint:errcheck
+	if err := cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()); err != nil {
+		util.CheckErr(err)
+	}
+}
