@@ -1,0 +1,133 @@
+"""Rows for the lineage tables, built from resources; pure functions.
+
+:func:`model_version_rows` turns a ModelVersion and its verification into the rows of
+``model_versions`` and ``artifacts``; :func:`release_event_rows` builds a
+``release_events`` row for the GrayRelease operator, and :func:`record_release_event`
+writes it through a :class:`~tinct.lineage.writer.BatchWriter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any
+
+from tinct import __version__
+from tinct.api.v1alpha1.modelversion import ModelVersion
+from tinct.lineage.schemas import model_version_event_id, release_event_id
+from tinct.lineage.verify import Verification
+from tinct.lineage.writer import BatchWriter
+
+__all__ = ["Rows", "model_version_rows", "record_release_event", "release_event_rows"]
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def model_version_rows(
+    mv: ModelVersion,
+    event: str,
+    verification: Verification | None = None,
+    *,
+    now: datetime | None = None,
+    operator_version: str = __version__,
+) -> Rows:
+    """Rows recording ``event`` (registered/updated/failed/retired) of ``mv``."""
+    meta, spec = mv.metadata, mv.spec
+    uid = meta.uid or ""
+    generation = int(meta.generation or 0)
+    event_id = model_version_event_id(uid, generation, event)
+    ts = now or _now()
+    digests = verification.digests if verification else {}
+    failure = verification.failure if verification else None
+    q = spec.quantization
+    row: dict[str, Any] = {
+        "event_id": event_id,
+        "event": event,
+        "model": spec.model,
+        "version": spec.version,
+        "namespace": meta.namespace,
+        "name": meta.name,
+        "uid": uid,
+        "generation": generation,
+        "onnx_sha256": digests.get("onnx"),
+        "ptx_sha256": digests.get("ptx"),
+        "safetensors_sha256": digests.get("safetensors"),
+        "source_sha256": digests.get("source"),
+        "source_uri": spec.source.uri if spec.source else None,
+        "build_pipeline_id": spec.build_pipeline_id,
+        "quantization_method": q.method if q else None,
+        "quantization_bits": q.bits if q else None,
+        "quantization_symmetric": q.symmetric if q else None,
+        "quantization_group_size": q.group_size if q else None,
+        "runtime": spec.runtime,
+        "reason": failure.reason if failure else None,
+        "message": failure.message if failure else None,
+        "operator_version": operator_version,
+        "recorded_at": ts,
+    }
+    artifacts = [
+        {
+            "event_id": event_id,
+            "uid": uid,
+            "generation": generation,
+            "model": spec.model,
+            "version": spec.version,
+            "uri": d.uri,
+            "format": fmt,
+            "sha256": d.sha256,
+            "size": d.size,
+            "recorded_at": ts,
+        }
+        for fmt, d in (verification.files if verification else [])
+    ]
+    return {"model_versions": [row], "artifacts": artifacts}
+
+
+def release_event_rows(
+    *,
+    release: str,
+    namespace: str | None,
+    uid: str,
+    generation: int,
+    step: int,
+    state: str,
+    from_model_version: str | None = None,
+    to_model_version: str | None = None,
+    weights: Mapping[str, float] | None = None,
+    metrics: Mapping[str, float] | None = None,
+    reason: str | None = None,
+    event_id: str | None = None,
+    now: datetime | None = None,
+    operator_version: str = __version__,
+) -> Rows:
+    """A ``release_events`` row; ``event_id`` defaults to uid/generation/step/state."""
+    return {
+        "release_events": [
+            {
+                "event_id": event_id or release_event_id(uid, generation, step, state),
+                "release": release,
+                "namespace": namespace,
+                "uid": uid,
+                "generation": generation,
+                "from_model_version": from_model_version,
+                "to_model_version": to_model_version,
+                "step": step,
+                "state": state,
+                "weights": list((weights or {}).items()),
+                "reason": reason,
+                "metrics": list((metrics or {}).items()),
+                "operator_version": operator_version,
+                "recorded_at": now or _now(),
+            }
+        ]
+    }
+
+
+def record_release_event(writer: BatchWriter, **fields: Any) -> Future[int]:
+    """Queue a release event (see :func:`release_event_rows`); resolves to its Delta version."""
+    return writer.submit(release_event_rows(**fields), version_of="release_events")

@@ -1,0 +1,117 @@
+"""Schemas of the three lineage tables and the keys that make writes idempotent.
+
+Every table has a string ``event_id`` (plus ``uri`` for ``artifacts``) that identifies
+one recorded fact; writes MERGE on it so a retried reconcile never adds a row twice.
+
+- ``model_versions.event_id`` = ``"<uid>/<generation>/<event>"``; ``retired`` is keyed
+  ``"<uid>/retired"`` because an object retires once, whatever its generation.
+- ``artifacts`` key = ``event_id`` (of the model_versions row) + ``uri``.
+- ``release_events.event_id`` = ``"<uid>/<generation>/<step>/<state>"`` by default
+  (see :func:`release_event_id`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = [
+    "ARTIFACTS",
+    "KEYS",
+    "MODEL_VERSIONS",
+    "MODEL_VERSION_EVENTS",
+    "RELEASE_EVENTS",
+    "SCHEMAS",
+    "model_version_event_id",
+    "release_event_id",
+]
+
+_TS = pa.timestamp("us", tz="UTC")
+
+#: Events of a ModelVersion's life.
+MODEL_VERSION_EVENTS = ("registered", "updated", "failed", "retired")
+
+MODEL_VERSIONS = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("event", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("namespace", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("generation", pa.int64(), nullable=False),
+        pa.field("onnx_sha256", pa.string()),
+        pa.field("ptx_sha256", pa.string()),
+        pa.field("safetensors_sha256", pa.string()),
+        pa.field("source_sha256", pa.string()),
+        pa.field("source_uri", pa.string()),
+        pa.field("build_pipeline_id", pa.string()),
+        pa.field("quantization_method", pa.string()),
+        pa.field("quantization_bits", pa.int32()),
+        pa.field("quantization_symmetric", pa.bool_()),
+        pa.field("quantization_group_size", pa.int32()),
+        pa.field("runtime", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("message", pa.string()),
+        pa.field("operator_version", pa.string()),
+        pa.field("recorded_at", _TS, nullable=False),
+    ]
+)
+
+ARTIFACTS = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("generation", pa.int64(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("uri", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("recorded_at", _TS, nullable=False),
+    ]
+)
+
+RELEASE_EVENTS = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("release", pa.string(), nullable=False),
+        pa.field("namespace", pa.string()),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("generation", pa.int64()),
+        pa.field("from_model_version", pa.string()),
+        pa.field("to_model_version", pa.string()),
+        pa.field("step", pa.int32()),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("weights", pa.map_(pa.string(), pa.float64())),
+        pa.field("reason", pa.string()),
+        pa.field("metrics", pa.map_(pa.string(), pa.float64())),
+        pa.field("operator_version", pa.string()),
+        pa.field("recorded_at", _TS, nullable=False),
+    ]
+)
+
+#: Table name -> schema.
+SCHEMAS: dict[str, pa.Schema] = {
+    "model_versions": MODEL_VERSIONS,
+    "artifacts": ARTIFACTS,
+    "release_events": RELEASE_EVENTS,
+}
+
+#: Table name -> columns that identify a row (the MERGE key).
+KEYS: dict[str, tuple[str, ...]] = {
+    "model_versions": ("event_id",),
+    "artifacts": ("event_id", "uri"),
+    "release_events": ("event_id",),
+}
+
+
+def model_version_event_id(uid: str, generation: int, event: str) -> str:
+    if event == "retired":
+        return f"{uid}/retired"
+    return f"{uid}/{generation}/{event}"
+
+
+def release_event_id(uid: str, generation: int, step: int, state: str) -> str:
+    return f"{uid}/{generation}/{step}/{state}"

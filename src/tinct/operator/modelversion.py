@@ -1,0 +1,241 @@
+"""kopf handlers for ModelVersion: verify, record lineage, report status; retire on delete.
+
+Run alone with ``kopf run -m tinct.operator.modelversion`` or through ``tinct operator``.
+
+Life of a version: create/update of ``spec`` (or operator restart with unfinished work)
+→ ``Hashing`` (reported with bytes done/total when hashing takes longer than the progress
+interval) → ``Ready`` with digests, per-file artifacts and the lineage table version, or
+``Failed`` with a message saying what to fix. A resync of an unchanged generation is a
+no-op. A transient storage or lineage fault keeps the phase and retries with backoff.
+Deleting the object records a ``retired`` row before kopf releases the finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from tinct.api.v1alpha1.common import GROUP, VERSION, Condition, set_condition
+from tinct.api.v1alpha1.modelversion import (
+    ArtifactStatus,
+    Digests,
+    LineageRef,
+    ModelVersion,
+    ModelVersionStatus,
+)
+from tinct.lineage.hashing import Progress
+from tinct.lineage.records import model_version_rows
+from tinct.lineage.storage import StorageError
+from tinct.lineage.verify import Verification, verify
+from tinct.operator import context
+from tinct.operator.kube import StatusPatcher
+from tinct.operator.settings import OperatorConfig, configure
+
+__all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
+
+PLURAL = "modelversions"
+_Logger = logging.Logger | logging.LoggerAdapter[Any]
+_patcher = StatusPatcher(PLURAL)
+_CONDITIONS = ("Compatible", "Verified", "Recorded")
+
+
+def backoff(retry: int) -> float:
+    """Seconds before retry number ``retry`` (0-based) of a transient fault."""
+    return float(min(300, 5 * 2 ** min(retry, 6)))
+
+
+def event_for(mv: ModelVersion, verification: Verification) -> str:
+    """The lineage event a verification of ``mv`` records.
+
+    Deterministic for a given object state, so a reconcile repeated after a crash writes
+    the same key and is deduplicated.
+    """
+    if not verification.ok:
+        return "failed"
+    return "registered" if mv.status is None or mv.status.lineage is None else "updated"
+
+
+def build_status(
+    mv: ModelVersion,
+    verification: Verification,
+    table: str,
+    version: int,
+    now: datetime,
+) -> ModelVersionStatus:
+    """Status after a finished verification recorded at Delta ``version`` of ``table``."""
+    old = mv.status or ModelVersionStatus()
+    gen = mv.metadata.generation
+    conds = list(old.conditions)
+    failure = verification.failure
+
+    def cond(type_: str, status: str, reason: str, message: str) -> None:
+        nonlocal conds
+        conds = set_condition(
+            conds,
+            Condition(type=type_, status=status, reason=reason, message=message, observed_generation=gen),
+            now,
+        )
+
+    if failure is not None and failure.condition == "Compatible":
+        cond("Compatible", "False", failure.reason, failure.message)
+        cond("Verified", "Unknown", "NotChecked", "artifacts are not hashed for an incompatible version")
+    else:
+        cond("Compatible", "True", "Compatible", "quantization and runtime are compatible")
+        if failure is not None:
+            cond("Verified", "False", failure.reason, failure.message)
+        else:
+            cond("Verified", "True", "DigestsVerified", f"{len(verification.files)} file(s) hashed and valid")
+    cond("Recorded", "True", "LineageRecorded", f"{table} version {version}")
+    lineage = LineageRef(table=table, version=version)
+    if failure is not None:
+        return ModelVersionStatus(
+            phase="Failed",
+            message=failure.message,
+            observed_generation=gen,
+            lineage=lineage,
+            conditions=conds,
+        )
+    total = sum(d.size for _, d in verification.files)
+    return ModelVersionStatus(
+        phase="Ready",
+        message=f"{len(verification.files)} file(s), {total} bytes verified",
+        observed_generation=gen,
+        digests=Digests.model_validate(verification.digests),
+        artifacts=[
+            ArtifactStatus(uri=d.uri, format=fmt, sha256=d.sha256, size=d.size)
+            for fmt, d in verification.files
+        ],
+        progress=None,
+        lineage=lineage,
+        conditions=conds,
+    )
+
+
+def _parse(body: kopf.Body) -> ModelVersion:
+    return ModelVersion.model_validate(
+        {"metadata": dict(body["metadata"]), "spec": dict(body["spec"]), "status": body.get("status")}
+    )
+
+
+def _unchanged(mv: ModelVersion) -> bool:
+    st = mv.status
+    return (
+        st is not None
+        and st.observed_generation == mv.metadata.generation
+        and st.phase in ("Ready", "Failed")
+    )
+
+
+async def _verify_with_progress(mv: ModelVersion, ctx: context.Context) -> Verification:
+    loop = asyncio.get_running_loop()
+    cfg = ctx.config
+    progress = Progress()
+    fut = loop.run_in_executor(
+        ctx.verifying,
+        lambda: verify(
+            mv.spec,
+            ctx.hashing,
+            config=cfg.storage,
+            progress=progress,
+            onnx_parse_limit=cfg.onnx_parse_limit,
+        ),
+    )
+    ns, name = mv.metadata.namespace or "", mv.metadata.name
+    while True:
+        done, _ = await asyncio.wait({fut}, timeout=cfg.progress_interval)
+        if done:
+            return fut.result()
+        bytes_done, bytes_total = progress.snapshot()
+        pct = 100 * bytes_done // bytes_total if bytes_total else 0
+        status = {
+            "phase": "Hashing",
+            "message": f"hashing: {pct}% of {bytes_total} bytes",
+            "progress": {"bytesDone": bytes_done, "bytesTotal": bytes_total},
+        }
+        await loop.run_in_executor(ctx.io, _patcher.patch_status, ns, name, status)
+
+
+async def reconcile(mv: ModelVersion, *, retry: int = 0, logger: Any = None) -> ModelVersionStatus | None:
+    """Verify and record ``mv``; the new status, or None when there is nothing to do.
+
+    Raises:
+        kopf.TemporaryError: storage or the lineage tables failed transiently.
+    """
+    log = logger or logging.getLogger(__name__)
+    if _unchanged(mv):
+        log.debug("generation %s already handled", mv.metadata.generation)
+        return None
+    ctx = context.current()
+    try:
+        verification = await _verify_with_progress(mv, ctx)
+    except StorageError as exc:
+        raise kopf.TemporaryError(f"storage unavailable, will retry: {exc}", delay=backoff(retry)) from exc
+    event = event_for(mv, verification)
+    rows = model_version_rows(mv, event, verification, operator_version=ctx.store.operator_version)
+    try:
+        version = await ctx.writer.record(rows)
+    except Exception as exc:
+        raise kopf.TemporaryError(
+            f"lineage tables unavailable, will retry: {exc}", delay=backoff(retry)
+        ) from exc
+    return build_status(mv, verification, ctx.store.uri("model_versions"), version, datetime.now(UTC))
+
+
+async def retire(mv: ModelVersion, *, retry: int = 0) -> int:
+    """Record the ``retired`` row; the Delta version holding it."""
+    ctx = context.current()
+    digests = mv.status.digests.wire() if mv.status and mv.status.digests else {}
+    rows = model_version_rows(
+        mv, "retired", Verification(digests=digests), operator_version=ctx.store.operator_version
+    )
+    try:
+        return await ctx.writer.record(rows)
+    except Exception as exc:
+        raise kopf.TemporaryError(
+            f"lineage tables unavailable, will retry: {exc}", delay=backoff(retry)
+        ) from exc
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, logger: _Logger, **_: Any) -> None:
+    config = OperatorConfig.from_env()
+    configure(settings, config)
+    ctx = context.start(config)
+    await asyncio.get_running_loop().run_in_executor(ctx.io, ctx.writer.start)
+    logger.info("lineage tables under %s", config.lineage_root)
+
+
+@kopf.on.cleanup()
+async def _cleanup(**_: Any) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, context.stop)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def verify_modelversion(
+    body: kopf.Body, patch: kopf.Patch, retry: int, logger: _Logger, **_: Any
+) -> None:
+    mv = _parse(body)
+    status = await reconcile(mv, retry=retry, logger=logger)
+    if status is None:
+        return
+    wire = status.wire()
+    wire.setdefault("progress", None)  # merge-patch: drop a stale progress block
+    for key, value in wire.items():
+        patch.status[key] = value
+    if status.phase == "Ready":
+        kopf.info(body, reason="Verified", message=status.message or "")
+    else:
+        reason = next((c.reason for c in status.conditions if c.status == "False"), "Failed")
+        kopf.warn(body, reason=reason, message=status.message or "")
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def retire_modelversion(body: kopf.Body, retry: int, logger: _Logger, **_: Any) -> None:
+    version = await retire(_parse(body), retry=retry)
+    logger.info("retired at lineage version %s", version)
