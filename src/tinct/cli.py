@@ -38,8 +38,24 @@ def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_cmd_crds)
 
 
+def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.operator.cli import register
+
+    register(sub)
+
+
+def _add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.lineage.cli import register
+
+    register(sub)
+
+
 #: Subcommand registrars, in the order ``tinct --help`` lists them.
-COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_add_crds]
+COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _add_crds,
+    _add_operator,
+    _add_lineage,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
