@@ -14,7 +14,6 @@ from pathlib import Path
 from tinct import __version__
 
 
-
 def _cmd_crds(args: argparse.Namespace) -> int:
     from tinct.api.crd import render, write_all
     from tinct.api.v1alpha1 import RESOURCES
@@ -38,6 +37,65 @@ def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_cmd_crds)
 
 
+def _cmd_router(args: argparse.Namespace) -> int:
+    import logging
+
+    from tinct.router.app import RouterConfig
+    from tinct.router.run import run
+
+    if not args.table and not args.watch:
+        print("tinct router: give --table FILE or --watch", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    run(
+        RouterConfig(
+            host=args.host,
+            port=args.port,
+            max_body_bytes=args.max_body_bytes,
+            shutdown_timeout=args.shutdown_timeout,
+            table_file=Path(args.table) if args.table else None,
+            watch=args.watch,
+            namespace=args.namespace,
+            selector=args.selector,
+            kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        )
+    )
+    return 0
+
+
+def _add_router(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "router",
+        help="run the dye router: classify, choose stable/candidate, proxy, fall back",
+        description="Serve OpenAI-style traffic, routing each dye cell between stable and candidate "
+        "by the routing table from --table FILE or from ConfigMaps watched with --watch.",
+    )
+    p.add_argument("--table", metavar="FILE", help="routing table JSON; re-read on change and on SIGHUP")
+    p.add_argument("--watch", action="store_true", help="watch routing-table ConfigMaps through the API")
+    p.add_argument("--namespace", help="with --watch: namespace to watch (default: all namespaces)")
+    p.add_argument(
+        "--selector",
+        default="tinct.io/routing-table=true",
+        help="with --watch: label selector (default: %(default)s)",
+    )
+    p.add_argument("--kubeconfig", help="with --watch: kubeconfig (default: in-cluster or $KUBECONFIG)")
+    p.add_argument("--host", default="0.0.0.0", help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="listen port (default: %(default)s)")
+    p.add_argument(
+        "--max-body-bytes", type=int, default=4 * 1024 * 1024, help="413 above this (default: %(default)s)"
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to let streams finish (default: %(default)s)",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_cmd_router)
+
+
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tinct.operator.cli import register
 
@@ -53,6 +111,7 @@ def _add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 #: Subcommand registrars, in the order ``tinct --help`` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_crds,
+    _add_router,
     _add_operator,
     _add_lineage,
 ]

@@ -1,0 +1,155 @@
+"""A routing table compiled for the hot path, and the holder that swaps it atomically.
+
+Compiling resolves every (bucket, role, latency) combination to the cell that wins for it,
+so classifying a request is a dictionary lookup. Swapping is one reference assignment on
+the event loop: a request sees the whole old table or the whole new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from yarl import URL
+
+from tinct.api.routing import Endpoint, RoutingCell, RoutingTable
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a dye tag goes: the tag string, the cell that won it and that cell's weight."""
+
+    tag: str
+    weight: float
+    cell: int
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One backend as the proxy uses it."""
+
+    side: str
+    url: URL
+    scheduler_version: str
+
+
+def _specificity(cell: RoutingCell) -> int:
+    m = cell.match
+    return sum(1 for v in (m.prompt_length, m.role, m.latency) if v is not None and v != "*")
+
+
+def _matches(value: str | None, actual: str) -> bool:
+    return value is None or value == "*" or value == actual
+
+
+def tag_of(bucket: str, role: str, latency: str) -> str:
+    """The dye tag string of a classified request."""
+    return f"len:{bucket}+role:{role}+latency:{latency}"
+
+
+class CompiledTable:
+    """An immutable, precomputed view of a :class:`RoutingTable`."""
+
+    def __init__(self, table: RoutingTable) -> None:
+        self.table = table
+        self.version = table.version
+        self.release = table.release
+        dye = table.dye
+        buckets = dye.prompt_length.buckets
+        self.chars_per_token = dye.prompt_length.chars_per_token
+        #: (max estimated tokens, name) of every bucket; the last one takes the rest.
+        self.bounds: tuple[tuple[float, str], ...] = tuple(
+            (float(b.max_tokens) if b.max_tokens is not None else float("inf"), b.name) for b in buckets
+        )
+        self.role_header = dye.role.header
+        self.roles = frozenset(dye.role.values)
+        self.role_default = dye.role.default
+        self.latency_header = dye.latency.header
+        self.latencies = frozenset(dye.latency.values)
+        self.latency_default = dye.latency.default
+        self.stream_class = dye.latency.stream_class
+        self.sticky_header = dye.sticky_key.header
+        self.routes: dict[tuple[str, str, str], Route] = {}
+        # Most specific cell wins; among equally specific cells, the first listed.
+        ranked = sorted(enumerate(table.cells), key=lambda ic: (-_specificity(ic[1]), ic[0]))
+        for (_, bucket), role, latency in itertools.product(self.bounds, dye.role.values, dye.latency.values):
+            for index, cell in ranked:
+                m = cell.match
+                if (
+                    _matches(m.prompt_length, bucket)
+                    and _matches(m.role, role)
+                    and _matches(m.latency, latency)
+                ):
+                    self.routes[(bucket, role, latency)] = Route(
+                        tag_of(bucket, role, latency), cell.weight, index
+                    )
+                    break
+        self.stable = _upstream("stable", table.stable)
+        self.candidate = _upstream("candidate", table.candidate)
+        self.latency_limit = table.fallback.latency_ms / 1000.0
+        self.consecutive_failures = table.fallback.consecutive_failures
+        self.cooldown = float(table.fallback.cooldown_seconds)
+        salt = hashlib.blake2b(digest_size=8)
+        salt.update(table.release.encode() + b"\0")
+        self.sticky_base = salt
+
+    @property
+    def tags(self) -> list[str]:
+        """Every dye tag this table can produce, for metric pre-registration and docs."""
+        return [r.tag for r in self.routes.values()]
+
+
+def _upstream(side: str, ep: Endpoint) -> Upstream:
+    return Upstream(side=side, url=URL(ep.url), scheduler_version=ep.scheduler_version)
+
+
+@dataclass
+class TableHolder:
+    """The table in force. Mutated only on the event loop thread.
+
+    ``on_change`` callbacks run after every accepted swap, ``on_reject`` after a rejection
+    (source, reason); the metrics and readiness hang off them.
+    """
+
+    current: CompiledTable | None = None
+    source: str | None = None
+    on_change: list[Callable[[CompiledTable], None]] = field(default_factory=list)
+    on_reject: list[Callable[[str, str], None]] = field(default_factory=list)
+
+    def swap(self, table: RoutingTable, source: str) -> CompiledTable:
+        compiled = CompiledTable(table)
+        old = self.current
+        if old is not None and old.release == table.release and table.version < old.version:
+            _log.warning(
+                "routing table from %s goes back from version %d to %d; taking it",
+                source,
+                old.version,
+                table.version,
+            )
+        self.current = compiled
+        self.source = source
+        _log.info(
+            "routing table in force: release=%s version=%d state=%s step=%d from %s",
+            table.release,
+            table.version,
+            table.state,
+            table.step,
+            source,
+        )
+        for cb in self.on_change:
+            cb(compiled)
+        return compiled
+
+    def reject(self, source: str, reason: str) -> None:
+        kept = f"version {self.current.version}" if self.current else "no table"
+        _log.error("routing table from %s rejected (%s stays in force): %s", source, kept, reason)
+        for cb in self.on_reject:
+            cb(source, reason)
+
+
+__all__ = ["CompiledTable", "Route", "TableHolder", "Upstream", "tag_of"]

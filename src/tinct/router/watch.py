@@ -1,0 +1,265 @@
+"""Routing tables from ConfigMaps, watched through the Kubernetes API.
+
+The sync ``kubernetes`` client runs list+watch in one daemon thread. It was chosen over a
+hand-written aiohttp watch because it already knows every way a router authenticates
+(in-cluster service account with token rotation, kubeconfig with exec plugins, client
+certificates), and the watch carries a few events per rollout step, so one thread costs
+nothing on the data path. The thread parses and validates each table (pydantic work stays
+off the event loop) and hands the result to the loop with ``call_soon_threadsafe``; the
+swap itself is one assignment on the loop.
+
+Several ConfigMaps may match the selector (e.g. cluster-wide): the router keeps the valid
+table of each and puts the one of the first ConfigMap by ``namespace/name`` in force,
+logging a warning; point each router deployment at one release with a selector such as
+``tinct.io/routing-table=true,tinct.io/release=chat``. An invalid table is rejected (log
+line, counter, and a Warning Event ``InvalidRoutingTable`` on the ConfigMap when RBAC lets
+the router create events); the ConfigMap's last valid table stays. When a ConfigMap is
+deleted and no other matches, the last table stays in force: a router without a table could
+only answer 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, parse_table
+from tinct.router.table import TableHolder
+
+_log = logging.getLogger(__name__)
+
+EVENT_REASON = "InvalidRoutingTable"
+_WATCH_SECONDS = 60
+
+
+def _api_client(kubeconfig: Path | None) -> Any:
+    import kubernetes
+
+    client: Any = kubernetes.client
+    config: Any = kubernetes.config
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None)
+
+
+class ConfigMapWatch:
+    """Keeps ``holder`` on the table of the ConfigMaps matching ``selector``."""
+
+    def __init__(
+        self,
+        holder: TableHolder,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        namespace: str | None,
+        selector: str,
+        kubeconfig: Path | None = None,
+    ) -> None:
+        self.holder = holder
+        self.loop = loop
+        self.namespace = namespace
+        self.selector = selector
+        self.kubeconfig = kubeconfig
+        #: Valid table per ConfigMap ``namespace/name``; touched on the loop only.
+        self.tables: dict[str, RoutingTable] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tinct-table-watch", daemon=True)
+        self._warned_many = False
+        self._api: Any = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # --- on the loop -------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        if not self.tables:
+            return
+        keys = sorted(self.tables)
+        if len(keys) > 1 and not self._warned_many:
+            self._warned_many = True
+            _log.warning(
+                "%d ConfigMaps match %r (%s); routing with %s. Narrow the selector to one release.",
+                len(keys),
+                self.selector,
+                ", ".join(keys),
+                keys[0],
+            )
+        table = self.tables[keys[0]]
+        current = self.holder.current
+        if current is None or current.table is not table:
+            self.holder.swap(table, f"configmap {keys[0]}")
+
+    def _put(self, key: str, table: RoutingTable) -> None:
+        self.tables[key] = table
+        self._settle()
+
+    def _reject(self, key: str, reason: str) -> None:
+        self.holder.reject(f"configmap {key}", reason)
+
+    def _delete(self, key: str) -> None:
+        if self.tables.pop(key, None) is not None:
+            _log.info("routing table ConfigMap %s deleted", key)
+        self._settle()
+
+    def _sync(self, keys: set[str]) -> None:
+        for gone in set(self.tables) - keys:
+            self._delete(gone)
+
+    # --- in the thread -----------------------------------------------------------------
+
+    def _post(self, fn: Any, *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # loop closed during shutdown
+            self._stop.set()
+
+    def _handle(self, kind: str, cm: Any) -> None:
+        meta = cm.metadata
+        key = f"{meta.namespace}/{meta.name}"
+        if kind == "DELETED":
+            self._post(self._delete, key)
+            return
+        data = (cm.data or {}).get(DATA_KEY)
+        if data is None:
+            reason = f"no {DATA_KEY!r} key in data"
+        else:
+            try:
+                self._post(self._put, key, parse_table(data, f"configmap {key}"))
+                return
+            except RoutingTableError as e:
+                reason = e.reason
+        self._post(self._reject, key, reason)
+        self._event(cm, reason)
+
+    def _event(self, cm: Any, reason: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = cm.metadata
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+                "resourceVersion": meta.resource_version,
+            },
+            "reason": EVENT_REASON,
+            "message": f"routing table rejected, the last valid one stays in force: {reason}"[:1024],
+            "type": "Warning",
+            "source": {"component": "tinct-router", "host": socket.gethostname()},
+            "reportingComponent": "tinct-router",
+            "reportingInstance": socket.gethostname()[:128],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._core().create_namespaced_event(meta.namespace, body)
+        except ApiException as e:
+            _log.info(
+                "could not post the %s event on %s/%s: %s", EVENT_REASON, meta.namespace, meta.name, e.status
+            )
+        except Exception as e:  # an event is a courtesy; never let it stop the watch
+            _log.info("could not post the %s event: %r", EVENT_REASON, e)
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        if self._api is None:
+            self._api = client.CoreV1Api(_api_client(self.kubeconfig))
+        return self._api
+
+    def _list_fn(self) -> tuple[Any, dict[str, Any]]:
+        api = self._core()
+        if self.namespace:
+            return api.list_namespaced_config_map, {"namespace": self.namespace}
+        return api.list_config_map_for_all_namespaces, {}
+
+    def _run(self) -> None:
+        import kubernetes
+
+        watch: Any = kubernetes.watch
+        from kubernetes.client.exceptions import ApiException
+
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                fn, kw = self._list_fn()
+                listing = fn(label_selector=self.selector, **kw)
+                for cm in listing.items:
+                    self._handle("ADDED", cm)
+                self._post(self._sync, {f"{c.metadata.namespace}/{c.metadata.name}" for c in listing.items})
+                rv = listing.metadata.resource_version
+                backoff = 0.5
+                while not self._stop.is_set():
+                    w = watch.Watch()
+                    for ev in w.stream(
+                        fn,
+                        label_selector=self.selector,
+                        resource_version=rv,
+                        timeout_seconds=_WATCH_SECONDS,
+                        _request_timeout=_WATCH_SECONDS + 10,
+                        **kw,
+                    ):
+                        if self._stop.is_set():
+                            w.stop()
+                            break
+                        kind, obj = ev["type"], ev["object"]
+                        if kind == "ERROR":
+                            code = (
+                                obj.get("code", 500) if isinstance(obj, dict) else getattr(obj, "code", 500)
+                            )
+                            raise ApiException(status=code, reason=str(obj))
+                        rv = obj.metadata.resource_version
+                        if kind in ("ADDED", "MODIFIED", "DELETED"):
+                            self._handle(kind, obj)
+            except ApiException as e:
+                if e.status == 410:
+                    _log.info("watch expired (410), listing again")
+                    continue
+                _log.warning("watching routing tables failed: %s %s; retrying", e.status, e.reason)
+            except Exception as e:
+                _log.warning("watching routing tables failed: %r; retrying", e)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+
+async def watch_source(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: watch the ConfigMaps named by the config's namespace and selector."""
+    from tinct.router.app import STATE
+
+    st = app[STATE]
+    cfg = st.config
+    w = ConfigMapWatch(
+        st.holder,
+        asyncio.get_running_loop(),
+        namespace=cfg.namespace,
+        selector=cfg.selector,
+        kubeconfig=cfg.kubeconfig,
+    )
+    w.start()
+    yield
+    w.stop()
+
+
+__all__ = ["EVENT_REASON", "ConfigMapWatch", "watch_source"]

@@ -1,0 +1,201 @@
+"""Fake v1/v2 schedulers and helpers shared by the router tests (unit and k8s).
+
+A :class:`FakeScheduler` is a real aiohttp server on 127.0.0.1 that answers OpenAI-style
+requests and can be told to fail (5xx), reject the scheduler version (426), stall before
+answering, or stream SSE one event per ``gate`` release so a test can observe the ordering
+of chunk arrival without clocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tinct.api.routing import RoutingTable
+from tinct.router.app import RouterConfig, make_app
+from tinct.router.table import TableHolder
+
+
+@dataclass
+class Seen:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class FakeScheduler:
+    version: str
+    #: ok | error | mismatch | stall | gated
+    mode: str = "ok"
+    seen: list[Seen] = field(default_factory=list)
+    release_stall: asyncio.Event = field(default_factory=asyncio.Event)
+    #: gated SSE: the server sends event i+1 only after gate is set by the test (then cleared).
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    stream_done: asyncio.Event = field(default_factory=asyncio.Event)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append(Seen(request.path, request.method, dict(request.headers), body))
+        if self.mode == "error":
+            return web.json_response({"error": {"message": f"{self.version} broke"}}, status=503)
+        if self.mode == "mismatch":
+            return web.json_response({"error": {"message": "scheduler version not supported"}}, status=426)
+        if self.mode == "stall":
+            await self.release_stall.wait()
+        if request.path == "/v1/models":
+            return web.json_response({"object": "list", "data": [{"id": self.version, "object": "model"}]})
+        if request.path not in ("/v1/chat/completions", "/v1/completions"):
+            return web.json_response({"path": request.path, "bytes": len(body), "served_by": self.version})
+        doc = json.loads(body) if body else {}
+        if doc.get("stream"):
+            return await self._sse(request, doc)
+        return web.json_response(self._completion(request.path, doc), headers={"X-Served-By": self.version})
+
+    def _completion(self, path: str, doc: dict[str, Any]) -> dict[str, Any]:
+        text = f"hello from {self.version}"
+        usage = {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+        if path == "/v1/completions":
+            return {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": 1,
+                "model": self.version,
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}],
+                "usage": usage,
+            }
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": self.version,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            ],
+            "usage": usage,
+        }
+
+    async def _sse(self, request: web.Request, doc: dict[str, Any]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        words = ["hello", " from", f" {self.version}"]
+        for i, w in enumerate(words):
+            if self.mode == "gated" and i > 0:
+                await self.gate.wait()
+                self.gate.clear()
+            chunk = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": self.version,
+                "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}],
+            }
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        self.stream_done.set()
+        await resp.write_eof()
+        return resp
+
+    async def start(self) -> FakeScheduler:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        self.release_stall.set()
+        self.gate.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def reset(self, mode: str = "ok") -> None:
+        self.mode = mode
+        self.seen.clear()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def table_doc(
+    stable: str,
+    candidate: str,
+    *,
+    version: int = 1,
+    default_weight: float = 0,
+    cells: list[dict[str, Any]] | None = None,
+    fallback: dict[str, Any] | None = None,
+    release: str = "chat",
+) -> dict[str, Any]:
+    """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml."""
+    return {
+        "schema": "tinct.io/routing/v1",
+        "release": release,
+        "namespace": "llm",
+        "version": version,
+        "state": "Progressing",
+        "step": 1,
+        "stable": {"url": stable, "schedulerVersion": "v1", "modelVersion": "llama3-8b-1-4-0"},
+        "candidate": {"url": candidate, "schedulerVersion": "v2", "modelVersion": "llama3-8b-2-0-0"},
+        "dye": {
+            "promptLength": {
+                "buckets": [
+                    {"name": "short", "maxTokens": 512},
+                    {"name": "medium", "maxTokens": 4096},
+                    {"name": "long"},
+                ],
+                "charsPerToken": 4,
+            },
+            "role": {"header": "X-User-Role", "values": ["user", "admin", "audit"], "default": "user"},
+            "latency": {
+                "header": "X-Latency-Class",
+                "values": ["low", "high"],
+                "default": "low",
+                "streamClass": "high",
+            },
+            "stickyKey": {"header": "X-Session-Id"},
+        },
+        "cells": [*(cells or []), {"match": {}, "weight": default_weight}],
+        "fallback": fallback or {"consecutiveFailures": 3, "latencyMs": 800, "cooldownSeconds": 30},
+    }
+
+
+def table(stable: str, candidate: str, **kw: Any) -> RoutingTable:
+    return RoutingTable.model_validate(table_doc(stable, candidate, **kw))
+
+
+@contextlib.asynccontextmanager
+async def running_router(
+    tbl: RoutingTable | None, config: RouterConfig | None = None
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """The router app served on 127.0.0.1 with ``tbl`` in force; yields (base URL, app)."""
+    holder = TableHolder()
+    app = make_app(config or RouterConfig(), holder)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    if tbl is not None:
+        holder.swap(tbl, "test")
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", app
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,319 @@
+"""The router's data path against two real fake schedulers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from router_fakes import FakeScheduler, free_port, running_router, table
+from tinct.router.app import STATE, RouterConfig
+
+ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
+LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token
+
+
+@pytest.fixture
+async def v1() -> AsyncIterator[FakeScheduler]:
+    s = await FakeScheduler("v1").start()
+    yield s
+    await s.stop()
+
+
+@pytest.fixture
+async def v2() -> AsyncIterator[FakeScheduler]:
+    s = await FakeScheduler("v2").start()
+    yield s
+    await s.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+def chat(content: str = "hi", **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def post(
+    http: aiohttp.ClientSession, base: str, body: Any, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], Any]:
+    async with http.post(f"{base}/v1/chat/completions", json=body, headers=headers) as r:
+        text = await r.text()
+        return r.status, dict(r.headers), json.loads(text) if text else None
+
+
+def one_cell(v1: FakeScheduler, v2: FakeScheduler, **kw: Any) -> Any:
+    """Admin + long + high goes to the candidate; everything else stays on stable."""
+    cells = [{"match": {"promptLength": "long", "role": "admin", "latency": "high"}, "weight": 100}]
+    return table(v1.url, v2.url, cells=cells, **kw)
+
+
+async def test_each_cell_goes_to_its_side(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    async with running_router(one_cell(v1, v2)) as (base, _):
+        status, h, body = await post(http, base, chat(LONG), ADMIN_LONG)
+        assert status == 200
+        assert h["X-Scheduler-Active"] == "v2"
+        assert "X-Fallback-Reason" not in h
+        assert body["model"] == "v2"
+        assert v2.seen[-1].headers["X-Scheduler-Version"] == "v2"
+
+        for headers, content in [
+            ({"X-User-Role": "user", "X-Latency-Class": "high"}, LONG),
+            (ADMIN_LONG, "short"),
+        ]:
+            status, h, body = await post(http, base, chat(content), headers)
+            assert (status, h["X-Scheduler-Active"], body["model"]) == (200, "v1", "v1")
+            assert v1.seen[-1].headers["X-Scheduler-Version"] == "v1"
+        assert len(v2.seen) == 1
+
+
+async def test_sticky_keys_stay_on_their_side_and_share_matches(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    async with running_router(table(v1.url, v2.url, default_weight=50)) as (base, _):
+        sides: dict[str, str] = {}
+        for i in range(120):
+            _, h, _ = await post(http, base, chat(), {"X-Session-Id": f"s{i}"})
+            sides[f"s{i}"] = h["X-Scheduler-Active"]
+        for i in range(0, 120, 7):
+            _, h, _ = await post(http, base, chat(), {"X-Session-Id": f"s{i}"})
+            assert h["X-Scheduler-Active"] == sides[f"s{i}"]
+        assert (
+            20 < list(sides.values()).count("v2") < 100
+        )  # both sides used; the precise share is in test_router_choose
+
+
+async def test_hop_by_hop_headers_are_dropped_and_others_forwarded(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    async with running_router(table(v1.url, v2.url)) as (base, _):
+        headers = {
+            "Authorization": "Bearer k",
+            "X-Custom": "1",
+            "Connection": "keep-alive, X-Private-Hop",
+            "X-Private-Hop": "secret",
+            "Proxy-Authorization": "Basic x",
+            "TE": "trailers",
+        }
+        status, h, _ = await post(http, base, chat(), headers)
+        assert status == 200
+        assert h["X-Served-By"] == "v1"  # backend's own header comes back
+        got = {k.lower(): v for k, v in v1.seen[-1].headers.items()}
+        assert got["authorization"] == "Bearer k"
+        assert got["x-custom"] == "1"
+        assert got["x-forwarded-for"] == "127.0.0.1"
+        for hop in ("x-private-hop", "proxy-authorization", "te"):
+            assert hop not in got
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("error", "upstream_error"), ("mismatch", "version_mismatch"), ("stall", "latency_too_high")],
+)
+async def test_candidate_failure_falls_back_to_stable_in_the_same_request(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession, mode: str, reason: str
+) -> None:
+    v2.reset(mode)
+    fb = {"consecutiveFailures": 3, "latencyMs": 150, "cooldownSeconds": 30}
+    async with running_router(table(v1.url, v2.url, default_weight=100, fallback=fb)) as (base, _):
+        status, h, body = await post(http, base, chat())
+        assert status == 200
+        assert h["X-Scheduler-Active"] == "v1"
+        assert h["X-Fallback-Reason"] == reason
+        assert body["model"] == "v1"
+        assert len(v2.seen) == 1
+        assert len(v1.seen) == 1
+        assert v1.seen[0].body == v2.seen[0].body  # same request body retried on stable
+        async with http.get(f"{base}/metrics") as r:
+            metrics = await r.text()
+        assert (
+            'tinct_router_fallbacks_total{dye_tag="len:short+role:user+latency:low",'
+            f'reason="{reason}",release="chat"}} 1.0' in metrics
+        )
+
+
+async def test_unreachable_candidate_falls_back(v1: FakeScheduler, http: aiohttp.ClientSession) -> None:
+    async with running_router(table(v1.url, f"http://127.0.0.1:{free_port()}", default_weight=100)) as (
+        base,
+        _,
+    ):
+        status, h, _ = await post(http, base, chat())
+        assert (status, h["X-Scheduler-Active"], h["X-Fallback-Reason"]) == (200, "v1", "unreachable")
+
+
+async def test_ejection_after_consecutive_failures_and_recovery_after_cooldown(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    v2.reset("error")
+    fb = {"consecutiveFailures": 2, "latencyMs": 800, "cooldownSeconds": 30}
+    tbl = table(v1.url, v2.url, default_weight=100, fallback=fb)
+    async with running_router(tbl) as (base, app):
+        st = app[STATE]
+        assert st.proxy is not None
+        assert st.holder.current is not None
+        health = st.proxy.health(st.holder.current)
+        now = [1000.0]
+        health.clock = lambda: now[0]
+
+        reasons = [(await post(http, base, chat()))[1]["X-Fallback-Reason"] for _ in range(4)]
+        assert reasons == ["upstream_error", "upstream_error", "ejected", "ejected"]
+        assert len(v2.seen) == 2  # ejected requests never reach the candidate
+        async with http.get(f"{base}/metrics") as r:
+            metrics = await r.text()
+        assert 'tinct_router_candidate_ejections_total{release="chat"} 1.0' in metrics
+        assert 'tinct_router_candidate_ejected{release="chat"} 1.0' in metrics
+
+        v2.reset("ok")
+        now[0] += 29
+        assert (await post(http, base, chat()))[1]["X-Fallback-Reason"] == "ejected"
+        now[0] += 2
+        status, h, body = await post(http, base, chat())
+        assert (status, h["X-Scheduler-Active"], body["model"]) == (200, "v2", "v2")
+        assert "X-Fallback-Reason" not in h
+        async with http.get(f"{base}/metrics") as r:
+            assert 'tinct_router_candidate_ejected{release="chat"} 0.0' in await r.text()
+
+
+async def test_a_success_resets_the_failure_count(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    fb = {"consecutiveFailures": 2, "latencyMs": 800, "cooldownSeconds": 30}
+    async with running_router(table(v1.url, v2.url, default_weight=100, fallback=fb)) as (base, _):
+        for mode in ("error", "ok", "error", "ok"):
+            v2.mode = mode
+            _, h, _ = await post(http, base, chat())
+            assert h.get("X-Fallback-Reason") == ("upstream_error" if mode == "error" else None)
+
+
+async def test_sse_chunks_reach_the_client_before_the_stream_ends(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    v2.reset("gated")
+    async with running_router(table(v1.url, v2.url, default_weight=100)) as (base, _):
+        async with http.post(f"{base}/v1/chat/completions", json=chat(stream=True)) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            assert r.headers["X-Scheduler-Active"] == "v2"
+            events: list[str] = []
+            while len(events) < 3:
+                line = (await r.content.readline()).decode()
+                if line.startswith("data: "):
+                    events.append(line)
+                    if len(events) < 3:
+                        # The backend holds the rest back until the test opens the gate.
+                        assert not v2.stream_done.is_set()
+                        v2.gate.set()
+            rest = (await r.content.read()).decode()
+        assert v2.stream_done.is_set()
+        assert "data: [DONE]" in rest
+        assert [json.loads(e[6:])["choices"][0]["delta"]["content"] for e in events] == [
+            "hello",
+            " from",
+            " v2",
+        ]
+
+
+async def test_graceful_shutdown_lets_a_stream_finish(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    v1.reset("gated")
+    cm = running_router(table(v1.url, v2.url))
+    base, _ = await cm.__aenter__()
+    lines: list[bytes] = []
+    async with http.post(f"{base}/v1/chat/completions", json=chat(stream=True)) as r:
+        lines.append(await r.content.readline())
+        shutdown = asyncio.create_task(cm.__aexit__(None, None, None))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not shutdown.done()  # waiting for the stream in flight
+        v1.gate.set()
+        async for line in r.content:  # ends only if the router lets the stream finish
+            lines.append(line)
+            if line.startswith(b"data: "):
+                v1.gate.set()
+    await asyncio.wait_for(shutdown, 30)
+    assert b"data: [DONE]\n" in b"".join(lines)
+
+
+async def test_malformed_and_oversized_requests_get_a_4xx_and_never_reach_a_backend(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    async with running_router(table(v1.url, v2.url), RouterConfig(max_body_bytes=1024)) as (base, _):
+        url = f"{base}/v1/chat/completions"
+        async with http.post(url, data=b"{not json", headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["code"] == "invalid_json"
+        async with http.post(url, json={"model": "m"}) as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["code"] == "missing_messages"
+        async with http.post(url, json=chat("x" * 5000)) as r:
+            assert r.status == 413
+            assert (await r.json())["error"]["code"] == "request_too_large"
+        async with http.post(f"{base}/v1/completions", data=b"") as r:
+            assert r.status == 400
+        assert v1.seen == []
+        assert v2.seen == []
+        # the router still serves afterwards
+        assert (await post(http, base, chat()))[0] == 200
+
+
+async def test_other_endpoints_pass_to_stable(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    async with running_router(table(v1.url, v2.url, default_weight=100)) as (base, _):
+        async with http.get(f"{base}/v1/models") as r:
+            assert r.status == 200
+            assert r.headers["X-Scheduler-Active"] == "v1"
+            assert (await r.json())["data"][0]["id"] == "v1"
+        async with http.post(f"{base}/v1/embeddings", data=b"raw-bytes-not-json") as r:
+            assert r.status == 200
+        assert v1.seen[-1].body == b"raw-bytes-not-json"
+        assert v2.seen == []
+
+
+async def test_no_table_means_not_ready_and_503(http: aiohttp.ClientSession) -> None:
+    async with running_router(None) as (base, _app):
+        async with http.get(f"{base}/readyz") as r:
+            assert r.status == 503
+        async with http.get(f"{base}/healthz") as r:
+            assert r.status == 200
+        async with http.post(f"{base}/v1/chat/completions", json=chat()) as r:
+            assert r.status == 503
+            assert (await r.json())["error"]["code"] == "no_routing_table"
+
+
+async def test_stable_down_gives_502(http: aiohttp.ClientSession, v2: FakeScheduler) -> None:
+    tbl = table(f"http://127.0.0.1:{free_port()}", v2.url)
+    async with running_router(tbl) as (base, _), http.post(f"{base}/v1/chat/completions", json=chat()) as r:
+        assert r.status == 502
+        assert (await r.json())["error"]["code"] == "stable_unavailable"
+
+
+async def test_metrics_count_requests_by_side_version_tag_and_code(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    async with running_router(one_cell(v1, v2, version=42)) as (base, _):
+        await post(http, base, chat(LONG), ADMIN_LONG)
+        await post(http, base, chat())
+        async with http.get(f"{base}/metrics") as r:
+            text = await r.text()
+        assert 'tinct_router_table_version{release="chat"} 42.0' in text
+        assert (
+            'tinct_router_requests_total{code="200",dye_tag="len:long+role:admin+latency:high",'
+            'release="chat",scheduler_version="v2",side="candidate"} 1.0'
+        ) in text
+        assert (
+            'tinct_router_requests_total{code="200",dye_tag="len:short+role:user+latency:low",'
+            'release="chat",scheduler_version="v1",side="stable"} 1.0'
+        ) in text
+        assert "tinct_router_time_to_first_byte_seconds_bucket" in text
+        assert "tinct_router_request_duration_seconds_count" in text
