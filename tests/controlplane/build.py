@@ -136,14 +136,26 @@ def bin_dir() -> Path:
     return cache_root() / "controlplane" / f"{kube_version()}-{etcd_version()}-{build_key()}" / "bin"
 
 
+def _release_time(module: str, version: str) -> str:
+    """The release time the module proxy records, so the same inputs give the same binary."""
+    info = json.loads(
+        _go("mod", "download", "-json", f"{module}@{version}", cwd=KUBE_MODULE, capture=True)
+    )
+    stamp = json.loads(Path(info["Info"]).read_text())["Time"]
+    return str(stamp)
+
+
 def _ldflags(kube: str) -> str:
+    """The -X flags hack/lib/version.sh sets, so /version reports the real release."""
     major, minor = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", kube).groups()  # type: ignore[union-attr]
     values = {
         "gitVersion": kube,
         "gitMajor": major,
         "gitMinor": minor,
+        # The module zip carries no git metadata; the proxy does not record the commit.
+        "gitCommit": "",
         "gitTreeState": "clean",
-        "buildDate": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "buildDate": _release_time("k8s.io/kubernetes", kube),
     }
     flags = ["-s", "-w"]
     for pkg in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version"):

@@ -91,3 +91,12 @@ def cel(*rules: dict[str, str]) -> ConfigDict:
     API server's error names the offending field.
     """
     return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+
+
+def defaulted(cls: type[Model]) -> Any:
+    """A field that defaults to ``cls()``, with that full default in the CRD schema too.
+
+    The API server validates a schema default against the object's CEL rules without
+    defaulting inside it first, so the default must be the complete object, not ``{}``.
+    """
+    return Field(default_factory=cls, json_schema_extra={"default": cls().wire()})

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import API_VERSION, DNS_NAME, Condition, Model, ObjectMeta, cel
+from tinct.api.v1alpha1.common import API_VERSION, DNS_NAME, Condition, Model, ObjectMeta, cel, defaulted
 
 GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
 
@@ -101,9 +101,9 @@ class StickyKey(Model):
 
 class Dye(Model):
     prompt_length: PromptLength
-    role: RoleDye = Field(default_factory=RoleDye, json_schema_extra={"default": {}})
-    latency: LatencyDye = Field(default_factory=LatencyDye, json_schema_extra={"default": {}})
-    sticky_key: StickyKey = Field(default_factory=StickyKey, json_schema_extra={"default": {}})
+    role: RoleDye = defaulted(RoleDye)
+    latency: LatencyDye = defaulted(LatencyDye)
+    sticky_key: StickyKey = defaulted(StickyKey)
 
 
 class CellMatch(Model):
@@ -123,7 +123,7 @@ class Cell(Model):
         },
     )
 
-    match: CellMatch = Field(default_factory=CellMatch, json_schema_extra={"default": {}})
+    match: CellMatch = defaulted(CellMatch)
     weights: list[Weight] = Field(
         min_length=1,
         max_length=64,
@@ -186,7 +186,7 @@ class Autoscaling(Model):
 
     min_replicas: int = Field(default=1, ge=1, le=10000)
     max_replicas: int = Field(default=10, ge=1, le=10000)
-    metric: ScaleMetric = Field(default_factory=ScaleMetric, json_schema_extra={"default": {}})
+    metric: ScaleMetric = defaulted(ScaleMetric)
 
 
 class GrayReleaseSpec(Model):
@@ -230,7 +230,7 @@ class GrayReleaseSpec(Model):
     dye: Dye
     cells: list[Cell] = Field(min_length=1, max_length=64)
     analysis: Analysis | None = None
-    fallback: Fallback = Field(default_factory=Fallback, json_schema_extra={"default": {}})
+    fallback: Fallback = defaulted(Fallback)
     autoscaling: Autoscaling | None = None
     paused: bool = False
 

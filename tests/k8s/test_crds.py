@@ -1,0 +1,224 @@
+"""The generated CRDs on a real API server: examples accepted, bad input rejected by name."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import EXAMPLES
+from controlplane.harness import Cluster
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+
+def _example(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return doc
+
+
+def _apply(cluster: Cluster, ns: str, doc: dict[str, Any]) -> tuple[int, str]:
+    proc = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc), check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_is_accepted_as_shipped(cluster: Cluster, namespace: str, path: Path) -> None:
+    proc = cluster.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
+    assert proc.returncode == 0, proc.stderr
+    for doc in yaml.safe_load_all(path.read_text()):
+        kind = doc["kind"].lower()
+        got = yaml.safe_load(cluster.kubectl("get", kind, doc["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)
+        assert got["spec"]["cells" if kind == "grayrelease" else "artifacts"]
+
+
+def test_server_applies_schema_defaults(cluster: Cluster, namespace: str) -> None:
+    doc = _example("grayrelease.yaml")
+    del doc["spec"]["fallback"]
+    del doc["spec"]["dye"]["latency"]
+    rc, out = _apply(cluster, namespace, doc)
+    assert rc == 0, out
+    got = yaml.safe_load(cluster.kubectl("get", "gr", "chat", "-n", namespace, "-o", "yaml").stdout)
+    assert got["spec"]["fallback"] == {"consecutiveFailures": 3, "latencyMs": 800, "cooldownSeconds": 30}
+    assert got["spec"]["dye"]["latency"] == {"header": "X-Latency-Class", "values": ["low", "high"], "default": "low"}
+
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def _set(path: str, value: Any) -> Mutation:
+    def mutate(doc: dict[str, Any]) -> None:
+        node: Any = doc
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        last = keys[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return mutate
+
+
+INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
+    ("bad-semver", "modelversion.yaml", _set("spec.version", "2.0"), ("spec.version", "should match")),
+    ("v-prefixed-semver", "modelversion.yaml", _set("spec.version", "v2.0.0"), ("spec.version",)),
+    (
+        "unknown-artifact-format",
+        "modelversion.yaml",
+        _set("spec.artifacts.0.format", "gguf"),
+        ("spec.artifacts[0].format", "Unsupported value", '"onnx"'),
+    ),
+    ("empty-artifacts", "modelversion.yaml", _set("spec.artifacts", []), ("spec.artifacts", "at least 1")),
+    (
+        "bad-digest",
+        "modelversion.yaml",
+        _set("spec.artifacts.2.sha256", "xyz"),
+        ("spec.artifacts[2].sha256",),
+    ),
+    (
+        "uri-scheme",
+        "modelversion.yaml",
+        _set("spec.artifacts.0.uri", "http://example/model.onnx"),
+        ("spec.artifacts[0].uri",),
+    ),
+    ("bad-runtime", "modelversion.yaml", _set("spec.runtime", "pytorch"), ("spec.runtime", "Unsupported value")),
+    (
+        "weight-150",
+        "grayrelease.yaml",
+        _set("spec.cells.0.weights", [5, 150, 150, 150]),
+        ("spec.cells[0].weights[1]", "less than or equal to 100"),
+    ),
+    (
+        "decreasing-weights",
+        "grayrelease.yaml",
+        _set("spec.cells.1.weights", [10, 1, 50, 100]),
+        ("spec.cells[1].weights", "never decrease"),
+    ),
+    (
+        "two-default-cells",
+        "grayrelease.yaml",
+        _set("spec.cells.0.match", {"promptLength": "*"}),
+        ("spec.cells", "exactly one default cell"),
+    ),
+    (
+        "no-default-cell",
+        "grayrelease.yaml",
+        _set("spec.cells.2.match", {"role": "audit"}),
+        ("spec.cells", "exactly one default cell"),
+    ),
+    (
+        "uneven-steps",
+        "grayrelease.yaml",
+        _set("spec.cells.2.weights", [1, 100]),
+        ("spec.cells", "same number of weights"),
+    ),
+    (
+        "unknown-role-in-match",
+        "grayrelease.yaml",
+        _set("spec.cells.0.match.role", "root"),
+        ("spec.cells", "dye.role.values"),
+    ),
+    (
+        "unknown-bucket-in-match",
+        "grayrelease.yaml",
+        _set("spec.cells.0.match.promptLength", "huge"),
+        ("spec.cells", "bucket of dye.promptLength"),
+    ),
+    (
+        "role-default-not-listed",
+        "grayrelease.yaml",
+        _set("spec.dye.role.default", "guest"),
+        ("spec.dye.role", "default must be one of values"),
+    ),
+    (
+        "buckets-not-increasing",
+        "grayrelease.yaml",
+        _set("spec.dye.promptLength.buckets", [{"name": "a", "maxTokens": 900}, {"name": "b", "maxTokens": 10}, {"name": "c"}]),
+        ("spec.dye.promptLength.buckets", "increase"),
+    ),
+    (
+        "custom-metric-without-query",
+        "grayrelease.yaml",
+        _set("spec.analysis.metrics", [{"name": "custom", "max": 1}]),
+        ("spec.analysis.metrics[0]", "needs a query"),
+    ),
+    (
+        "min-above-max-replicas",
+        "grayrelease.yaml",
+        _set("spec.autoscaling.minReplicas", 20),
+        ("spec.autoscaling", "minReplicas must be <= maxReplicas"),
+    ),
+    ("port-zero", "grayrelease.yaml", _set("spec.stable.port", 0), ("spec.stable.port",)),
+    (
+        "same-backend",
+        "grayrelease.yaml",
+        _set("spec.candidate.service", "sched-v1"),
+        ("stable and candidate must be different backends",),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "example", "mutate", "expected"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_resources_are_rejected_naming_the_field(
+    cluster: Cluster,
+    namespace: str,
+    case: str,
+    example: str,
+    mutate: Mutation,
+    expected: tuple[str, ...],
+) -> None:
+    doc = copy.deepcopy(_example(example))
+    mutate(doc)
+    rc, out = _apply(cluster, namespace, doc)
+    assert rc != 0, f"{case}: the API server accepted it:\n{out}"
+    assert "is invalid" in out, out
+    for needle in expected:
+        assert needle in out, f"{case}: {needle!r} not in:\n{out}"
+    kind = doc["kind"].lower()
+    missing = cluster.kubectl("get", kind, doc["metadata"]["name"], "-n", namespace, check=False)
+    assert missing.returncode != 0, "a rejected object must not be stored"
+
+
+def test_kubectl_get_shows_printer_columns(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES))
+    out = cluster.kubectl("get", "mv,gr", "-n", namespace).stdout
+    lines = out.splitlines()
+    mv_header = next(line for line in lines if line.startswith("NAME") and "MODEL" in line)
+    assert mv_header.split() == ["NAME", "MODEL", "VERSION", "PHASE", "AGE"]
+    gr_header = next(line for line in lines if line.startswith("NAME") and "CANDIDATE" in line)
+    assert gr_header.split() == ["NAME", "STABLE", "CANDIDATE", "STEP", "PHASE", "AGE"]
+    mv_row = next(line for line in lines if line.startswith("modelversion.tinct.io/llama3-8b-2-0-0"))
+    assert mv_row.split()[1:3] == ["llama3-8b", "2.0.0"]
+    gr_row = next(line for line in lines if line.startswith("grayrelease.tinct.io/chat"))
+    assert gr_row.split()[1:3] == ["llama3-8b-1-4-0", "llama3-8b-2-0-0"]
+    # Short names and the category resolve too.
+    assert "llama3-8b-2-0-0" in cluster.kubectl("get", "tinct", "-n", namespace).stdout
+    wide = cluster.kubectl("get", "mv", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
+    assert wide[-2:] == ["RUNTIME", "MESSAGE"]
+
+
+def test_status_is_a_subresource(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "modelversion.yaml"))
+    # A plain update cannot set status; the status subresource can.
+    doc = _example("modelversion.yaml")
+    doc["status"] = {"phase": "Ready"}
+    _apply(cluster, namespace, doc)
+    get = ["get", "mv", "llama3-8b-2-0-0", "-n", namespace, "-o", "jsonpath={.status.phase}"]
+    assert cluster.kubectl(*get).stdout == ""
+    cluster.kubectl(
+        "patch", "mv", "llama3-8b-2-0-0", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", '{"status": {"phase": "Ready"}}',
+    )
+    assert cluster.kubectl(*get).stdout == "Ready"
+    bad = cluster.kubectl(
+        "patch", "mv", "llama3-8b-2-0-0", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", '{"status": {"phase": "Done"}}', check=False,
+    )
+    assert bad.returncode != 0
+    assert "status.phase" in bad.stderr
