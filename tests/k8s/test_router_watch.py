@@ -1,0 +1,131 @@
+"""The router follows routing-table ConfigMaps on the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from router_fakes import FakeScheduler, running_router, table
+from tinct.api.routing import DATA_KEY, routing_configmap
+from tinct.router.app import STATE, RouterConfig
+from tinct.router.watch import EVENT_REASON
+
+WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
+
+
+@pytest.fixture
+async def backends() -> AsyncIterator[tuple[FakeScheduler, FakeScheduler]]:
+    v1 = await FakeScheduler("v1").start()
+    v2 = await FakeScheduler("v2").start()
+    yield v1, v2
+    await v1.stop()
+    await v2.stop()
+
+
+async def eventually(check: Callable[[], Any], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
+    cm["metadata"]["namespace"] = namespace
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
+
+
+async def side(http: aiohttp.ClientSession, base: str) -> str:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with http.post(f"{base}/v1/chat/completions", json=body, headers={"X-Session-Id": "s-1"}) as r:
+        assert r.status == 200
+        return r.headers["X-Scheduler-Active"]
+
+
+async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
+    cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
+) -> None:
+    v1, v2 = backends
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
+    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
+        holder = app[STATE].holder
+        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
+        await eventually(lambda: holder.current is not None and holder.current.version == 1, "table v1")
+        async with http.get(f"{base}/readyz") as r:
+            assert r.status == 200
+        assert await side(http, base) == "v1"
+
+        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
+        await eventually(lambda: holder.current is not None and holder.current.version == 2, "table v2")
+        assert await side(http, base) == "v2"
+
+        rejections: list[str] = []
+        holder.on_reject.append(lambda src, why: rejections.append(why))
+        bad = routing_configmap(table(v1.url, v2.url, version=3, default_weight=0))
+        doc = json.loads(bad["data"][DATA_KEY])
+        doc["cells"].append({"match": {"role": "*"}, "weight": 0})  # a second default cell
+        bad["data"][DATA_KEY] = json.dumps(doc)
+        apply(cluster, namespace, bad)
+        await eventually(lambda: rejections, "the invalid table to be rejected")
+        assert "exactly one default cell" in rejections[0]
+        assert holder.current is not None
+        assert holder.current.version == 2
+        assert await side(http, base) == "v2"
+
+        def event_posted() -> bool:
+            out = cluster.kubectl(
+                "get", "events", "-n", namespace, "--field-selector", f"reason={EVENT_REASON}", "-o", "json"
+            ).stdout
+            return any("exactly one default cell" in e["message"] for e in json.loads(out)["items"])
+
+        await eventually(event_posted, "the InvalidRoutingTable event")
+
+        # A valid table after the bad one is taken again.
+        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4, default_weight=0)))
+        await eventually(lambda: holder.current is not None and holder.current.version == 4, "table v4")
+        assert await side(http, base) == "v1"
+
+
+async def test_router_with_least_privilege_service_account(
+    cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
+) -> None:
+    """get/list/watch on ConfigMaps is all the router needs; a forbidden Event is only logged."""
+    v1, v2 = backends
+    rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "tinct-router", "namespace": namespace},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tinct-router", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tinct-router"},
+            "subjects": [{"kind": "ServiceAccount", "name": "router", "namespace": namespace}],
+        },
+    ]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
+    kubeconfig = cluster.service_account_kubeconfig(namespace, "router")
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
+    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
+        holder = app[STATE].holder
+        rejections: list[str] = []
+        holder.on_reject.append(lambda src, why: rejections.append(why))
+        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=100)))
+        await eventually(lambda: holder.current is not None, "the table")
+        assert await side(http, base) == "v2"
+        cm = routing_configmap(table(v1.url, v2.url, version=2))
+        cm["data"][DATA_KEY] = "{not json"
+        apply(cluster, namespace, cm)
+        await eventually(lambda: rejections, "the rejection")
+        assert holder.current is not None
+        assert holder.current.version == 1
+        assert await side(http, base) == "v2"
