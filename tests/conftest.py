@@ -50,9 +50,7 @@ def cluster() -> Iterator[Cluster]:
 def crds(cluster: Cluster) -> tuple[str, ...]:
     """The CRDs from ``crds/``, applied as a user would and Established."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in CRD_NAMES]
-    )
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in CRD_NAMES])
     return CRD_NAMES
 
 

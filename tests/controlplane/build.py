@@ -117,7 +117,9 @@ def generate(kube: str, etcd: str) -> None:
 
 
 def _go_version() -> str:
-    return subprocess.run(["go", "env", "GOVERSION"], check=True, text=True, capture_output=True).stdout.strip()
+    return subprocess.run(
+        ["go", "env", "GOVERSION"], check=True, text=True, capture_output=True
+    ).stdout.strip()
 
 
 def build_key() -> str:
@@ -127,7 +129,7 @@ def build_key() -> str:
     h.update(Path(__file__).read_bytes())
     for module in (KUBE_MODULE, ETCD_MODULE):
         for f in sorted(p for p in module.rglob("*") if p.is_file()):
-            h.update(str(f.relative_to(HERE)).encode())
+            h.update(f"{module.name}/{f.relative_to(module)}".encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
@@ -138,9 +140,7 @@ def bin_dir() -> Path:
 
 def _release_time(module: str, version: str) -> str:
     """The release time the module proxy records, so the same inputs give the same binary."""
-    info = json.loads(
-        _go("mod", "download", "-json", f"{module}@{version}", cwd=KUBE_MODULE, capture=True)
-    )
+    info = json.loads(_go("mod", "download", "-json", f"{module}@{version}", cwd=KUBE_MODULE, capture=True))
     stamp = json.loads(Path(info["Info"]).read_text())["Time"]
     return str(stamp)
 
@@ -163,6 +163,17 @@ def _ldflags(kube: str) -> str:
     return " ".join(flags)
 
 
+def _prune(keep: Path, newest: int = 3) -> None:
+    """Drop all but the ``newest`` cached builds (other checkouts may use a few)."""
+    builds = sorted(
+        (d for d in keep.parent.iterdir() if d.is_dir() and d != keep),
+        key=lambda d: d.stat().st_mtime,
+        reverse=True,
+    )
+    for stale in builds[newest - 1 :]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def ensure_built(verbose: bool = True) -> Path:
     """Return the directory holding the binaries, building them first when needed."""
     override = os.environ.get("KUBEBUILDER_ASSETS")
@@ -183,16 +194,33 @@ def ensure_built(verbose: bool = True) -> Path:
     kube = kube_version()
     started = time.monotonic()
     if verbose:
-        print(f"building kube-apiserver + kubectl {kube}, etcd {etcd_version()} into {target}", file=sys.stderr)
-    _go("build", "-trimpath", "-ldflags", _ldflags(kube), "-o", str(staging) + "/", "./cmd/...", cwd=KUBE_MODULE)
+        print(
+            f"building kube-apiserver + kubectl {kube}, etcd {etcd_version()} into {target}", file=sys.stderr
+        )
+    _go(
+        "build",
+        "-trimpath",
+        "-ldflags",
+        _ldflags(kube),
+        "-o",
+        str(staging) + "/",
+        "./cmd/...",
+        cwd=KUBE_MODULE,
+    )
     _go("build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / "etcd"), ".", cwd=ETCD_MODULE)
     (staging / "BUILD.json").write_text(
         json.dumps(
-            {"kube": kube, "etcd": etcd_version(), "go": _go_version(), "seconds": round(time.monotonic() - started, 1)}
+            {
+                "kube": kube,
+                "etcd": etcd_version(),
+                "go": _go_version(),
+                "seconds": round(time.monotonic() - started, 1),
+            }
         )
     )
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+    _prune(keep=target.parent)
     if verbose:
         print(f"built in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return target

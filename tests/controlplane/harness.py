@@ -330,15 +330,15 @@ def run_kubectl(
     return proc
 
 
-def mint_service_account_kubeconfig(cluster: Cluster, namespace: str, name: str, out: Path, hours: int) -> Path:
+def mint_service_account_kubeconfig(
+    cluster: Cluster, namespace: str, name: str, out: Path, hours: int
+) -> Path:
     """Create ServiceAccount ``namespace/name`` if needed and write a kubeconfig acting as it.
 
     The token comes from the TokenRequest API, the way kubelet gets one for a pod.
     """
     cluster.kubectl("create", "serviceaccount", name, "-n", namespace, check=False)
-    token = cluster.kubectl(
-        "create", "token", name, "-n", namespace, f"--duration={hours}h"
-    ).stdout.strip()
+    token = cluster.kubectl("create", "token", name, "-n", namespace, f"--duration={hours}h").stdout.strip()
     cfg = yaml.safe_load(cluster.kubeconfig.read_text())
     ctx = next(c for c in cfg["contexts"] if c["name"] == cfg["current-context"])["context"]
     cl = next(c for c in cfg["clusters"] if c["name"] == ctx["cluster"])

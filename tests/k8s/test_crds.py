@@ -32,7 +32,9 @@ def test_every_example_is_accepted_as_shipped(cluster: Cluster, namespace: str, 
     assert proc.returncode == 0, proc.stderr
     for doc in yaml.safe_load_all(path.read_text()):
         kind = doc["kind"].lower()
-        got = yaml.safe_load(cluster.kubectl("get", kind, doc["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout)
+        got = yaml.safe_load(
+            cluster.kubectl("get", kind, doc["metadata"]["name"], "-n", namespace, "-o", "yaml").stdout
+        )
         assert got["spec"]["cells" if kind == "grayrelease" else "artifacts"]
 
 
@@ -44,7 +46,11 @@ def test_server_applies_schema_defaults(cluster: Cluster, namespace: str) -> Non
     assert rc == 0, out
     got = yaml.safe_load(cluster.kubectl("get", "gr", "chat", "-n", namespace, "-o", "yaml").stdout)
     assert got["spec"]["fallback"] == {"consecutiveFailures": 3, "latencyMs": 800, "cooldownSeconds": 30}
-    assert got["spec"]["dye"]["latency"] == {"header": "X-Latency-Class", "values": ["low", "high"], "default": "low"}
+    assert got["spec"]["dye"]["latency"] == {
+        "header": "X-Latency-Class",
+        "values": ["low", "high"],
+        "default": "low",
+    }
 
 
 Mutation = Callable[[dict[str, Any]], None]
@@ -87,7 +93,12 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
         _set("spec.artifacts.0.uri", "http://example/model.onnx"),
         ("spec.artifacts[0].uri",),
     ),
-    ("bad-runtime", "modelversion.yaml", _set("spec.runtime", "pytorch"), ("spec.runtime", "Unsupported value")),
+    (
+        "bad-runtime",
+        "modelversion.yaml",
+        _set("spec.runtime", "pytorch"),
+        ("spec.runtime", "Unsupported value"),
+    ),
     (
         "weight-150",
         "grayrelease.yaml",
@@ -139,7 +150,10 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
     (
         "buckets-not-increasing",
         "grayrelease.yaml",
-        _set("spec.dye.promptLength.buckets", [{"name": "a", "maxTokens": 900}, {"name": "b", "maxTokens": 10}, {"name": "c"}]),
+        _set(
+            "spec.dye.promptLength.buckets",
+            [{"name": "a", "maxTokens": 900}, {"name": "b", "maxTokens": 10}, {"name": "c"}],
+        ),
         ("spec.dye.promptLength.buckets", "increase"),
     ),
     (
@@ -212,13 +226,28 @@ def test_status_is_a_subresource(cluster: Cluster, namespace: str) -> None:
     get = ["get", "mv", "llama3-8b-2-0-0", "-n", namespace, "-o", "jsonpath={.status.phase}"]
     assert cluster.kubectl(*get).stdout == ""
     cluster.kubectl(
-        "patch", "mv", "llama3-8b-2-0-0", "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", '{"status": {"phase": "Ready"}}',
+        "patch",
+        "mv",
+        "llama3-8b-2-0-0",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status": {"phase": "Ready"}}',
     )
     assert cluster.kubectl(*get).stdout == "Ready"
     bad = cluster.kubectl(
-        "patch", "mv", "llama3-8b-2-0-0", "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", '{"status": {"phase": "Done"}}', check=False,
+        "patch",
+        "mv",
+        "llama3-8b-2-0-0",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status": {"phase": "Done"}}',
+        check=False,
     )
     assert bad.returncode != 0
     assert "status.phase" in bad.stderr

@@ -61,7 +61,9 @@ def test_schema_is_structural(resource: Any) -> None:
             if isinstance(node.get("exclusiveMinimum"), (int, float)) and not isinstance(
                 node.get("exclusiveMinimum"), bool
             ):
-                raise AssertionError(f"{resource.kind}{path}: exclusiveMinimum must be boolean in OpenAPI v3.0")
+                raise AssertionError(
+                    f"{resource.kind}{path}: exclusiveMinimum must be boolean in OpenAPI v3.0"
+                )
 
 
 def test_optional_fields_are_nullable_and_required_fields_listed() -> None:
@@ -74,7 +76,9 @@ def test_optional_fields_are_nullable_and_required_fields_listed() -> None:
 
 
 def test_crd_metadata() -> None:
-    docs = {d["spec"]["names"]["kind"]: d for d in (yaml.safe_load(p.read_text()) for p in CRDS.glob("*.yaml"))}
+    docs = {
+        d["spec"]["names"]["kind"]: d for d in (yaml.safe_load(p.read_text()) for p in CRDS.glob("*.yaml"))
+    }
     mv, gr = docs["ModelVersion"], docs["GrayRelease"]
     assert mv["spec"]["names"]["shortNames"] == ["mv"]
     assert gr["spec"]["names"]["shortNames"] == ["gr"]

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from pydantic import BaseModel
 
 _DROP = {"title"}
@@ -67,7 +66,8 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of ``model`` (camelCase field names)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs: dict[str, Any] = raw.pop("$defs", {})
-    return _convert(raw, defs)
+    schema: dict[str, Any] = _convert(raw, defs)
+    return schema
 
 
 def _convert(node: Any, defs: dict[str, Any]) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 
 GROUP = "tinct.io"
@@ -90,7 +90,8 @@ def cel(*rules: dict[str, str]) -> ConfigDict:
     Each rule is ``{"rule": ..., "message": ...}`` with an optional ``fieldPath`` so the
     API server's error names the offending field.
     """
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+    validations: list[JsonValue] = [dict(r) for r in rules]
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
 
 
 def defaulted(cls: type[Model]) -> Any:

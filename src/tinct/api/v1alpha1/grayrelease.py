@@ -19,6 +19,7 @@ HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$", min_length=1, max_
 Weight = Annotated[float, Field(ge=0, le=100)]
 Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
 
+
 class Backend(Model):
     """One side of the release: a scheduler behind a Service."""
 
@@ -182,7 +183,9 @@ class ScaleMetric(Model):
 
 
 class Autoscaling(Model):
-    model_config = cel({"rule": "self.minReplicas <= self.maxReplicas", "message": "minReplicas must be <= maxReplicas"})
+    model_config = cel(
+        {"rule": "self.minReplicas <= self.maxReplicas", "message": "minReplicas must be <= maxReplicas"}
+    )
 
     min_replicas: int = Field(default=1, ge=1, le=10000)
     max_replicas: int = Field(default=10, ge=1, le=10000)

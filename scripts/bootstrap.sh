@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install everything tinct's tests and demo need on a bare machine, idempotently:
+#   - a virtualenv in .venv with tinct (editable) and its test dependencies,
+#     reinstalled only when pyproject.toml changes;
+#   - kube-apiserver, kubectl and etcd built from Go modules into ~/.cache/tinct,
+#     rebuilt only when what they are built from changes (tests/controlplane/build.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "tinct needs Python >= 3.11 as \$PYTHON (now: $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+stamp="$VENV/.tinct-deps"
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Python dependencies into $VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[test,fast]"
+  echo "$want" > "$stamp"
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "building the test control plane needs Go >= 1.26 on PATH (go.dev toolchain or the Go module proxy's)" >&2
+  exit 1
+fi
+say "control plane binaries"
+"$VENV/bin/python" tests/controlplane/build.py

@@ -1,0 +1,59 @@
+"""The control-plane build: staging replaces match k8s.io/kubernetes' go.mod, cache keys, overrides."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from controlplane import build
+
+
+def test_every_staging_module_is_replaced_with_its_release() -> None:
+    kube = build.kube_version()
+    gomodcache = subprocess.run(["go", "env", "GOMODCACHE"], check=True, capture_output=True, text=True)
+    upstream = Path(gomodcache.stdout.strip()) / "cache/download/k8s.io/kubernetes/@v" / f"{kube}.mod"
+    if not upstream.exists():
+        subprocess.run(
+            ["go", "mod", "download", f"k8s.io/kubernetes@{kube}"], cwd=build.KUBE_MODULE, check=True
+        )
+    staging = set(build._STAGING_RE.findall(upstream.read_text()))
+    assert len(staging) > 20
+    ours = (build.KUBE_MODULE / "go.mod").read_text()
+    release = "v0." + ".".join(kube.split(".")[1:])
+    replaced = dict(re.findall(r"^\t(k8s\.io/\S+) => k8s\.io/\S+ (v\S+)$", ours, re.M))
+    assert set(replaced) == staging
+    assert set(replaced.values()) == {release}
+
+
+def test_cache_key_changes_with_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = build.build_key()
+    assert key == build.build_key()
+    module = tmp_path / "kube"
+    module.mkdir()
+    for f in build.KUBE_MODULE.rglob("*"):
+        if f.is_file():
+            target = module / f.relative_to(build.KUBE_MODULE)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(f.read_bytes())
+    monkeypatch.setattr(build, "KUBE_MODULE", module)
+    same_files = build.build_key()
+    (module / "cmd" / "kubectl" / "main.go").write_text("package main\n")
+    assert build.build_key() != same_files
+
+
+def test_kubebuilder_assets_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    with pytest.raises(RuntimeError, match="lacks kube-apiserver, etcd"):
+        build.ensure_built()
+    for name in ("kube-apiserver", "etcd"):
+        (tmp_path / name).write_text("")
+    assert build.ensure_built() == tmp_path
+
+
+def test_cache_dir_follows_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINCT_CACHE_DIR", str(tmp_path))
+    assert build.bin_dir().is_relative_to(tmp_path / "controlplane")
+    assert build.kube_version() in build.bin_dir().parent.name
