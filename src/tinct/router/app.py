@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tinct.router.choose import sticky_key, to_candidate
 from tinct.router.classify import CHAT_PATH, COMPLETIONS_PATH, ClassifyError, classify
 from tinct.router.metrics import UNCLASSIFIED, RouterMetrics
-from tinct.router.proxy import Proxy, error_response
+from tinct.router.proxy import SKIP_AUTO_HEADERS, Proxy, error_response
 from tinct.router.table import CompiledTable, TableHolder
 
 
@@ -157,6 +157,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout),
         auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=SKIP_AUTO_HEADERS,
     )
     st.proxy = Proxy(session, st.metrics)
     yield

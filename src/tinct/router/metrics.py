@@ -2,18 +2,82 @@
 
 Label values come only from the table (release, scheduler versions, dye tags built from
 configured bucket/role/latency names), from a fixed list (side, fallback reason) or from the
-HTTP status code, so the number of series stays bounded whatever clients send. Label
-children are cached: ``labels()`` is too slow to call on every request.
+HTTP status code, so the number of series stays bounded whatever clients send.
+
+The per-request series (request count, time-to-first-byte and duration histograms) are
+plain counters kept by the event loop and turned into metric families only when scraped:
+``prometheus_client``'s ``labels()``/``observe()`` take a lock and walk the buckets in
+Python, which cost a measurable share of a proxied request. Rare events (fallbacks,
+ejections, table changes) use ordinary ``prometheus_client`` metrics.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 #: Tag label of requests that are not classified (other endpoints, rejected requests).
 UNCLASSIFIED = "none"
 
-_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_REQUEST_LABELS = ("release", "side", "scheduler_version", "dye_tag", "code")
+_LATENCY_LABELS = ("release", "side", "dye_tag")
+
+
+class _Histogram:
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        acc = 0
+        for bound, n in zip(LATENCY_BUCKETS, self.counts, strict=False):
+            acc += n
+            out.append((repr(bound), float(acc)))
+        out.append(("+Inf", float(acc + self.counts[-1])))
+        return out
+
+
+class _RequestCollector(Collector):
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        req = CounterMetricFamily(
+            "tinct_router_requests",
+            "Requests answered, by the side that served them.",
+            labels=_REQUEST_LABELS,
+        )
+        for (release, side, version, tag, code), n in self.m.counts.items():
+            req.add_metric([release, side, version, tag, str(code)], n)
+        yield req
+        for name, doc, series in (
+            (
+                "tinct_router_time_to_first_byte_seconds",
+                "From request received to response headers sent to the client.",
+                self.m.ttfb_series,
+            ),
+            (
+                "tinct_router_request_duration_seconds",
+                "From request received to the last byte sent to the client.",
+                self.m.duration_series,
+            ),
+        ):
+            fam = HistogramMetricFamily(name, doc, labels=_LATENCY_LABELS)
+            for labels, h in series.items():
+                fam.add_metric(list(labels), h.buckets(), h.total)
+            yield fam
 
 
 class RouterMetrics:
@@ -22,26 +86,11 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "tinct_router_requests",
-            "Requests answered, by the side that served them.",
-            ["release", "side", "scheduler_version", "dye_tag", "code"],
-            registry=r,
-        )
-        self.ttfb = Histogram(
-            "tinct_router_time_to_first_byte_seconds",
-            "From request received to response headers sent to the client.",
-            ["release", "side", "dye_tag"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.duration = Histogram(
-            "tinct_router_request_duration_seconds",
-            "From request received to the last byte sent to the client.",
-            ["release", "side", "dye_tag"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
+        #: (release, side, scheduler_version, dye_tag, code) -> requests answered
+        self.counts: dict[tuple[str, str, str, str, int], int] = {}
+        self.ttfb_series: dict[tuple[str, str, str], _Histogram] = {}
+        self.duration_series: dict[tuple[str, str, str], _Histogram] = {}
+        r.register(_RequestCollector(self))
         self.fallbacks = Counter(
             "tinct_router_fallbacks",
             "Candidate requests served by stable instead, by reason.",
@@ -71,8 +120,6 @@ class RouterMetrics:
             "Routing tables rejected because they failed validation.",
             registry=r,
         )
-        self._req: dict[tuple[str, str, str, str, int], Counter] = {}
-        self._hist: dict[tuple[str, str, str], tuple[Histogram, Histogram]] = {}
 
     def request(
         self,
@@ -86,17 +133,16 @@ class RouterMetrics:
     ) -> None:
         """Record one answered request."""
         key = (release, side, scheduler_version, tag, code)
-        c = self._req.get(key)
-        if c is None:
-            c = self._req[key] = self.requests.labels(release, side, scheduler_version, tag, str(code))
-        c.inc()
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
         hkey = (release, side, tag)
-        h = self._hist.get(hkey)
-        if h is None:
-            h = self._hist[hkey] = (self.ttfb.labels(*hkey), self.duration.labels(*hkey))
+        d = self.duration_series.get(hkey)
+        if d is None:
+            d = self.duration_series[hkey] = _Histogram()
+            self.ttfb_series[hkey] = _Histogram()
+        d.observe(total)
         if ttfb is not None:
-            h[0].observe(ttfb)
-        h[1].observe(total)
+            self.ttfb_series[hkey].observe(ttfb)
 
     def fallback(self, release: str, reason: str, tag: str) -> None:
         self.fallbacks.labels(release, reason, tag).inc()
@@ -105,4 +151,4 @@ class RouterMetrics:
         self.ejections.labels(release).inc()
 
 
-__all__ = ["UNCLASSIFIED", "RouterMetrics"]
+__all__ = ["LATENCY_BUCKETS", "UNCLASSIFIED", "RouterMetrics"]

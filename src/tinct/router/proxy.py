@@ -60,7 +60,7 @@ HOP_BY_HOP = frozenset(
 _DROP_REQUEST = HOP_BY_HOP | {"host", "content-length"}
 _DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
 #: Headers aiohttp's client would invent; the proxy sends only what the client sent.
-_SKIP_AUTO = frozenset({"Accept", "Accept-Encoding", "User-Agent"})
+SKIP_AUTO_HEADERS = frozenset({"Accept", "Accept-Encoding", "User-Agent"})
 
 
 def _dropped(headers: Any, base: frozenset[str]) -> frozenset[str]:
@@ -137,7 +137,6 @@ class Proxy:
             headers=headers,
             data=data,
             allow_redirects=False,
-            skip_auto_headers=_SKIP_AUTO,
         )
 
     async def _try_candidate(
@@ -280,6 +279,7 @@ __all__ = [
     "HOP_BY_HOP",
     "SCHEDULER_ACTIVE",
     "SCHEDULER_VERSION",
+    "SKIP_AUTO_HEADERS",
     "Proxy",
     "error_response",
     "forward_headers",
