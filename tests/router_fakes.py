@@ -34,7 +34,7 @@ class Seen:
 @dataclass
 class FakeScheduler:
     version: str
-    #: ok | error | mismatch | stall | gated
+    #: ok | error | mismatch | stall | gated | die (one SSE event, then the connection drops)
     mode: str = "ok"
     seen: list[Seen] = field(default_factory=list)
     release_stall: asyncio.Event = field(default_factory=asyncio.Event)
@@ -101,6 +101,10 @@ class FakeScheduler:
                 "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}],
             }
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.mode == "die":
+                assert request.transport is not None
+                request.transport.close()
+                return resp
         await resp.write(b"data: [DONE]\n\n")
         self.stream_done.set()
         await resp.write_eof()

@@ -222,6 +222,25 @@ async def test_sse_chunks_reach_the_client_before_the_stream_ends(
         ]
 
 
+async def test_candidate_dying_mid_stream_is_not_retried_and_the_client_sees_a_cut(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
+) -> None:
+    v2.reset("die")
+    fb = {"consecutiveFailures": 1, "latencyMs": 800, "cooldownSeconds": 30}
+    async with running_router(table(v1.url, v2.url, default_weight=100, fallback=fb)) as (base, _):
+        async with http.post(f"{base}/v1/chat/completions", json=chat(stream=True)) as r:
+            assert r.headers["X-Scheduler-Active"] == "v2"
+            first = await r.content.readline()
+            assert first.startswith(b"data: ")
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.content.read()
+        assert v1.seen == []  # no retry once bytes went to the client
+        # ...but the failure counts: with consecutiveFailures 1 the candidate is now ejected.
+        _, h, body = await post(http, base, chat())
+        assert h["X-Fallback-Reason"] == "ejected"
+        assert body["model"] == "v1"
+
+
 async def test_graceful_shutdown_lets_a_stream_finish(
     v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
 ) -> None:

@@ -1,0 +1,109 @@
+"""``tinct router`` as a process: table file, SIGHUP reload, SIGTERM drains in-flight streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from router_fakes import FakeScheduler, free_port, table_doc
+
+WAIT = 60.0  # bound on waiting for the process; never a measured figure
+
+
+@pytest.fixture
+async def backends() -> AsyncIterator[tuple[FakeScheduler, FakeScheduler]]:
+    v1 = await FakeScheduler("v1").start()
+    v2 = await FakeScheduler("v2").start()
+    yield v1, v2
+    await v1.stop()
+    await v2.stop()
+
+
+async def _ready_text(
+    http: aiohttp.ClientSession, base: str, needle: str, proc: asyncio.subprocess.Process
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while True:
+        assert proc.returncode is None, "router exited"
+        try:
+            async with http.get(f"{base}/readyz") as r:
+                if r.status == 200 and needle in await r.text():
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        if loop.time() > deadline:
+            raise AssertionError(f"router never got ready with {needle!r}")
+        await asyncio.sleep(0.1)
+
+
+async def _stopped_accepting(base: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+        while loop.time() < deadline:
+            try:
+                async with fresh.get(f"{base}/readyz") as r:
+                    if r.status == 503:
+                        return
+            except aiohttp.ClientConnectionError:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("router kept accepting after SIGTERM")
+
+
+async def test_router_process_reloads_on_sighup_and_drains_on_sigterm(
+    tmp_path: Path, backends: tuple[FakeScheduler, FakeScheduler]
+) -> None:
+    v1, v2 = backends
+    f = tmp_path / "table.json"
+    f.write_text(json.dumps(table_doc(v1.url, v2.url, version=1)))
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tinct.cli",
+        "router",
+        "--table",
+        str(f),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            await _ready_text(http, base, "version 1", proc)
+            f.write_text(json.dumps(table_doc(v1.url, v2.url, version=2, default_weight=100)))
+            proc.send_signal(signal.SIGHUP)
+            await _ready_text(http, base, "version 2", proc)
+
+            v2.reset("gated")
+            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            async with http.post(f"{base}/v1/chat/completions", json=body) as r:
+                assert r.headers["X-Scheduler-Active"] == "v2"
+                lines = [await r.content.readline()]
+                proc.send_signal(signal.SIGTERM)
+                await _stopped_accepting(base)  # the stream is still held back by the backend
+                assert not v2.stream_done.is_set()
+                v2.gate.set()
+                async for line in r.content:
+                    lines.append(line)
+                    if line.startswith(b"data: "):
+                        v2.gate.set()
+            assert b"data: [DONE]\n" in lines
+            assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
