@@ -128,6 +128,8 @@ def query(
     qb = QueryBuilder()
     for name in SCHEMAS:
         uri = f"{root}/{name}"
+        if not DeltaTable.is_deltatable(uri, storage_options=opts):
+            continue  # never written: querying it names a missing table
         if name == "model_versions" and as_of_version is not None:
             dt = DeltaTable(uri, storage_options=opts, version=as_of_version)
         else:

@@ -66,6 +66,7 @@ class LineageStore:
         self.operator_version = operator_version
         self._tables: dict[str, DeltaTable] = {}
         self._locks = {name: threading.Lock() for name in SCHEMAS}
+        self._ensured = False
 
     def uri(self, table: str) -> str:
         """URI of ``table`` under the root."""
@@ -108,6 +109,7 @@ class LineageStore:
         for name in SCHEMAS:
             with self._locks[name]:
                 self._open(name)
+        self._ensured = True
 
     def table(self, name: str, *, fresh: bool = True) -> DeltaTable:
         """The live :class:`DeltaTable` for ``name``, reloaded to the latest version."""
@@ -123,6 +125,8 @@ class LineageStore:
         Duplicate keys within ``rows`` keep their first occurrence. Safe against retries and
         concurrent writers (see module docs).
         """
+        if not self._ensured:
+            self.ensure()
         keys = KEYS[table]
         unique: dict[tuple[Any, ...], Mapping[str, Any]] = {}
         for row in rows:
