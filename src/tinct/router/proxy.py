@@ -57,7 +57,7 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length"}
+_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "expect"}
 _DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
 #: Headers aiohttp's client would invent; the proxy sends only what the client sent.
 SKIP_AUTO_HEADERS = frozenset({"Accept", "Accept-Encoding", "User-Agent"})

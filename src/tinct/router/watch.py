@@ -101,7 +101,7 @@ class ConfigMapWatch:
             )
         table = self.tables[keys[0]]
         current = self.holder.current
-        if current is None or current.table is not table:
+        if current is None or current.table != table:
             self.holder.swap(table, f"configmap {keys[0]}")
 
     def _put(self, key: str, table: RoutingTable) -> None:
