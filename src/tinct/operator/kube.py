@@ -25,12 +25,15 @@ class StatusPatcher:
 
     def _client(self) -> Any:
         if self._api is None:
+            import os
+
             from kubernetes import client, config
 
             try:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
+                # KUBECONFIG is read now: the library's default froze it at import time.
+                config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
             self._api = client.CustomObjectsApi()
         return self._api
 

@@ -200,6 +200,20 @@ async def retire(mv: ModelVersion, *, retry: int = 0) -> int:
         ) from exc
 
 
+@kopf.on.login()
+def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else the kubeconfig ``KUBECONFIG`` names *now*.
+
+    kopf's default piggybacks on the kubernetes client, whose kubeconfig location is
+    frozen when it is imported; reading the environment at login time is what a
+    process that sets ``KUBECONFIG`` late (tests, wrappers) expects.
+    """
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(
+        **kwargs
+    ) or kopf.login_with_kubeconfig(**kwargs)
+    return info
+
+
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, logger: _Logger, **_: Any) -> None:
     config = OperatorConfig.from_env()

@@ -78,7 +78,9 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.posting.enabled = True
     settings.posting.level = 20  # logging.INFO: Normal and Warning events reach users
     settings.watching.server_timeout = 300
-    settings.batching.worker_limit = 256
+    # kopf >= 1.40 calls it "queueing"; older releases "batching".
+    queueing = getattr(settings, "queueing", None) or settings.batching
+    queueing.worker_limit = 256
     if config.peering:
         settings.peering.name = config.peering
         settings.peering.mandatory = True
