@@ -119,5 +119,7 @@ def test_wire_form_uses_camel_case() -> None:
 
 
 def test_shipped_example_table_is_what_the_builder_makes_of_the_example_release() -> None:
-    shipped = parse_table((EXAMPLE.parent / "routing-table.json").read_text(), "examples/routing-table.json")
+    shipped = parse_table(
+        (EXAMPLE.parent / "router" / "routing-table.json").read_text(), "examples/router/routing-table.json"
+    )
     assert shipped == routing_table_from(_release(), 1, "Progressing", version=1)
