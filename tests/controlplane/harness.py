@@ -106,14 +106,36 @@ class _Process:
         self._fh.close()
 
 
-class ControlPlane:
+class _Clients:
+    """kubectl and ServiceAccount identities for a cluster reached through ``kubeconfig``."""
+
+    kubeconfig: Path
+    workdir: Path
+    bin_dir: Path | None
+
+    @property
+    def kubectl_path(self) -> str:
+        return kubectl_binary(self.bin_dir)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(self.kubectl_path, kubeconfig or self.kubeconfig, args, input=input, check=check)
+
+    def service_account_kubeconfig(self, namespace: str, name: str, hours: int = 2) -> Path:
+        return mint_service_account_kubeconfig(
+            self, namespace, name, self.workdir / f"sa-{namespace}-{name}.kubeconfig", hours
+        )
+
+
+class ControlPlane(_Clients):
     """etcd + kube-apiserver started from the binaries ``build.ensure_built`` provides.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(self, bin_dir: Path | None = None, workdir: Path | None = None) -> None:
-        self.bin_dir = bin_dir or build.ensure_built()
+        self.bin_dir: Path = bin_dir or build.ensure_built()
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-cp-"))
         self.pki: Pki | None = None
@@ -253,24 +275,8 @@ class ControlPlane:
             time.sleep(0.1)
         raise ControlPlaneError(f"{what} was not ready in time", proc.log)
 
-    # -- clients ---------------------------------------------------------------------
 
-    @property
-    def kubectl_path(self) -> str:
-        return kubectl_binary(self.bin_dir)
-
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return run_kubectl(self.kubectl_path, kubeconfig or self.kubeconfig, args, input=input, check=check)
-
-    def service_account_kubeconfig(self, namespace: str, name: str, hours: int = 2) -> Path:
-        return mint_service_account_kubeconfig(
-            self, namespace, name, self.workdir / f"sa-{namespace}-{name}.kubeconfig", hours
-        )
-
-
-class ExistingCluster:
+class ExistingCluster(_Clients):
     """A cluster the user points the tests at with ``TINCT_TEST_KUBECONFIG``."""
 
     def __init__(self, kubeconfig: Path) -> None:
@@ -281,23 +287,8 @@ class ExistingCluster:
         ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
         self.server = cluster["server"]
-        self._ca_data = cluster.get("certificate-authority-data")
         bins = os.environ.get("KUBEBUILDER_ASSETS")
         self.bin_dir = Path(bins) if bins else None
-
-    @property
-    def kubectl_path(self) -> str:
-        return kubectl_binary(self.bin_dir)
-
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, kubeconfig: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return run_kubectl(self.kubectl_path, kubeconfig or self.kubeconfig, args, input=input, check=check)
-
-    def service_account_kubeconfig(self, namespace: str, name: str, hours: int = 2) -> Path:
-        return mint_service_account_kubeconfig(
-            self, namespace, name, self.workdir / f"sa-{namespace}-{name}.kubeconfig", hours
-        )
 
     def stop(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -331,7 +322,7 @@ def run_kubectl(
 
 
 def mint_service_account_kubeconfig(
-    cluster: Cluster, namespace: str, name: str, out: Path, hours: int
+    cluster: _Clients, namespace: str, name: str, out: Path, hours: int
 ) -> Path:
     """Create ServiceAccount ``namespace/name`` if needed and write a kubeconfig acting as it.
 
