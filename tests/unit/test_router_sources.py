@@ -8,6 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from router_fakes import running_router, table_doc
+from tinct.api.routing import RoutingTable
 from tinct.cli import build_parser
 from tinct.router.app import STATE, RouterConfig
 from tinct.router.sources import FileTable
@@ -67,3 +68,32 @@ def test_cli_registers_the_router_command() -> None:
     assert args.watch
     assert args.namespace == "llm"
     assert args.selector == "tinct.io/routing-table=true"
+
+
+async def test_watch_keeps_one_table_per_configmap_and_routes_with_the_first() -> None:
+    import asyncio
+
+    from tinct.router.watch import ConfigMapWatch
+
+    holder = TableHolder()
+    w = ConfigMapWatch(
+        holder, asyncio.get_running_loop(), namespace=None, selector="tinct.io/routing-table=true"
+    )
+    a = parse(table_doc("http://127.0.0.1:1", "http://127.0.0.1:2", version=1, release="a"))
+    b = parse(table_doc("http://127.0.0.1:3", "http://127.0.0.1:4", version=9, release="b"))
+    w._put("llm/tinct-routing-b", b)
+    assert holder.current is not None
+    assert holder.current.release == "b"
+    w._put("llm/tinct-routing-a", a)
+    assert holder.current.release == "a"  # first by namespace/name
+    w._reject("llm/tinct-routing-a", "broken")
+    assert holder.current.release == "a"
+    w._delete("llm/tinct-routing-a")
+    assert holder.current.release == "b"
+    w._sync(set())  # a relist that finds nothing: the last table stays in force
+    assert holder.current.release == "b"
+    assert w.tables == {}
+
+
+def parse(doc: dict[str, object]) -> RoutingTable:
+    return RoutingTable.model_validate(doc)
