@@ -10,6 +10,7 @@ help:
 	@echo "make test   lint, type-check and run every test (unit + real kube-apiserver)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make crds   regenerate crds/ from the API models"
+	@echo "make bench  run the benchmarks in bench/ (minutes; each prints a JSON line)"
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -37,6 +38,12 @@ crds: bootstrap
 
 demo: bootstrap
 	$(BIN)/python scripts/demo.py
+
+# Each benchmark prints progress on stderr and a last line of JSON; they take minutes.
+bench: bootstrap
+	$(BIN)/python bench/controlplane.py
+	$(BIN)/python bench/lineage.py
+	$(BIN)/python bench/router.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
