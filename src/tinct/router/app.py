@@ -219,7 +219,13 @@ class Router:
             )
             conn.respond(json_response(e.status, e.body()))
             return
-        candidate = to_candidate(table, route.weight, sticky_key(request.headers, table))
+        weight = route.weight
+        # The sticky key matters only between 0 and 100 (and may cost a random draw).
+        candidate = (
+            weight >= 100.0
+            if weight <= 0.0 or weight >= 100.0
+            else to_candidate(table, weight, sticky_key(request.headers, table))
+        )
         await proxy.forward(conn, request, body, table, route.tag, candidate, started)
 
 

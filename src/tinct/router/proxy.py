@@ -31,7 +31,7 @@ from tinct.router.request import Request
 from tinct.router.server import ServerConnection
 from tinct.router.table import CompiledTable, Upstream
 from tinct.router.upstream import Response, UpstreamConnectError, UpstreamError, UpstreamPool
-from tinct.router.wire import HOP_BY_HOP_B, RawHeaders, connection_tokens, error_response
+from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
 _log = logging.getLogger(__name__)
 
@@ -44,22 +44,14 @@ _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
 
 
-def _extra_hops(headers: RawHeaders) -> frozenset[bytes]:
-    hops: frozenset[bytes] = frozenset()
-    for name, value in headers:
-        if name.lower() == b"connection":
-            hops |= connection_tokens(value)
-    return hops
-
-
-def forward_headers(headers: RawHeaders, remote: str | None) -> bytes:
-    """The client's request headers as sent upstream (header lines): hop-by-hop, Host,
-    length and any ``X-Scheduler-Version`` removed, ``X-Forwarded-For`` extended."""
-    drop = _DROP_REQUEST | _extra_hops(headers)
+def forward_headers(fields: Fields, hops: frozenset[bytes], remote: str | None) -> bytes:
+    """The client's request headers as sent upstream (header lines): hop-by-hop (standard
+    and ``hops``), Host, length and any ``X-Scheduler-Version`` removed, ``X-Forwarded-For``
+    extended."""
+    drop = _DROP_REQUEST | hops if hops else _DROP_REQUEST
     out: list[bytes] = []
     prior: bytes | None = None
-    for name, value in headers:
-        n = name.lower()
+    for n, name, value in fields:
         if n in drop:
             continue
         if n == _XFF:
@@ -77,11 +69,10 @@ def forward_headers(headers: RawHeaders, remote: str | None) -> bytes:
 
 def _answer_headers(resp: Response) -> tuple[RawHeaders, bool]:
     """The backend's answer headers as sent to the client, and whether they carry a Date."""
-    drop = _DROP_RESPONSE | _extra_hops(resp.headers)
+    drop = _DROP_RESPONSE | resp.hops if resp.hops else _DROP_RESPONSE
     out: RawHeaders = []
     has_date = False
-    for name, value in resp.headers:
-        n = name.lower()
+    for n, name, value in resp.headers:
         if n not in drop:
             out.append((name, value))
             if n == b"date":
@@ -193,7 +184,7 @@ class Proxy:
         ``body`` is the already-read body of a classified request, or None to stream the
         client's body through (other endpoints, which only go to stable).
         """
-        headers = forward_headers(request.raw_headers, request.remote)
+        headers = forward_headers(request.fields, request.hops, request.remote)
         resp: Response | None = None
         reason: Reason | None = None
         up = table.stable

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Protocol
+from collections.abc import Iterator, Mapping
+from typing import Protocol, TypeVar, overload
 from urllib.parse import unquote
 
 import httptools
-from multidict import CIMultiDict
 
-from tinct.router.wire import RawHeaders
+from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, connection_tokens
+
+_T = TypeVar("_T")
 
 #: Buffered request body above which reading from the client pauses (and below which it resumes).
 HIGH_WATER = 256 * 1024
@@ -176,17 +178,47 @@ def target_path(target: bytes) -> str | None:
     return unquote(path, "utf-8", "replace") if "%" in path else path
 
 
+class HeaderView(Mapping[str, str]):
+    """Case-insensitive read access to request headers (the first value of each name)."""
+
+    __slots__ = ("_by_name",)
+
+    def __init__(self, by_name: dict[bytes, bytes]) -> None:
+        self._by_name = by_name
+
+    @overload
+    def get(self, key: str, /) -> str | None: ...
+    @overload
+    def get(self, key: str, /, default: str | _T) -> str | _T: ...
+    def get(self, key: str, /, default: object = None) -> object:
+        v = self._by_name.get(key.lower().encode("latin-1"))
+        return default if v is None else v.decode("latin-1")
+
+    def __getitem__(self, key: str) -> str:
+        v = self._by_name.get(key.lower().encode("latin-1"))
+        if v is None:
+            raise KeyError(key)
+        return v.decode("latin-1")
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode("latin-1") for k in self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
 class Request:
     """One parsed request head and its body."""
 
     __slots__ = (
-        "_headers",
+        "_by_name",
         "body",
         "chunked",
+        "fields",
+        "hops",
         "keep_alive",
         "method",
         "path",
-        "raw_headers",
         "remote",
         "target",
         "version",
@@ -209,20 +241,29 @@ class Request:
         #: The decoded path, for routing.
         self.path = path
         self.version = version
-        self.raw_headers = raw_headers
         self.keep_alive = keep_alive
         self.remote = remote
         self.body = body
         self.chunked = False
-        self._headers: CIMultiDict[str] | None = None
+        #: Header names the client's ``Connection`` header makes hop-by-hop (beyond the standard ones).
+        self.hops: frozenset[bytes] = frozenset()
+        fields: Fields = []
+        by_name: dict[bytes, bytes] = {}
         for name, value in raw_headers:
             n = name.lower()
+            fields.append((n, name, value))
+            if n not in by_name:
+                by_name[n] = value
             if n == b"content-length":
                 body.declared = int(value)
             elif n == b"transfer-encoding":
                 self.chunked = b"chunked" in value.lower()
+            elif n == b"connection":
+                self.hops |= connection_tokens(value) - HOP_BY_HOP_B
             elif n == b"expect" and version == "1.1":
                 body.expect_continue = value.strip().lower() == b"100-continue"
+        self.fields = fields
+        self._by_name = by_name
 
     @property
     def has_body(self) -> bool:
@@ -230,14 +271,18 @@ class Request:
         return self.chunked or self.body.declared is not None
 
     @property
-    def headers(self) -> CIMultiDict[str]:
-        """The headers, decoded, case-insensitive."""
-        h = self._headers
-        if h is None:
-            h = self._headers = CIMultiDict(
-                (n.decode("latin-1"), v.decode("latin-1")) for n, v in self.raw_headers
-            )
-        return h
+    def headers(self) -> HeaderView:
+        """The headers, decoded on access, case-insensitive."""
+        return HeaderView(self._by_name)
 
 
-__all__ = ["HIGH_WATER", "LOW_WATER", "Body", "BodySource", "BodyTooLargeError", "Request", "target_path"]
+__all__ = [
+    "HIGH_WATER",
+    "LOW_WATER",
+    "Body",
+    "BodySource",
+    "BodyTooLargeError",
+    "HeaderView",
+    "Request",
+    "target_path",
+]

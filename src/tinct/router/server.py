@@ -320,7 +320,10 @@ class ServerConnection(asyncio.Protocol):
     def end_response(self) -> None:
         """The answer is complete: the connection is ready for the next request at once."""
         if not self._closed:
-            self._flush(LAST_CHUNK if self._framing == _CHUNKED else b"")
+            if self._framing == _CHUNKED:
+                self._flush(LAST_CHUNK)
+            elif self._pending is not None:
+                self._flush(b"")
         self._finished = True
         self._after_response()
 

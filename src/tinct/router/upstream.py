@@ -25,7 +25,7 @@ from typing import TypeAlias, cast
 import httptools
 
 from tinct.router.request import Body
-from tinct.router.wire import LAST_CHUNK, RawHeaders, chunk, connection_tokens
+from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, Fields, chunk, connection_tokens
 
 _log = logging.getLogger(__name__)
 
@@ -57,11 +57,13 @@ class Response:
         "_informational",
         "_sink",
         "chunked",
+        "closing",
         "complete",
         "content_length",
         "head",
         "head_only",
         "headers",
+        "hops",
         "keep_alive",
         "pump",
         "reason",
@@ -75,9 +77,13 @@ class Response:
         self.head_only = head_only
         self.status = 0
         self.reason = b""
-        self.headers: RawHeaders = []
+        self.headers: Fields = []
         self.content_length: int | None = None
         self.chunked = False
+        #: Header names the backend's ``Connection`` header makes hop-by-hop (beyond the standard ones).
+        self.hops: frozenset[bytes] = frozenset()
+        #: The backend said ``Connection: close``.
+        self.closing = False
         self.keep_alive = False
         self.complete = False
         #: Any byte of this answer came back.
@@ -93,13 +99,7 @@ class Response:
 
     def _got_head(self, status: int, keep_alive: bool) -> None:
         self.status = status
-        self.keep_alive = keep_alive
-        for name, value in self.headers:
-            n = name.lower()
-            if n == b"content-length":
-                self.content_length = int(value)
-            elif n == b"transfer-encoding":
-                self.chunked = b"chunked" in value.lower()
+        self.keep_alive = keep_alive and not self.closing
         if self.chunked:
             self.content_length = None
         if not self.head.done():
@@ -272,8 +272,19 @@ class UpstreamConnection(asyncio.Protocol):
             self.resp.reason = status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.resp is not None:
-            self.resp.headers.append((name, value))
+        r = self.resp
+        if r is None:
+            return
+        n = name.lower()
+        r.headers.append((n, name, value))
+        if n == b"content-length":
+            r.content_length = int(value)
+        elif n == b"transfer-encoding":
+            r.chunked = b"chunked" in value.lower()
+        elif n == b"connection":
+            tokens = connection_tokens(value)
+            r.closing = r.closing or b"close" in tokens
+            r.hops |= tokens - HOP_BY_HOP_B
 
     def on_headers_complete(self) -> None:
         r = self.resp
@@ -286,13 +297,11 @@ class UpstreamConnection(asyncio.Protocol):
             r._informational = True  # 100 Continue and the like: skip, the answer follows
             r.headers = []
             r.reason = b""
+            r.content_length = None
+            r.chunked = r.closing = False
+            r.hops = frozenset()
             return
-        keep = self._parser.should_keep_alive()
-        if keep:
-            for name, value in r.headers:
-                if name.lower() == b"connection" and b"close" in connection_tokens(value):
-                    keep = False
-        r._got_head(status, keep and not r.head_only)
+        r._got_head(status, self._parser.should_keep_alive() and not r.head_only)
         if r.head_only:
             self.resp = None
             r._complete()

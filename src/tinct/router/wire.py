@@ -14,6 +14,8 @@ from http import HTTPStatus
 from typing import Any
 
 RawHeaders = list[tuple[bytes, bytes]]
+#: (lower-cased name, name, value) of each header, in order.
+Fields = list[tuple[bytes, bytes, bytes]]
 
 #: RFC 9110 §7.6.1 connection-specific headers, plus the legacy ones proxies drop.
 HOP_BY_HOP = frozenset(
@@ -107,6 +109,7 @@ __all__ = [
     "HOP_BY_HOP",
     "HOP_BY_HOP_B",
     "LAST_CHUNK",
+    "Fields",
     "RawHeaders",
     "chunk",
     "connection_tokens",
