@@ -268,3 +268,17 @@ async def test_an_answer_delimited_by_close_reaches_the_client_chunked(v2: FakeS
             writer.close()
     finally:
         server.close()
+
+
+async def test_absolute_form_target_is_sent_upstream_in_origin_form(
+    v1: FakeScheduler, v2: FakeScheduler
+) -> None:
+    async with running_router(table(v1.url, v2.url)) as (base, _):
+        reader, writer = await _connect(base)
+        writer.write(b"GET http://router.example/v1/models?limit=2 HTTP/1.1\r\nHost: router.example\r\n\r\n")
+        status, headers, body = await read_response(reader)
+        assert (status, headers["x-scheduler-active"]) == (200, "v1")
+        assert json.loads(body)["data"][0]["id"] == "v1"
+        assert v1.seen[-1].path == "/v1/models"
+        assert v1.seen[-1].headers["Host"] == v1.url.removeprefix("http://")
+        writer.close()

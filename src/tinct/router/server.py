@@ -83,6 +83,8 @@ class ServerConnection(asyncio.Protocol):
         self._message_done = False
         self._ignore_input = False
         self._closed = False
+        #: The client half-closed: no request follows the one in progress.
+        self._eof = False
         self._lingering: asyncio.TimerHandle | None = None
         #: Set by drain and pipelining: close once the answer in progress is sent.
         self.close_after_response = False
@@ -118,8 +120,9 @@ class ServerConnection(asyncio.Protocol):
         self._wake_drain()
 
     def eof_received(self) -> bool | None:
-        if self.request is None:
-            return None  # nothing in progress: close
+        self._eof = True
+        if self.request is None or self._lingering is not None:
+            return None  # nothing in progress (or only a body being dropped): close
         return True  # keep the write side open for the answer in progress
 
     def pause_writing(self) -> None:
@@ -209,11 +212,9 @@ class ServerConnection(asyncio.Protocol):
         path = target_path(target)
         if path is None:
             raise _RejectError(400, "the request target is not a path")
-        if target[:1] != b"/" and target != b"*":
-            target = path.encode("latin-1")
-            q = httptools.parse_url(self._target).query
-            if q:
-                target += b"?" + q
+        if target[:1] != b"/" and target != b"*":  # absolute-form: send origin-form upstream
+            url = httptools.parse_url(target)
+            target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
         req = Request(
             p.get_method().decode("ascii"),
             target,
@@ -332,8 +333,8 @@ class ServerConnection(asyncio.Protocol):
         # send its next request before that.
         if self._closed:
             return
-        if not self._keep_alive or self.close_after_response:
-            if self._message_done:
+        if not self._keep_alive or self.close_after_response or self._eof:
+            if self._message_done or self._eof:
                 self.close()
             else:
                 self._linger()
