@@ -192,7 +192,8 @@ async def running_router(
 ) -> AsyncIterator[tuple[str, web.Application]]:
     """The router app served on 127.0.0.1 with ``tbl`` in force; yields (base URL, app)."""
     holder = TableHolder()
-    app = make_app(config or RouterConfig(), holder)
+    # The tests' clients are on loopback and play the trusted gateway that sets the role.
+    app = make_app(config or RouterConfig(trust_role_from=("127.0.0.1/32",)), holder)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -29,6 +29,7 @@ from tinct.router.classify import CHAT_PATH, COMPLETIONS_PATH, ClassifyError, cl
 from tinct.router.metrics import UNCLASSIFIED, RouterMetrics
 from tinct.router.proxy import SKIP_AUTO_HEADERS, Proxy, error_response
 from tinct.router.table import CompiledTable, TableHolder
+from tinct.router.trust import RoleTrust
 
 
 @dataclass
@@ -51,6 +52,8 @@ class RouterConfig:
     namespace: str | None = None
     selector: str = "tinct.io/routing-table=true"
     kubeconfig: Path | None = None
+    #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
+    trust_role_from: tuple[str, ...] = ()
 
 
 @dataclass
@@ -61,6 +64,7 @@ class RouterState:
     holder: TableHolder
     metrics: RouterMetrics
     proxy: Proxy | None = None
+    role_trust: RoleTrust = field(default_factory=RoleTrust)
     draining: bool = False
     #: Called on SIGHUP: re-read file tables now.
     reloaders: list[Callable[[], None]] = field(default_factory=list)
@@ -113,7 +117,9 @@ async def _classified(request: web.Request) -> web.StreamResponse:
             413, "request_too_large", f"request body over the limit of {st.config.max_body_bytes} bytes"
         )
     try:
-        route = classify(request.path, body, request.headers, table)
+        route = classify(
+            request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
+        )
     except ClassifyError as e:
         st.metrics.request(
             table.release, "router", "", UNCLASSIFIED, e.status, None, time.perf_counter() - started
@@ -185,7 +191,12 @@ def make_app(config: RouterConfig, holder: TableHolder | None = None) -> web.App
         holder: share a holder, e.g. to put tables in force from a test; a new one if None.
     """
     app = web.Application(client_max_size=config.max_body_bytes, handler_args={"max_field_size": 16384})
-    st = RouterState(config=config, holder=holder or TableHolder(), metrics=RouterMetrics())
+    st = RouterState(
+        config=config,
+        holder=holder or TableHolder(),
+        metrics=RouterMetrics(),
+        role_trust=RoleTrust(config.trust_role_from),
+    )
     app[STATE] = st
     _wire_metrics(st)
     if st.holder.current is not None:
