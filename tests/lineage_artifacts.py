@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,37 @@ def s3(s3_server: str) -> S3:
         region_name="us-east-1",
     )
     return S3(endpoint=s3_server, client=client)
+
+
+def lineage_event(i: int, gen: int = 1, event: str = "registered") -> dict[str, list[dict[str, Any]]]:
+    """Rows of one registered event of object ``uid-<i>`` (one model_versions row, two artifacts)."""
+    eid = f"uid-{i}/{gen}/{event}"
+    now = datetime.now(UTC)
+    return {
+        "model_versions": [
+            {
+                "event_id": eid,
+                "event": event,
+                "model": f"model-{i % 3}",
+                "version": "1.0.0",
+                "uid": f"uid-{i}",
+                "generation": gen,
+                "recorded_at": now,
+            }
+        ],
+        "artifacts": [
+            {
+                "event_id": eid,
+                "uid": f"uid-{i}",
+                "generation": gen,
+                "model": f"model-{i % 3}",
+                "version": "1.0.0",
+                "uri": f"file:///m/{i}/{n}.safetensors",
+                "format": "safetensors",
+                "sha256": "0" * 64,
+                "size": 10,
+                "recorded_at": now,
+            }
+            for n in range(2)
+        ],
+    }
