@@ -243,7 +243,19 @@ def main() -> int:
             port = free_port()
             say(f"tinct router --watch --namespace {NS} --port {port}")
             with process(
-                [TINCT, "router", "--watch", "--namespace", NS, "--host", "127.0.0.1", "--port", str(port)],
+                [
+                    TINCT,
+                    "router",
+                    "--watch",
+                    "--namespace",
+                    NS,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--trust-role-from",
+                    "127.0.0.1/32",
+                ],
                 work / "router.log",
                 env,
             ) as router:

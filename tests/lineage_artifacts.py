@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,35 +153,41 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 6
     raise RuntimeError("moto server did not start listening")
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """moto's S3 server on 127.0.0.1 in its own process.
+@contextmanager
+def moto_process(port: int) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1:``port`` in its own process.
 
     Its own process, not ``ThreadedMotoServer``: deltalake holds the GIL during some
     blocking object-store calls, which would starve a server thread in this process.
-    The AWS SDK environment points at it for the session.
     """
-    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    endpoint = f"http://127.0.0.1:{port}"
-    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
-    saved = {k: os.environ.get(k) for k in keys}
     try:
         _wait_listening(port, proc)
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_REGION="us-east-1",
-        )
-        yield endpoint
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """An S3 server (:func:`moto_process`); the AWS SDK environment points at it for the session."""
+    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        with moto_process(free_port()) as endpoint:
+            os.environ.update(
+                AWS_ENDPOINT_URL=endpoint,
+                AWS_ACCESS_KEY_ID="testing",
+                AWS_SECRET_ACCESS_KEY="testing",
+                AWS_REGION="us-east-1",
+            )
+            yield endpoint
+    finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -199,3 +207,37 @@ def s3(s3_server: str) -> S3:
         region_name="us-east-1",
     )
     return S3(endpoint=s3_server, client=client)
+
+
+def lineage_event(i: int, gen: int = 1, event: str = "registered") -> dict[str, list[dict[str, Any]]]:
+    """Rows of one registered event of object ``uid-<i>`` (one model_versions row, two artifacts)."""
+    eid = f"uid-{i}/{gen}/{event}"
+    now = datetime.now(UTC)
+    return {
+        "model_versions": [
+            {
+                "event_id": eid,
+                "event": event,
+                "model": f"model-{i % 3}",
+                "version": "1.0.0",
+                "uid": f"uid-{i}",
+                "generation": gen,
+                "recorded_at": now,
+            }
+        ],
+        "artifacts": [
+            {
+                "event_id": eid,
+                "uid": f"uid-{i}",
+                "generation": gen,
+                "model": f"model-{i % 3}",
+                "version": "1.0.0",
+                "uri": f"file:///m/{i}/{n}.safetensors",
+                "format": "safetensors",
+                "sha256": "0" * 64,
+                "size": 10,
+                "recorded_at": now,
+            }
+            for n in range(2)
+        ],
+    }

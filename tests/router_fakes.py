@@ -193,7 +193,13 @@ async def running_router(
 ) -> AsyncIterator[tuple[str, Router]]:
     """The router served on 127.0.0.1 with ``tbl`` in force; yields (base URL, router)."""
     holder = TableHolder()
-    cfg = dataclasses.replace(config or RouterConfig(), host="127.0.0.1", port=0, shutdown_timeout=5)
+    # The tests' clients are on loopback and play the trusted gateway that sets the role.
+    cfg = dataclasses.replace(
+        config or RouterConfig(trust_role_from=("127.0.0.1/32",)),
+        host="127.0.0.1",
+        port=0,
+        shutdown_timeout=5,
+    )
     router = Router(cfg, holder)
     await router.start()
     if tbl is not None:

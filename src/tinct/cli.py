@@ -7,6 +7,7 @@ Each subcommand is one ``_add_<name>`` function that registers its parser and se
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,9 +43,15 @@ def _cmd_router(args: argparse.Namespace) -> int:
 
     from tinct.router.app import RouterConfig
     from tinct.router.run import run
+    from tinct.router.trust import RoleTrust
 
     if not args.table and not args.watch:
         print("tinct router: give --table FILE or --watch", file=sys.stderr)
+        return 2
+    try:
+        RoleTrust(args.trust_role_from)
+    except ValueError as e:
+        print(f"tinct router: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -60,6 +67,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             selector=args.selector,
             kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+            trust_role_from=tuple(args.trust_role_from),
         )
     )
     return 0
@@ -91,6 +99,15 @@ def _add_router(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=float,
         default=30.0,
         help="seconds to let streams finish (default: %(default)s)",
+    )
+    p.add_argument(
+        "--trust-role-from",
+        metavar="CIDR",
+        action="append",
+        default=[x for x in os.environ.get("TINCT_ROUTER_TRUST_ROLE_FROM", "").split(",") if x],
+        help="believe the dye role header only from these peers, e.g. the gateway's range "
+        "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
+        "every caller gets the default role",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_router)

@@ -312,3 +312,43 @@ def test_operator_killed_while_hashing_ends_ready_with_one_row(
     assert "progress" not in obj["status"]
     assert _rows(root, "SELECT event FROM model_versions") == [{"event": "registered"}]
     assert len(_rows(root, "SELECT uri FROM artifacts")) == 2
+
+
+def test_unreachable_store_retries_then_becomes_ready(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    import boto3
+
+    from lineage_artifacts import free_port, make_ptx, moto_process
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    root = tmp_path / "lineage"
+    ptx = make_ptx(tmp_path / "k.ptx")
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+    with _operator(namespace, root, TINCT_S3_ENDPOINT=endpoint, **creds):
+        _apply(cluster, namespace, _mv("later", [{"format": "ptx", "uri": "s3://late/k.ptx"}]))
+
+        def retrying() -> dict[str, Any] | None:
+            obj = _get(cluster, namespace, "later")
+            conds = ((obj or {}).get("status") or {}).get("conditions") or []
+            hit = any(c["type"] == "Verified" and c["reason"] == "StorageUnavailable" for c in conds)
+            return obj if hit else None
+
+        waiting = _wait("Verified=Unknown/StorageUnavailable", retrying)
+        assert waiting["status"]["phase"] != "Failed", waiting["status"]
+        assert _cond(waiting, "Verified")["status"] == "Unknown"
+        assert "retrying in" in waiting["status"]["message"]
+        with moto_process(port):
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+                region_name="us-east-1",
+            )
+            client.create_bucket(Bucket="late")
+            client.upload_file(str(ptx), "late", "k.ptx")
+            obj = _wait_phase(cluster, namespace, "later", "Ready", "Failed")
+    assert obj["status"]["phase"] == "Ready", obj["status"]
+    assert obj["status"]["digests"]["ptx"] == sha256_file(ptx)

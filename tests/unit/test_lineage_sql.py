@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_lineage_store import _event
 
+from lineage_artifacts import lineage_event as _event
 from tinct.cli import main
 from tinct.lineage.sql import NotAQueryError, check_query, history, query
 from tinct.lineage.store import LineageStore

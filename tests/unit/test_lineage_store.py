@@ -2,47 +2,14 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lineage_artifacts import lineage_event
 from tinct.lineage.records import record_release_event
 from tinct.lineage.sql import query
 from tinct.lineage.store import LineageStore
 from tinct.lineage.writer import BatchWriter
-
-
-def _event(i: int, gen: int = 1, event: str = "registered") -> dict[str, list[dict[str, Any]]]:
-    eid = f"uid-{i}/{gen}/{event}"
-    now = datetime.now(UTC)
-    return {
-        "model_versions": [
-            {
-                "event_id": eid,
-                "event": event,
-                "model": f"model-{i % 3}",
-                "version": "1.0.0",
-                "uid": f"uid-{i}",
-                "generation": gen,
-                "recorded_at": now,
-            }
-        ],
-        "artifacts": [
-            {
-                "event_id": eid,
-                "uid": f"uid-{i}",
-                "generation": gen,
-                "model": f"model-{i % 3}",
-                "version": "1.0.0",
-                "uri": f"file:///m/{i}/{n}.safetensors",
-                "format": "safetensors",
-                "sha256": "0" * 64,
-                "size": 10,
-                "recorded_at": now,
-            }
-            for n in range(2)
-        ],
-    }
 
 
 def _count(root: Path, table: str = "model_versions") -> tuple[int, int]:
@@ -52,11 +19,11 @@ def _count(root: Path, table: str = "model_versions") -> tuple[int, int]:
 
 def test_retried_write_keeps_one_row(tmp_path: Path) -> None:
     store = LineageStore(str(tmp_path))
-    v1 = store.merge("model_versions", _event(1)["model_versions"])
-    v2 = store.merge("model_versions", _event(1)["model_versions"])
+    v1 = store.merge("model_versions", lineage_event(1)["model_versions"])
+    v2 = store.merge("model_versions", lineage_event(1)["model_versions"])
     assert v2 == v1  # nothing new to commit
-    store.merge("artifacts", _event(1)["artifacts"])
-    store.merge("artifacts", _event(1)["artifacts"])
+    store.merge("artifacts", lineage_event(1)["artifacts"])
+    store.merge("artifacts", lineage_event(1)["artifacts"])
     assert _count(tmp_path) == (1, 1)
     assert query("SELECT count(*) AS n FROM artifacts", str(tmp_path)).column("n")[0].as_py() == 2
 
@@ -70,7 +37,7 @@ def test_concurrent_writers_never_duplicate(tmp_path: Path) -> None:
     def work(k: int) -> None:
         barrier.wait()
         for i in range(15):
-            stores[k].merge("model_versions", _event(i)["model_versions"])
+            stores[k].merge("model_versions", lineage_event(i)["model_versions"])
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(work, range(4)))
@@ -79,7 +46,7 @@ def test_concurrent_writers_never_duplicate(tmp_path: Path) -> None:
 
 def test_commit_metadata_names_operator_and_uid(tmp_path: Path) -> None:
     store = LineageStore(str(tmp_path), operator_version="9.9.9")
-    store.merge("model_versions", _event(7)["model_versions"])
+    store.merge("model_versions", lineage_event(7)["model_versions"])
     last = store.table("model_versions").history(1)[0]
     assert last["tinct.operatorVersion"] == "9.9.9"
     assert last["tinct.uids"] == "uid-7"
@@ -90,7 +57,7 @@ def test_writer_batches_and_resolves_versions(tmp_path: Path) -> None:
     writer = BatchWriter(store, maintain_every=10**9)
     store.ensure()
     before = store.table("model_versions").version()
-    futures = [writer.submit(_event(i)) for i in range(300)]
+    futures = [writer.submit(lineage_event(i)) for i in range(300)]
     versions = [f.result(timeout=60) for f in futures]
     writer.close()
     after = store.table("model_versions").version()
@@ -103,7 +70,7 @@ def test_writer_batches_and_resolves_versions(tmp_path: Path) -> None:
 def test_maintenance_reduces_files_and_keeps_rows(tmp_path: Path) -> None:
     store = LineageStore(str(tmp_path))
     for i in range(30):
-        store.merge("model_versions", _event(i)["model_versions"])
+        store.merge("model_versions", lineage_event(i)["model_versions"])
     files_before = len(store.table("model_versions").file_uris())
     metrics = store.maintain()
     assert files_before >= 30

@@ -27,7 +27,10 @@ def chat(chars: int, **extra: object) -> bytes:
     [(0, "short"), (2048, "short"), (2049, "medium"), (16384, "medium"), (16385, "long"), (100_000, "long")],
 )
 def test_prompt_length_buckets_use_chars_per_token(ct: CompiledTable, chars: int, bucket: str) -> None:
-    assert classify(CHAT_PATH, chat(chars), {}, ct).tag == f"len:{bucket}+role:user+latency:low"
+    assert (
+        classify(CHAT_PATH, chat(chars), {}, ct, role_trusted=True).tag
+        == f"len:{bucket}+role:user+latency:low"
+    )
 
 
 def test_message_parts_and_multiple_messages_add_up(ct: CompiledTable) -> None:
@@ -42,7 +45,9 @@ def test_message_parts_and_multiple_messages_add_up(ct: CompiledTable) -> None:
             {"role": "user", "content": "c" * 100},
         ]
     }
-    assert classify(CHAT_PATH, json.dumps(body).encode(), {}, ct).tag.startswith("len:medium+")
+    assert classify(CHAT_PATH, json.dumps(body).encode(), {}, ct, role_trusted=True).tag.startswith(
+        "len:medium+"
+    )
 
 
 @pytest.mark.parametrize(
@@ -56,23 +61,33 @@ def test_message_parts_and_multiple_messages_add_up(ct: CompiledTable) -> None:
 )
 def test_completions_prompt_forms(ct: CompiledTable, prompt: object, bucket: str) -> None:
     body = json.dumps({"model": "m", "prompt": prompt}).encode()
-    assert classify(COMPLETIONS_PATH, body, {}, ct).tag.startswith(f"len:{bucket}+")
+    assert classify(COMPLETIONS_PATH, body, {}, ct, role_trusted=True).tag.startswith(f"len:{bucket}+")
 
 
 def test_role_outside_the_list_counts_as_default(ct: CompiledTable) -> None:
-    assert "+role:admin+" in classify(CHAT_PATH, chat(1), {"X-User-Role": "admin"}, ct).tag
-    assert "+role:user+" in classify(CHAT_PATH, chat(1), {"X-User-Role": "root"}, ct).tag
-    assert "+role:user+" in classify(CHAT_PATH, chat(1), {}, ct).tag
+    assert "+role:admin+" in classify(CHAT_PATH, chat(1), {"X-User-Role": "admin"}, ct, role_trusted=True).tag
+    assert "+role:user+" in classify(CHAT_PATH, chat(1), {"X-User-Role": "root"}, ct, role_trusted=True).tag
+    assert "+role:user+" in classify(CHAT_PATH, chat(1), {}, ct, role_trusted=True).tag
+
+
+def test_untrusted_role_header_never_grants_a_role(ct: CompiledTable) -> None:
+    for role in ("admin", "audit", "user"):
+        tag = classify(CHAT_PATH, chat(1), {"X-User-Role": role}, ct, role_trusted=False).tag
+        assert "+role:user+" in tag
 
 
 def test_latency_from_header_else_stream_else_default(ct: CompiledTable) -> None:
-    assert classify(CHAT_PATH, chat(1), {"X-Latency-Class": "high"}, ct).tag.endswith("latency:high")
-    assert classify(CHAT_PATH, chat(1, stream=True), {}, ct).tag.endswith("latency:high")
-    assert classify(CHAT_PATH, chat(1, stream=True), {"X-Latency-Class": "low"}, ct).tag.endswith(
+    assert classify(CHAT_PATH, chat(1), {"X-Latency-Class": "high"}, ct, role_trusted=True).tag.endswith(
+        "latency:high"
+    )
+    assert classify(CHAT_PATH, chat(1, stream=True), {}, ct, role_trusted=True).tag.endswith("latency:high")
+    assert classify(
+        CHAT_PATH, chat(1, stream=True), {"X-Latency-Class": "low"}, ct, role_trusted=True
+    ).tag.endswith("latency:low")
+    assert classify(CHAT_PATH, chat(1, stream=False), {}, ct, role_trusted=True).tag.endswith("latency:low")
+    assert classify(CHAT_PATH, chat(1), {"X-Latency-Class": "bogus"}, ct, role_trusted=True).tag.endswith(
         "latency:low"
     )
-    assert classify(CHAT_PATH, chat(1, stream=False), {}, ct).tag.endswith("latency:low")
-    assert classify(CHAT_PATH, chat(1), {"X-Latency-Class": "bogus"}, ct).tag.endswith("latency:low")
 
 
 @pytest.mark.parametrize(
@@ -89,6 +104,6 @@ def test_latency_from_header_else_stream_else_default(ct: CompiledTable) -> None
 )
 def test_malformed_bodies_raise_a_400(ct: CompiledTable, path: str, body: bytes, code: str) -> None:
     with pytest.raises(ClassifyError) as e:
-        classify(path, body, {}, ct)
+        classify(path, body, {}, ct, role_trusted=True)
     assert e.value.status == 400
     assert e.value.body()["error"]["code"] == code

@@ -5,13 +5,15 @@ All three tables live under one root URI (a local directory or an object-store p
 created empty on first use, so version 0 of each is its empty schema and time travel to
 before any event works.
 
-**Idempotency.** Rows are written with ``MERGE ... WHEN NOT MATCHED INSERT`` on the
-table's key (:data:`~tinct.lineage.schemas.KEYS`), so writing the same event twice keeps
-one row. Two writers merging at once race on the same Delta log version; delta-rs's
-conflict checker rejects the loser (the winner added files the loser's MERGE read), and
-:meth:`LineageStore.merge` re-reads the table and merges again, where the rows now match
-and are skipped. On ``s3://`` without a lock provider the single-writer guarantee comes
-from the operator's leader election.
+**Idempotency.** :meth:`LineageStore.merge` has the effect of ``MERGE ... WHEN NOT
+MATCHED INSERT`` on the table's key (:data:`~tinct.lineage.schemas.KEYS`) without
+scanning the table: the writer keeps a :class:`~tinct.lineage.keyindex.KeyIndex` of the
+keys in its snapshot (version V), drops rows already there and appends the rest with
+``max_commit_retries=0``, so the commit can only become version V+1. If another writer
+committed V+1 first, the commit fails, the index catches up with the new files and the
+check runs again. Writing the same event twice, from a retry or from two writers at once,
+keeps one row. On ``s3://`` the put-if-absent of the log entry needs a lock provider or
+a single writer; the operator is a single writer through leader election.
 
 **Maintenance** (:meth:`LineageStore.maintain`): bin-packing compaction of small files,
 a checkpoint, expired-log cleanup and ``VACUUM`` with a retention of
@@ -27,10 +29,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from tinct import __version__
+from tinct.lineage.keyindex import KeyIndex, key_hash
 from tinct.lineage.schemas import KEYS, SCHEMAS
 from tinct.lineage.storage import StorageConfig, delta_storage_options
 
@@ -67,6 +70,7 @@ class LineageStore:
         self._tables: dict[str, DeltaTable] = {}
         self._locks = {name: threading.Lock() for name in SCHEMAS}
         self._ensured = False
+        self._indexes: dict[str, KeyIndex] = {}
 
     def uri(self, table: str) -> str:
         """URI of ``table`` under the root."""
@@ -128,35 +132,35 @@ class LineageStore:
         if not self._ensured:
             self.ensure()
         keys = KEYS[table]
-        unique: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        unique: dict[int, Mapping[str, Any]] = {}
         for row in rows:
-            unique.setdefault(tuple(row[k] for k in keys), row)
-        source = pa.Table.from_pylist(list(unique.values()), schema=SCHEMAS[table])
-        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        props = CommitProperties(
-            custom_metadata=commit_metadata(uids or source.column("uid").to_pylist(), self.operator_version)
+            unique.setdefault(key_hash([row[k] for k in keys]), row)
+        meta = commit_metadata(
+            uids or {str(r["uid"]) for r in unique.values()},
+            self.operator_version,
         )
+        # No silent rebase onto a newer version: a commit lands exactly after the snapshot
+        # whose keys were checked, or fails and the check runs again on the new snapshot.
+        props = CommitProperties(custom_metadata=meta, max_commit_retries=0)
         with self._locks[table]:
             dt = self._open(table)
+            index = self._indexes.setdefault(table, KeyIndex(keys, self.config))
             for attempt in range(MERGE_ATTEMPTS):
-                try:
-                    _refresh(dt)
-                    (
-                        dt.merge(
-                            source,
-                            predicate=predicate,
-                            source_alias="s",
-                            target_alias="t",
-                            commit_properties=props,
-                        )
-                        .when_not_matched_insert_all()
-                        .execute()
-                    )
+                _refresh(dt)
+                index.catch_up(dt)
+                fresh = {h: r for h, r in unique.items() if h not in index}
+                if not fresh:
                     return int(dt.version())
+                source = pa.Table.from_pylist(list(fresh.values()), schema=SCHEMAS[table])
+                try:
+                    write_deltalake(dt, source, mode="append", commit_properties=props)
                 except CommitFailedError as exc:
-                    log.info("merge into %s lost a commit race (%s); retrying", table, exc)
-                    time.sleep(min(0.5, 0.01 * 2**attempt))
-            raise CommitFailedError(f"merge into {table} kept conflicting after {MERGE_ATTEMPTS} attempts")
+                    log.info("write to %s lost a commit race (%s); checking keys again", table, exc)
+                    time.sleep(min(0.5, 0.005 * 2**attempt))
+                    continue
+                index.add(fresh)
+                return int(dt.version())
+            raise CommitFailedError(f"write to {table} kept conflicting after {MERGE_ATTEMPTS} attempts")
 
     def maintain(self, tables: Iterable[str] | None = None, *, vacuum: bool = True) -> dict[str, Any]:
         """Compact, checkpoint, clean expired logs and vacuum; returns per-table metrics."""

@@ -159,6 +159,29 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context) -> Verif
         await loop.run_in_executor(ctx.io, _patcher.patch_status, ns, name, status)
 
 
+async def _report_transient(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
+    """Say in status why the version is not Ready yet; the phase is left as it is."""
+    old = mv.status or ModelVersionStatus()
+    conds = set_condition(
+        old.conditions,
+        Condition(
+            type="Verified",
+            status="Unknown",
+            reason=reason,
+            message=message[:1024],
+            observed_generation=mv.metadata.generation,
+        ),
+        datetime.now(UTC),
+    )
+    status = {
+        "phase": old.phase,
+        "message": message[:1024],
+        "conditions": [c.wire() for c in conds],
+    }
+    ns, name = mv.metadata.namespace or "", mv.metadata.name
+    await asyncio.get_running_loop().run_in_executor(ctx.io, _patcher.patch_status, ns, name, status)
+
+
 async def reconcile(mv: ModelVersion, *, retry: int = 0, logger: Any = None) -> ModelVersionStatus | None:
     """Verify and record ``mv``; the new status, or None when there is nothing to do.
 
@@ -173,7 +196,9 @@ async def reconcile(mv: ModelVersion, *, retry: int = 0, logger: Any = None) -> 
     try:
         verification = await _verify_with_progress(mv, ctx)
     except StorageError as exc:
-        raise kopf.TemporaryError(f"storage unavailable, will retry: {exc}", delay=backoff(retry)) from exc
+        delay = backoff(retry)
+        await _report_transient(mv, ctx, "StorageUnavailable", f"retrying in {delay:g}s: {exc}")
+        raise kopf.TemporaryError(f"storage unavailable, will retry: {exc}", delay=delay) from exc
     event = event_for(mv, verification)
     rows = model_version_rows(mv, event, verification, operator_version=ctx.store.operator_version)
     try:

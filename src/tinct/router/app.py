@@ -33,6 +33,7 @@ from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTooLargeError, Request
 from tinct.router.server import HttpServer, ServerConnection
 from tinct.router.table import CompiledTable, TableHolder
+from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
 from tinct.router.wire import RawHeaders, error_response, json_response, simple_response, text_response
 
@@ -60,6 +61,8 @@ class RouterConfig:
     namespace: str | None = None
     selector: str = "tinct.io/routing-table=true"
     kubeconfig: Path | None = None
+    #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
+    trust_role_from: tuple[str, ...] = ()
 
 
 @dataclass
@@ -70,6 +73,7 @@ class RouterState:
     holder: TableHolder
     metrics: RouterMetrics
     proxy: Proxy | None = None
+    role_trust: RoleTrust = field(default_factory=RoleTrust)
     draining: bool = False
     #: Called on SIGHUP: re-read file tables now.
     reloaders: list[Callable[[], None]] = field(default_factory=list)
@@ -125,7 +129,12 @@ class Router:
     """
 
     def __init__(self, config: RouterConfig, holder: TableHolder | None = None) -> None:
-        self.state = RouterState(config=config, holder=holder or TableHolder(), metrics=RouterMetrics())
+        self.state = RouterState(
+            config=config,
+            holder=holder or TableHolder(),
+            metrics=RouterMetrics(),
+            role_trust=RoleTrust(config.trust_role_from),
+        )
         _wire_metrics(self.state)
         self._server: HttpServer | None = None
         self._pool: UpstreamPool | None = None
@@ -212,7 +221,9 @@ class Router:
             conn.respond(error_response(400, "bad_request", str(e)))
             return
         try:
-            route = classify(request.path, body, request.headers, table)
+            route = classify(
+                request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
+            )
         except ClassifyError as e:
             st.metrics.request(
                 table.release, "router", "", UNCLASSIFIED, e.status, None, time.perf_counter() - started

@@ -99,8 +99,13 @@ def parse_body(body: bytes) -> dict[str, Any]:
     return doc
 
 
-def classify(path: str, body: bytes, headers: Mapping[str, str], table: CompiledTable) -> Route:
+def classify(
+    path: str, body: bytes, headers: Mapping[str, str], table: CompiledTable, *, role_trusted: bool
+) -> Route:
     """The route (dye tag, cell, weight) of a request to ``path``, one of :data:`CLASSIFIED_PATHS`.
+
+    ``role_trusted`` says whether the request came from a peer allowed to set the role
+    header (:mod:`tinct.router.trust`); when it did not, the role is the default.
 
     Raises:
         ClassifyError: the body is not a JSON object of the endpoint's shape.
@@ -117,7 +122,7 @@ def classify(path: str, body: bytes, headers: Mapping[str, str], table: Compiled
             break
     else:  # pragma: no cover - the last bound is infinite
         bucket = table.bounds[-1][1]
-    role = headers.get(table.role_header)
+    role = headers.get(table.role_header) if role_trusted else None
     if role is None or role not in table.roles:
         role = table.role_default
     latency = headers.get(table.latency_header)

@@ -71,7 +71,8 @@ class RoleDye(Model):
 
     header: HeaderName = Field(
         default="X-User-Role",
-        description="Header carrying the caller's role; only trusted when set by a gateway you control.",
+        description="Header carrying the caller's role, set by a gateway; the router believes it only "
+        "from peers it is told to trust (tinct router --trust-role-from).",
     )
     values: list[DyeValue] = Field(default_factory=lambda: ["user"], min_length=1, max_length=32)
     default: DyeValue = "user"

@@ -1,0 +1,95 @@
+"""Pure builders of the ModelVersion operator: event choice, status and lineage rows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from tinct.api.v1alpha1.modelversion import ModelVersion
+from tinct.lineage.hashing import FileDigest
+from tinct.lineage.records import model_version_rows
+from tinct.lineage.verify import Failure, Verification
+from tinct.operator.modelversion import build_status, event_for
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _mv(status: dict[str, Any] | None = None, generation: int = 1) -> ModelVersion:
+    return ModelVersion.model_validate(
+        {
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u1", "generation": generation},
+            "spec": {
+                "model": "llama",
+                "version": "1.0.0",
+                "artifacts": [{"format": "onnx", "uri": "file:///a.onnx"}],
+                "quantization": {"method": "awq", "bits": 4, "groupSize": 128},
+                "runtime": "vllm",
+            },
+            "status": status,
+        }
+    )
+
+
+def _ok() -> Verification:
+    d = FileDigest(uri="file:///a.onnx", sha256="a" * 64, size=10)
+    return Verification(files=[("onnx", d)], digests={"onnx": "a" * 64})
+
+
+def test_event_names() -> None:
+    assert event_for(_mv(), _ok()) == "registered"
+    ready = {"phase": "Ready", "lineage": {"table": "/t", "version": 3}, "observedGeneration": 1}
+    assert event_for(_mv(ready, generation=2), _ok()) == "updated"
+    assert event_for(_mv(), Verification(failure=Failure("Verified", "DigestMismatch", "x"))) == "failed"
+
+
+def test_ready_status() -> None:
+    st = build_status(_mv(), _ok(), "/t/model_versions", 7, NOW)
+    assert st.phase == "Ready"
+    assert st.observed_generation == 1
+    assert st.digests is not None
+    assert st.digests.onnx == "a" * 64
+    assert st.lineage is not None
+    assert (st.lineage.table, st.lineage.version) == ("/t/model_versions", 7)
+    assert {c.type: c.status for c in st.conditions} == {
+        "Compatible": "True",
+        "Verified": "True",
+        "Recorded": "True",
+    }
+    assert "progress" not in st.wire()
+
+
+def test_failed_status_keeps_transition_time_of_unchanged_conditions() -> None:
+    first = build_status(_mv(), _ok(), "/t", 1, NOW)
+    later = datetime(2026, 2, 1, tzinfo=UTC)
+    bad = Verification(failure=Failure("Verified", "DigestMismatch", "declared digest differs"))
+    mv = _mv(first.wire(), generation=2)
+    st = build_status(mv, bad, "/t", 2, later)
+    assert (st.phase, st.message) == ("Failed", "declared digest differs")
+    conds = {c.type: c for c in st.conditions}
+    assert (conds["Verified"].status, conds["Verified"].reason) == ("False", "DigestMismatch")
+    assert conds["Verified"].last_transition_time == later
+    assert conds["Compatible"].last_transition_time == NOW
+
+
+def test_incompatible_is_reported_on_compatible() -> None:
+    bad = Verification(failure=Failure("Compatible", "AsymmetricAWQUnsupported", "no"))
+    conds = {c.type: c for c in build_status(_mv(), bad, "/t", 1, NOW).conditions}
+    assert (conds["Compatible"].status, conds["Compatible"].reason) == ("False", "AsymmetricAWQUnsupported")
+    assert conds["Verified"].status == "Unknown"
+
+
+def test_rows() -> None:
+    rows = model_version_rows(_mv(), "registered", _ok(), now=NOW, operator_version="1.2.3")
+    (row,) = rows["model_versions"]
+    assert row["event_id"] == "u1/1/registered"
+    assert (row["quantization_method"], row["quantization_group_size"], row["runtime"]) == (
+        "awq",
+        128,
+        "vllm",
+    )
+    assert row["operator_version"] == "1.2.3"
+    assert [a["sha256"] for a in rows["artifacts"]] == ["a" * 64]
+    retired = model_version_rows(_mv(generation=5), "retired", Verification(digests={"onnx": "b" * 64}))
+    assert retired["model_versions"][0]["event_id"] == "u1/retired"
+    assert retired["model_versions"][0]["onnx_sha256"] == "b" * 64
+    assert retired["artifacts"] == []
