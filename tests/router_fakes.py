@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from tinct.api.routing import RoutingTable
-from tinct.router.app import RouterConfig, make_app
+from tinct.router.app import Router, RouterConfig
 from tinct.router.table import TableHolder
 
 
@@ -189,18 +190,21 @@ def table(stable: str, candidate: str, **kw: Any) -> RoutingTable:
 @contextlib.asynccontextmanager
 async def running_router(
     tbl: RoutingTable | None, config: RouterConfig | None = None
-) -> AsyncIterator[tuple[str, web.Application]]:
-    """The router app served on 127.0.0.1 with ``tbl`` in force; yields (base URL, app)."""
+) -> AsyncIterator[tuple[str, Router]]:
+    """The router served on 127.0.0.1 with ``tbl`` in force; yields (base URL, router)."""
     holder = TableHolder()
     # The tests' clients are on loopback and play the trusted gateway that sets the role.
-    app = make_app(config or RouterConfig(trust_role_from=("127.0.0.1/32",)), holder)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    cfg = dataclasses.replace(
+        config or RouterConfig(trust_role_from=("127.0.0.1/32",)),
+        host="127.0.0.1",
+        port=0,
+        shutdown_timeout=5,
+    )
+    router = Router(cfg, holder)
+    await router.start()
     if tbl is not None:
         holder.swap(tbl, "test")
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", app
+        yield f"http://127.0.0.1:{router.port}", router
     finally:
-        await runner.cleanup()
+        await router.stop()

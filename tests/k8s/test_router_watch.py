@@ -12,7 +12,7 @@ import pytest
 
 from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
-from tinct.router.app import STATE, RouterConfig
+from tinct.router.app import RouterConfig
 from tinct.router.watch import EVENT_REASON
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
@@ -54,7 +54,7 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
     v1, v2 = backends
     cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app[STATE].holder
+        holder = app.state.holder
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
         await eventually(lambda: holder.current is not None and holder.current.version == 1, "table v1")
         async with http.get(f"{base}/readyz") as r:
@@ -116,7 +116,7 @@ async def test_router_with_least_privilege_service_account(
     kubeconfig = cluster.service_account_kubeconfig(namespace, "router")
     cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app[STATE].holder
+        holder = app.state.holder
         rejections: list[str] = []
         holder.on_reject.append(lambda src, why: rejections.append(why))
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=100)))

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from router_fakes import FakeScheduler, free_port, running_router, table
-from tinct.router.app import STATE, RouterConfig
+from tinct.router.app import RouterConfig
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
 LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token
@@ -157,7 +157,7 @@ async def test_ejection_after_consecutive_failures_and_recovery_after_cooldown(
     fb = {"consecutiveFailures": 2, "latencyMs": 800, "cooldownSeconds": 30}
     tbl = table(v1.url, v2.url, default_weight=100, fallback=fb)
     async with running_router(tbl) as (base, app):
-        st = app[STATE]
+        st = app.state
         assert st.proxy is not None
         assert st.holder.current is not None
         health = st.proxy.health(st.holder.current)

@@ -10,7 +10,7 @@ import aiohttp
 from router_fakes import running_router, table_doc
 from tinct.api.routing import RoutingTable
 from tinct.cli import build_parser
-from tinct.router.app import STATE, RouterConfig
+from tinct.router.app import RouterConfig
 from tinct.router.sources import FileTable
 from tinct.router.table import TableHolder
 
@@ -50,9 +50,9 @@ async def test_router_reads_its_table_file_at_startup(tmp_path: Path) -> None:
             assert r.status == 200
             assert "version 3" in await r.text()
         f.write_text("garbage")
-        for reload in app[STATE].reloaders:
+        for reload in app.state.reloaders:
             reload()
-        holder = app[STATE].holder
+        holder = app.state.holder
         assert holder.current is not None
         assert holder.current.version == 3
         async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as r:

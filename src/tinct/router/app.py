@@ -1,4 +1,4 @@
-"""The router's aiohttp application: routes, typed state, lifecycle.
+"""The router: typed state, request dispatch, lifecycle.
 
 Endpoints:
 
@@ -6,30 +6,36 @@ Endpoints:
   side the sticky choice and the fallback rules give. A body that is not a JSON object of
   the endpoint's shape gets a 400, one over ``max_body_bytes`` a 413, both as OpenAI-style
   JSON errors and without reaching a backend.
-- ``/healthz``: the process serves. ``/readyz``: a routing table is in force and the router
-  is not draining. ``/metrics``: Prometheus text.
+- ``GET``/``HEAD`` ``/healthz``: the process serves. ``/readyz``: a routing table is in
+  force and the router is not draining. ``/metrics``: Prometheus text.
 - anything else: passed to stable unclassified (request body streamed), dye tag ``none``.
 
 Without a table every proxied request gets a 503.
+
+:class:`Router` puts the pieces together: the HTTP/1.1 server (:mod:`tinct.router.server`),
+the upstream pool (:mod:`tinct.router.upstream`), the proxy and the table sources.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tinct.router.choose import sticky_key, to_candidate
-from tinct.router.classify import CHAT_PATH, COMPLETIONS_PATH, ClassifyError, classify
+from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify
 from tinct.router.metrics import UNCLASSIFIED, RouterMetrics
-from tinct.router.proxy import SKIP_AUTO_HEADERS, Proxy, error_response
+from tinct.router.proxy import Proxy
+from tinct.router.request import BodyTooLargeError, Request
+from tinct.router.server import HttpServer, ServerConnection
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
+from tinct.router.upstream import UpstreamPool
+from tinct.router.wire import RawHeaders, error_response, json_response, simple_response, text_response
 
 
 @dataclass
@@ -42,9 +48,12 @@ class RouterConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     #: Connect timeout towards either backend (the candidate also has the table's latencyMs).
     connect_timeout: float = 5.0
-    #: Upstream keep-alive connections kept per backend (0: unlimited).
+    #: Idle upstream keep-alive connections kept per backend (0: unlimited).
     pool_per_host: int = 0
+    #: Seconds an idle upstream connection is kept.
     keepalive_timeout: float = 60.0
+    #: Seconds an idle client connection is kept.
+    client_keepalive_timeout: float = 75.0
     #: Seconds a shutdown waits for in-flight requests and streams.
     shutdown_timeout: float = 30.0
     table_file: Path | None = None
@@ -58,7 +67,7 @@ class RouterConfig:
 
 @dataclass
 class RouterState:
-    """Everything the handlers share; one per application."""
+    """Everything the handlers share; one per router."""
 
     config: RouterConfig
     holder: TableHolder
@@ -70,104 +79,32 @@ class RouterState:
     reloaders: list[Callable[[], None]] = field(default_factory=list)
 
 
-STATE = web.AppKey("tinct_router_state", RouterState)
-
-routes = web.RouteTableDef()
+Answer = tuple[int, RawHeaders, bytes]
 
 
-@routes.get("/healthz")
-async def _healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
+def _healthz(st: RouterState) -> Answer:
+    return text_response(200, "ok\n")
 
 
-@routes.get("/readyz")
-async def _readyz(request: web.Request) -> web.Response:
-    st = request.app[STATE]
+def _readyz(st: RouterState) -> Answer:
     table = st.holder.current
     if st.draining:
-        return web.Response(status=503, text="draining\n")
+        return text_response(503, "draining\n")
     if table is None:
-        return web.Response(status=503, text="no routing table loaded\n")
-    return web.Response(text=f"ready: {table.release} table version {table.version}\n")
+        return text_response(503, "no routing table loaded\n")
+    return text_response(200, f"ready: {table.release} table version {table.version}\n")
 
 
-@routes.get("/metrics")
-async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[STATE].metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+def _metrics(st: RouterState) -> Answer:
+    return simple_response(200, generate_latest(st.metrics.registry), CONTENT_TYPE_LATEST.encode())
 
 
-def _no_table() -> web.Response:
-    return error_response(503, "no_routing_table", "the router has no routing table yet")
-
-
-async def _classified(request: web.Request) -> web.StreamResponse:
-    started = time.perf_counter()
-    st = request.app[STATE]
-    table = st.holder.current
-    if table is None or st.proxy is None:
-        return _no_table()
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        st.metrics.request(
-            table.release, "router", "", UNCLASSIFIED, 413, None, time.perf_counter() - started
-        )
-        return error_response(
-            413, "request_too_large", f"request body over the limit of {st.config.max_body_bytes} bytes"
-        )
-    try:
-        route = classify(
-            request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
-        )
-    except ClassifyError as e:
-        st.metrics.request(
-            table.release, "router", "", UNCLASSIFIED, e.status, None, time.perf_counter() - started
-        )
-        return web.json_response(e.body(), status=e.status)
-    candidate = to_candidate(table, route.weight, sticky_key(request.headers, table))
-    return await st.proxy.forward(request, body, table, route.tag, candidate, started)
-
-
-@routes.post(CHAT_PATH)
-async def _chat(request: web.Request) -> web.StreamResponse:
-    return await _classified(request)
-
-
-@routes.post(COMPLETIONS_PATH)
-async def _completions(request: web.Request) -> web.StreamResponse:
-    return await _classified(request)
-
-
-@routes.route("*", "/{tail:.*}")
-async def _passthrough(request: web.Request) -> web.StreamResponse:
-    started = time.perf_counter()
-    st = request.app[STATE]
-    table = st.holder.current
-    if table is None or st.proxy is None:
-        return _no_table()
-    return await st.proxy.forward(request, None, table, UNCLASSIFIED, False, started)
-
-
-async def _client_session(app: web.Application) -> AsyncIterator[None]:
-    st = app[STATE]
-    cfg = st.config
-    connector = aiohttp.TCPConnector(
-        limit=0,
-        limit_per_host=cfg.pool_per_host,
-        keepalive_timeout=cfg.keepalive_timeout,
-        enable_cleanup_closed=False,
-    )
-    session = aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout),
-        auto_decompress=False,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        skip_auto_headers=SKIP_AUTO_HEADERS,
-    )
-    st.proxy = Proxy(session, st.metrics)
-    yield
-    await session.close()
+_LOCAL: dict[str, Callable[[RouterState], Answer]] = {
+    "/healthz": _healthz,
+    "/readyz": _readyz,
+    "/metrics": _metrics,
+}
+_NO_TABLE = error_response(503, "no_routing_table", "the router has no routing table yet")
 
 
 def _wire_metrics(st: RouterState) -> None:
@@ -183,36 +120,124 @@ def _wire_metrics(st: RouterState) -> None:
     st.holder.on_reject.append(rejected)
 
 
-def make_app(config: RouterConfig, holder: TableHolder | None = None) -> web.Application:
-    """The router application; tables come from ``holder`` and from the configured sources.
+class Router:
+    """The router process's parts: :meth:`start` to serve, :meth:`stop` to drain and end.
 
     Args:
         config: listen, limits and table sources (``table_file`` and/or ``watch``).
         holder: share a holder, e.g. to put tables in force from a test; a new one if None.
     """
-    app = web.Application(client_max_size=config.max_body_bytes, handler_args={"max_field_size": 16384})
-    st = RouterState(
-        config=config,
-        holder=holder or TableHolder(),
-        metrics=RouterMetrics(),
-        role_trust=RoleTrust(config.trust_role_from),
-    )
-    app[STATE] = st
-    _wire_metrics(st)
-    if st.holder.current is not None:
-        for cb in st.holder.on_change:
-            cb(st.holder.current)
-    app.cleanup_ctx.append(_client_session)
-    if config.table_file is not None:
-        from tinct.router.sources import file_source
 
-        app.cleanup_ctx.append(file_source)
-    if config.watch:
-        from tinct.router.watch import watch_source
+    def __init__(self, config: RouterConfig, holder: TableHolder | None = None) -> None:
+        self.state = RouterState(
+            config=config,
+            holder=holder or TableHolder(),
+            metrics=RouterMetrics(),
+            role_trust=RoleTrust(config.trust_role_from),
+        )
+        _wire_metrics(self.state)
+        self._server: HttpServer | None = None
+        self._pool: UpstreamPool | None = None
+        self._sources = contextlib.AsyncExitStack()
 
-        app.cleanup_ctx.append(watch_source)
-    app.add_routes(routes)
-    return app
+    @property
+    def port(self) -> int:
+        """The port listened on (useful with port 0)."""
+        assert self._server is not None
+        return self._server.port
+
+    async def start(self) -> None:
+        """Open the upstream pool, load the table sources, then listen."""
+        st = self.state
+        cfg = st.config
+        self._pool = UpstreamPool(
+            connect_timeout=cfg.connect_timeout,
+            keep_per_origin=cfg.pool_per_host,
+            idle_timeout=cfg.keepalive_timeout,
+        )
+        st.proxy = Proxy(self._pool, st.metrics)
+        if st.holder.current is not None:
+            for cb in st.holder.on_change:
+                cb(st.holder.current)
+        if cfg.table_file is not None:
+            from tinct.router.sources import file_source
+
+            await self._sources.enter_async_context(file_source(st))
+        if cfg.watch:
+            from tinct.router.watch import watch_source
+
+            await self._sources.enter_async_context(watch_source(st))
+        self._server = HttpServer(self.handle, keepalive_timeout=cfg.client_keepalive_timeout)
+        await self._server.start(cfg.host, cfg.port)
+
+    async def stop(self) -> None:
+        """Drain: not ready, stop listening, let answers in progress finish, close upstreams."""
+        st = self.state
+        st.draining = True
+        if self._server is not None:
+            await self._server.shutdown(st.config.shutdown_timeout)
+        await self._sources.aclose()
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def handle(self, request: Request, conn: ServerConnection) -> None:
+        """Answer one request (the server's handler)."""
+        st = self.state
+        method = request.method
+        if method == "GET" or method == "HEAD":
+            local = _LOCAL.get(request.path)
+            if local is not None:
+                conn.respond(local(st))
+                return
+        started = time.perf_counter()
+        table = st.holder.current
+        proxy = st.proxy
+        if table is None or proxy is None:
+            conn.respond(_NO_TABLE)
+            return
+        if method == "POST" and request.path in CLASSIFIED_PATHS:
+            await self._classified(request, conn, table, proxy, started)
+        else:
+            await proxy.forward(conn, request, None, table, UNCLASSIFIED, False, started)
+
+    async def _classified(
+        self, request: Request, conn: ServerConnection, table: CompiledTable, proxy: Proxy, started: float
+    ) -> None:
+        st = self.state
+        limit = st.config.max_body_bytes
+        try:
+            body = await request.body.read_all(limit)
+        except BodyTooLargeError:
+            st.metrics.request(
+                table.release, "router", "", UNCLASSIFIED, 413, None, time.perf_counter() - started
+            )
+            conn.close_after_response = True
+            conn.respond(
+                error_response(413, "request_too_large", f"request body over the limit of {limit} bytes")
+            )
+            return
+        except ValueError as e:  # a malformed body framing
+            conn.close_after_response = True
+            conn.respond(error_response(400, "bad_request", str(e)))
+            return
+        try:
+            route = classify(
+                request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
+            )
+        except ClassifyError as e:
+            st.metrics.request(
+                table.release, "router", "", UNCLASSIFIED, e.status, None, time.perf_counter() - started
+            )
+            conn.respond(json_response(e.status, e.body()))
+            return
+        weight = route.weight
+        # The sticky key matters only between 0 and 100 (and may cost a random draw).
+        candidate = (
+            weight >= 100.0
+            if weight <= 0.0 or weight >= 100.0
+            else to_candidate(table, weight, sticky_key(request.headers, table))
+        )
+        await proxy.forward(conn, request, body, table, route.tag, candidate, started)
 
 
-__all__ = ["STATE", "RouterConfig", "RouterState", "make_app", "routes"]
+__all__ = ["Router", "RouterConfig", "RouterState"]

@@ -16,25 +16,22 @@ towards ejection.
 Requests are sent with ``X-Scheduler-Version`` of the chosen side; answers carry
 ``X-Scheduler-Active`` (the version that answered) and ``X-Fallback-Reason`` after a
 fallback. Hop-by-hop headers are dropped both ways; bodies pass unchanged (no
-decompression), so ``Content-Encoding`` stays true.
+decompression), so ``Content-Encoding`` stays true. The backend's ``Date`` is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from typing import Any
-
-import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict
-from yarl import URL
 
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
 from tinct.router.metrics import RouterMetrics
+from tinct.router.request import Request
+from tinct.router.server import ServerConnection
 from tinct.router.table import CompiledTable, Upstream
+from tinct.router.upstream import Response, UpstreamConnectError, UpstreamError, UpstreamPool
+from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
 _log = logging.getLogger(__name__)
 
@@ -42,70 +39,52 @@ SCHEDULER_VERSION = "X-Scheduler-Version"
 SCHEDULER_ACTIVE = "X-Scheduler-Active"
 FALLBACK_REASON = "X-Fallback-Reason"
 
-#: RFC 9110 §7.6.1 connection-specific headers, plus the legacy ones proxies drop.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "expect"}
-_DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
-#: Headers aiohttp's client would invent; the proxy sends only what the client sent.
-SKIP_AUTO_HEADERS = frozenset({"Accept", "Accept-Encoding", "User-Agent"})
+_DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", b"x-scheduler-version"}
+_DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
+_XFF = b"x-forwarded-for"
 
 
-def _dropped(headers: Any, base: frozenset[str]) -> frozenset[str]:
-    conn = headers.get("Connection")
-    if not conn:
-        return base
-    return base | {t.strip().lower() for t in conn.split(",")}
-
-
-def forward_headers(headers: Any, remote: str | None) -> CIMultiDict[str]:
-    """The client's request headers as sent upstream: hop-by-hop, Host and length removed."""
-    drop = _dropped(headers, _DROP_REQUEST)
-    out: CIMultiDict[str] = CIMultiDict()
-    for k, v in headers.items():
-        if k.lower() not in drop:
-            out.add(k, v)
+def forward_headers(fields: Fields, hops: frozenset[bytes], remote: str | None) -> bytes:
+    """The client's request headers as sent upstream (header lines): hop-by-hop (standard
+    and ``hops``), Host, length and any ``X-Scheduler-Version`` removed, ``X-Forwarded-For``
+    extended."""
+    drop = _DROP_REQUEST | hops if hops else _DROP_REQUEST
+    out: list[bytes] = []
+    prior: bytes | None = None
+    for n, name, value in fields:
+        if n in drop:
+            continue
+        if n == _XFF:
+            if prior is None:
+                prior = value
+            continue
+        out.append(b"%b: %b\r\n" % (name, value))
     if remote:
-        prior = out.get("X-Forwarded-For")
-        out["X-Forwarded-For"] = f"{prior}, {remote}" if prior else remote
-    return out
+        r = remote.encode()
+        out.append(b"X-Forwarded-For: %b\r\n" % (prior + b", " + r if prior else r))
+    elif prior is not None:
+        out.append(b"X-Forwarded-For: %b\r\n" % prior)
+    return b"".join(out)
 
 
-def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    """An OpenAI-shaped JSON error."""
-    body = {"error": {"message": message, "type": "router_error", "code": code}}
-    return web.Response(
-        status=status, text=json.dumps(body), content_type="application/json", headers=headers
-    )
-
-
-def _failure_reason(exc: BaseException, timed_out: bool) -> Reason:
-    if timed_out:
-        return "latency_too_high"
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-        return "unreachable"
-    return "upstream_error"
+def _answer_headers(resp: Response) -> tuple[RawHeaders, bool]:
+    """The backend's answer headers as sent to the client, and whether they carry a Date."""
+    drop = _DROP_RESPONSE | resp.hops if resp.hops else _DROP_RESPONSE
+    out: RawHeaders = []
+    has_date = False
+    for n, name, value in resp.headers:
+        if n not in drop:
+            out.append((name, value))
+            if n == b"date":
+                has_date = True
+    return out, has_date
 
 
 class Proxy:
     """Sends requests upstream over one keep-alive connection pool and streams answers back."""
 
-    def __init__(self, session: aiohttp.ClientSession, metrics: RouterMetrics) -> None:
-        self.session = session
+    def __init__(self, pool: UpstreamPool, metrics: RouterMetrics) -> None:
+        self.pool = pool
         self.metrics = metrics
         self._health: dict[tuple[str, str, str, int, float], CandidateHealth] = {}
 
@@ -126,26 +105,35 @@ class Proxy:
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
-    async def _send(
-        self, up: Upstream, request: web.Request, headers: CIMultiDict[str], data: Any
-    ) -> aiohttp.ClientResponse:
-        headers[SCHEDULER_VERSION] = up.scheduler_version
-        url = URL(str(up.url) + request.raw_path, encoded=True)
-        return await self.session.request(
-            request.method,
-            url,
-            headers=headers,
-            data=data,
-            allow_redirects=False,
+    async def _send(self, up: Upstream, request: Request, headers: bytes, body: bytes | None) -> Response:
+        head = b"%b %b%b HTTP/1.1\r\nHost: %b\r\n%bX-Scheduler-Version: %b\r\n" % (
+            request.method.encode(),
+            up.prefix,
+            request.target,
+            up.authority,
+            headers,
+            up.version_b,
         )
+        head_only = request.method == "HEAD"
+        if body is not None:
+            return await self.pool.request(
+                up.origin, head + b"Content-Length: %d\r\n\r\n" % len(body), body, head_only=head_only
+            )
+        rb = request.body
+        if rb.done:  # the whole body (or none) is in already: one write, and replayable
+            data = await rb.read_all(1 << 62)
+            if data or request.has_body:
+                head += b"Content-Length: %d\r\n" % len(data)
+            return await self.pool.request(up.origin, head + b"\r\n", data, head_only=head_only)
+        if request.chunked:
+            head += b"Transfer-Encoding: chunked\r\n\r\n"
+        else:
+            head += b"Content-Length: %d\r\n\r\n" % (rb.declared or 0)
+        return await self.pool.request(up.origin, head, rb, chunked=request.chunked, head_only=head_only)
 
     async def _try_candidate(
-        self,
-        table: CompiledTable,
-        request: web.Request,
-        headers: CIMultiDict[str],
-        body: bytes,
-    ) -> tuple[aiohttp.ClientResponse | None, Reason | None]:
+        self, table: CompiledTable, request: Request, headers: bytes, body: bytes
+    ) -> tuple[Response | None, Reason | None]:
         health = self.health(table)
         if health.ejected():
             return None, "ejected"
@@ -153,8 +141,14 @@ class Proxy:
         try:
             async with timeout:
                 resp = await self._send(table.candidate, request, headers, body)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            reason = _failure_reason(e, timeout.expired())
+        except (UpstreamError, TimeoutError, OSError) as e:
+            reason: Reason = (
+                "latency_too_high"
+                if timeout.expired()
+                else "unreachable"
+                if isinstance(e, UpstreamConnectError)
+                else "upstream_error"
+            )
             _log.debug("candidate failed (%s): %r", reason, e)
         else:
             reason_ = reason_for_status(resp.status)
@@ -177,20 +171,21 @@ class Proxy:
 
     async def forward(
         self,
-        request: web.Request,
+        conn: ServerConnection,
+        request: Request,
         body: bytes | None,
         table: CompiledTable,
         tag: str,
         candidate: bool,
         started: float,
-    ) -> web.StreamResponse:
+    ) -> None:
         """Answer ``request`` from the chosen side, falling back to stable as documented.
 
         ``body`` is the already-read body of a classified request, or None to stream the
         client's body through (other endpoints, which only go to stable).
         """
-        headers = forward_headers(request.headers, request.remote)
-        resp: aiohttp.ClientResponse | None = None
+        headers = forward_headers(request.fields, request.hops, request.remote)
+        resp: Response | None = None
         reason: Reason | None = None
         up = table.stable
         if candidate and body is not None:
@@ -200,15 +195,14 @@ class Proxy:
             else:
                 self.metrics.fallback(table.release, reason or "upstream_error", tag)
         if resp is None:
-            data: Any = body if body is not None else (request.content if request.body_exists else None)
-            if body is None and "Content-Length" in request.headers:
-                headers["Content-Length"] = request.headers["Content-Length"]
             try:
-                resp = await self._send(up, request, headers, data)
-            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                resp = await self._send(up, request, headers, body)
+            except (UpstreamError, TimeoutError, OSError) as e:
                 _log.warning("stable %s failed: %r", up.url, e)
-                extra: dict[str, str] | None = {FALLBACK_REASON: reason} if reason else None
-                err = error_response(502, "stable_unavailable", f"stable backend failed: {e!r}", extra)
+                extra = [(FALLBACK_REASON.encode(), reason.encode())] if reason else []
+                conn.respond(
+                    error_response(502, "stable_unavailable", f"stable backend failed: {e!r}", extra)
+                )
                 self.metrics.request(
                     table.release,
                     up.side,
@@ -218,50 +212,43 @@ class Proxy:
                     None,
                     time.perf_counter() - started,
                 )
-                return err
-        return await self._stream(request, resp, table, up, tag, reason, started)
+                return
+        await self._stream(conn, resp, table, up, tag, reason, started)
 
     async def _stream(
         self,
-        request: web.Request,
-        resp: aiohttp.ClientResponse,
+        conn: ServerConnection,
+        resp: Response,
         table: CompiledTable,
         up: Upstream,
         tag: str,
         reason: Reason | None,
         started: float,
-    ) -> web.StreamResponse:
-        out = web.StreamResponse(status=resp.status, reason=resp.reason)
-        drop = _dropped(resp.headers, _DROP_RESPONSE)
-        oh = out.headers
-        for k, v in resp.headers.items():
-            if k.lower() not in drop:
-                oh.add(k, v)
-        oh[SCHEDULER_ACTIVE] = up.scheduler_version
+    ) -> None:
+        headers, has_date = _answer_headers(resp)
+        headers.append((b"X-Scheduler-Active", up.version_b))
         if reason is not None:
-            oh[FALLBACK_REASON] = reason
-        chunked = "chunked" in resp.headers.get("Transfer-Encoding", "").lower()
-        if resp.content_length is not None and not chunked:
-            out.content_length = resp.content_length
+            headers.append((b"X-Fallback-Reason", reason.encode()))
         ttfb: float | None = None
         try:
-            await out.prepare(request)
+            conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ttfb = time.perf_counter() - started
-            async for chunk in resp.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            _log.debug("client went away during the answer from %s", up.url)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            conn.source = resp
+            done = resp.stream(conn.write)
+            if done is not None:
+                conn.send_head()  # the client learns the answer started even if the body waits
+                await done
+            conn.end_response()
+        except UpstreamError as e:
             # Bytes may already be with the client: no retry. Cut the connection so the
             # client sees a truncated answer instead of a well-formed short one.
             _log.warning("%s failed mid-answer, no retry possible: %r", up.url, e)
             if up.side == "candidate" and self.health(table).failure():
                 self.metrics.ejection(table.release)
-            if request.transport is not None:
-                request.transport.close()
+            conn.abort()
         finally:
-            resp.release()
+            conn.source = None
+            resp.close()
             self.metrics.request(
                 table.release,
                 up.side,
@@ -271,16 +258,12 @@ class Proxy:
                 ttfb,
                 time.perf_counter() - started,
             )
-        return out
 
 
 __all__ = [
     "FALLBACK_REASON",
-    "HOP_BY_HOP",
     "SCHEDULER_ACTIVE",
     "SCHEDULER_VERSION",
-    "SKIP_AUTO_HEADERS",
     "Proxy",
-    "error_response",
     "forward_headers",
 ]

@@ -12,17 +12,15 @@ import asyncio
 import logging
 import signal
 
-from aiohttp import web
-
-from tinct.router.app import STATE, RouterConfig, make_app
+from tinct.router.app import Router, RouterConfig
 
 _log = logging.getLogger(__name__)
 
 
 async def serve(config: RouterConfig, stop: asyncio.Event | None = None) -> None:
     """Serve until ``stop`` is set or a termination signal arrives, then drain."""
-    app = make_app(config)
-    st = app[STATE]
+    router = Router(config)
+    st = router.state
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -33,23 +31,13 @@ async def serve(config: RouterConfig, stop: asyncio.Event | None = None) -> None
             r()
 
     loop.add_signal_handler(signal.SIGHUP, reload)
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        shutdown_timeout=config.shutdown_timeout,
-        keepalive_timeout=75.0,
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=1024)
-    await site.start()
-    _log.info("tinct router listening on %s:%d", config.host, config.port)
+    await router.start()
+    _log.info("tinct router listening on %s:%d", config.host, router.port)
     try:
         await stop.wait()
     finally:
-        st.draining = True
         _log.info("shutting down: draining in-flight requests (up to %.0fs)", config.shutdown_timeout)
-        await runner.cleanup()
+        await router.stop()
         _log.info("router stopped")
 
 

@@ -13,11 +13,13 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from tinct.api.routing import RoutingTableError, parse_table
 from tinct.router.table import TableHolder
+
+if TYPE_CHECKING:
+    from tinct.router.app import RouterState
 
 _log = logging.getLogger(__name__)
 
@@ -64,11 +66,9 @@ class FileTable:
                 self.load()
 
 
-async def file_source(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: load ``config.table_file``, poll it, reload on SIGHUP."""
-    from tinct.router.app import STATE
-
-    st = app[STATE]
+@contextlib.asynccontextmanager
+async def file_source(st: RouterState) -> AsyncIterator[None]:
+    """Load ``config.table_file``, poll it and reload on SIGHUP while the context is open."""
     path = st.config.table_file
     assert path is not None
     ft = FileTable(path, st.holder)
@@ -79,10 +79,12 @@ async def file_source(app: web.Application) -> AsyncIterator[None]:
 
     st.reloaders.append(reload)
     task = asyncio.create_task(ft.poll(1.0), name="tinct-table-file-poll")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 __all__ = ["FileTable", "file_source"]

@@ -31,11 +31,18 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
-    """One backend as the proxy uses it."""
+    """One backend as the proxy uses it, with what its requests need precomputed."""
 
     side: str
     url: URL
     scheduler_version: str
+    #: (host, port, TLS): the upstream pool's key.
+    origin: tuple[str, int, bool]
+    #: ``Host`` header value: the URL's authority as written.
+    authority: bytes
+    #: Path prefix put before the request target (empty: table URLs have no path).
+    prefix: bytes
+    version_b: bytes
 
 
 def _specificity(cell: RoutingCell) -> int:
@@ -105,7 +112,18 @@ class CompiledTable:
 
 
 def _upstream(side: str, ep: Endpoint) -> Upstream:
-    return Upstream(side=side, url=URL(ep.url), scheduler_version=ep.scheduler_version)
+    url = URL(ep.url)
+    assert url.host is not None
+    assert url.port is not None
+    return Upstream(
+        side=side,
+        url=url,
+        scheduler_version=ep.scheduler_version,
+        origin=(url.host, url.port, url.scheme == "https"),
+        authority=ep.url.split("://", 1)[1].split("/", 1)[0].encode("ascii"),
+        prefix=url.raw_path.rstrip("/").encode("ascii"),
+        version_b=ep.scheduler_version.encode("ascii"),
+    )
 
 
 @dataclass

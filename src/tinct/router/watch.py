@@ -21,6 +21,7 @@ only answer 503.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -29,12 +30,13 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, parse_table
 from tinct.router.table import TableHolder
+
+if TYPE_CHECKING:
+    from tinct.router.app import RouterState
 
 _log = logging.getLogger(__name__)
 
@@ -244,11 +246,9 @@ class ConfigMapWatch:
             backoff = min(backoff * 2, 10.0)
 
 
-async def watch_source(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: watch the ConfigMaps named by the config's namespace and selector."""
-    from tinct.router.app import STATE
-
-    st = app[STATE]
+@contextlib.asynccontextmanager
+async def watch_source(st: RouterState) -> AsyncIterator[None]:
+    """Watch the ConfigMaps named by the config's namespace and selector while open."""
     cfg = st.config
     w = ConfigMapWatch(
         st.holder,
@@ -258,8 +258,10 @@ async def watch_source(app: web.Application) -> AsyncIterator[None]:
         kubeconfig=cfg.kubeconfig,
     )
     w.start()
-    yield
-    w.stop()
+    try:
+        yield
+    finally:
+        w.stop()
 
 
 __all__ = ["EVENT_REASON", "ConfigMapWatch", "watch_source"]

@@ -1,0 +1,288 @@
+"""A request as the router's server hands it to the handler: head parsed, body arriving.
+
+Headers stay raw (``bytes`` pairs, in order) for forwarding; :attr:`Request.headers` decodes
+them into a case-insensitive mapping only when something reads them (classification,
+sticky key). The :class:`Body` fills as the client sends it; reading it sends
+``100 Continue`` first when the client asked for it, and a body that piles up unread pauses
+reading from the client until it is consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Protocol, TypeVar, overload
+from urllib.parse import unquote
+
+import httptools
+
+from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, connection_tokens
+
+_T = TypeVar("_T")
+
+#: Buffered request body above which reading from the client pauses (and below which it resumes).
+HIGH_WATER = 256 * 1024
+LOW_WATER = 64 * 1024
+
+
+class BodyTooLargeError(Exception):
+    """The body is over the limit given to :meth:`Body.read_all`."""
+
+
+class BodySource(Protocol):
+    """The connection a body comes from."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def send_continue(self) -> None: ...
+
+
+class Body:
+    """A request body as it arrives."""
+
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_discard",
+        "_error",
+        "_paused",
+        "_source",
+        "_waiter",
+        "declared",
+        "done",
+        "expect_continue",
+        "received",
+    )
+
+    def __init__(self, source: BodySource) -> None:
+        self._source = source
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._discard = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        #: Content-Length the client declared, if any.
+        self.declared: int | None = None
+        self.expect_continue = False
+        self.done = False
+        self.received = 0
+
+    # --- fed by the connection ---------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        if self._discard:
+            return
+        self._chunks.append(data)
+        self._buffered += len(data)
+        self.received += len(data)
+        if self._buffered > HIGH_WATER and not self._paused:
+            self._paused = True
+            self._source.pause_reading()
+        self._wake()
+
+    def finish(self) -> None:
+        self.done = True
+        self._wake()
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.done:
+            self._error = exc
+            self._wake()
+
+    def discard(self) -> None:
+        """Drop what is buffered and whatever still comes (the answer is already sent)."""
+        self._discard = True
+        self._chunks.clear()
+        self._buffered = 0
+        if self._paused:
+            self._paused = False
+            self._source.resume_reading()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self.expect_continue:
+            self.expect_continue = False
+            self._source.send_continue()
+        w = self._waiter = asyncio.get_running_loop().create_future()
+        await w
+
+    # --- read by the handler -----------------------------------------------------------
+
+    @property
+    def empty(self) -> bool:
+        """The request has no body at all (complete, nothing received)."""
+        return self.done and self.received == 0
+
+    async def read(self) -> bytes:
+        """The next piece of the body; ``b""`` once it is complete."""
+        while not self._chunks:
+            if self.done:
+                return b""
+            await self._wait()
+        data = self._chunks.popleft()
+        self._buffered -= len(data)
+        if self._paused and self._buffered < LOW_WATER:
+            self._paused = False
+            self._source.resume_reading()
+        return data
+
+    async def read_all(self, limit: int) -> bytes:
+        """The whole body.
+
+        Raises:
+            BodyTooLargeError: it is (or is declared) longer than ``limit`` bytes; nothing more is
+                read then (the connection drops the rest).
+        """
+        if self.declared is not None and self.declared > limit:
+            raise BodyTooLargeError
+        while not self.done:
+            if self.received > limit:
+                raise BodyTooLargeError
+            await self._wait()
+        if self.received > limit:
+            raise BodyTooLargeError
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        if self._paused:
+            self._paused = False
+            self._source.resume_reading()
+        return data
+
+
+def target_path(target: bytes) -> str | None:
+    """The decoded path of a request target (origin-form, absolute-form or ``*``), or None."""
+    if target[:1] == b"/":
+        raw = target.split(b"?", 1)[0]
+    elif target == b"*":
+        return "*"
+    else:
+        try:
+            url = httptools.parse_url(target)
+        except httptools.HttpParserInvalidURLError:
+            return None
+        if not url.schema:
+            return None
+        raw = url.path or b"/"
+    path = raw.decode("latin-1")
+    return unquote(path, "utf-8", "replace") if "%" in path else path
+
+
+class HeaderView(Mapping[str, str]):
+    """Case-insensitive read access to request headers (the first value of each name)."""
+
+    __slots__ = ("_by_name",)
+
+    def __init__(self, by_name: dict[bytes, bytes]) -> None:
+        self._by_name = by_name
+
+    @overload
+    def get(self, key: str, /) -> str | None: ...
+    @overload
+    def get(self, key: str, /, default: str | _T) -> str | _T: ...
+    def get(self, key: str, /, default: object = None) -> object:
+        v = self._by_name.get(key.lower().encode("latin-1"))
+        return default if v is None else v.decode("latin-1")
+
+    def __getitem__(self, key: str) -> str:
+        v = self._by_name.get(key.lower().encode("latin-1"))
+        if v is None:
+            raise KeyError(key)
+        return v.decode("latin-1")
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.decode("latin-1") for k in self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+class Request:
+    """One parsed request head and its body."""
+
+    __slots__ = (
+        "_by_name",
+        "body",
+        "chunked",
+        "fields",
+        "hops",
+        "keep_alive",
+        "method",
+        "path",
+        "remote",
+        "target",
+        "version",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        target: bytes,
+        path: str,
+        version: str,
+        raw_headers: RawHeaders,
+        keep_alive: bool,
+        remote: str | None,
+        body: Body,
+    ) -> None:
+        self.method = method
+        #: The request target as sent upstream: path and query, undecoded.
+        self.target = target
+        #: The decoded path, for routing.
+        self.path = path
+        self.version = version
+        self.keep_alive = keep_alive
+        self.remote = remote
+        self.body = body
+        self.chunked = False
+        #: Header names the client's ``Connection`` header makes hop-by-hop (beyond the standard ones).
+        self.hops: frozenset[bytes] = frozenset()
+        fields: Fields = []
+        by_name: dict[bytes, bytes] = {}
+        for name, value in raw_headers:
+            n = name.lower()
+            fields.append((n, name, value))
+            if n not in by_name:
+                by_name[n] = value
+            if n == b"content-length":
+                body.declared = int(value)
+            elif n == b"transfer-encoding":
+                self.chunked = b"chunked" in value.lower()
+            elif n == b"connection":
+                self.hops |= connection_tokens(value) - HOP_BY_HOP_B
+            elif n == b"expect" and version == "1.1":
+                body.expect_continue = value.strip().lower() == b"100-continue"
+        self.fields = fields
+        self._by_name = by_name
+
+    @property
+    def has_body(self) -> bool:
+        """The client sends a body (length-delimited or chunked)."""
+        return self.chunked or self.body.declared is not None
+
+    @property
+    def headers(self) -> HeaderView:
+        """The headers, decoded on access, case-insensitive."""
+        return HeaderView(self._by_name)
+
+
+__all__ = [
+    "HIGH_WATER",
+    "LOW_WATER",
+    "Body",
+    "BodySource",
+    "BodyTooLargeError",
+    "HeaderView",
+    "Request",
+    "target_path",
+]

@@ -1,0 +1,481 @@
+"""The router's upstream HTTP/1.1 client: a keep-alive connection pool, parsed by httptools.
+
+:meth:`UpstreamPool.request` writes a request on an idle connection (or a new one) and
+returns the :class:`Response` once its head arrived. The body then goes straight from the
+connection's ``data_received`` to a sink (the client's connection) chunk by chunk, with no
+task in between; bytes that arrive before the sink is attached are held until it is.
+
+A connection goes back to the pool when its response is complete, both sides agreed to keep
+it alive and the request was sent whole. A request that fails on a *reused* connection
+before any response byte came back (the backend closed an idle connection as it was being
+reused) is sent once more on a new connection when its body can be replayed.
+
+Responses to ``HEAD`` end at their head (httptools cannot be told to skip the body a
+``Content-Length`` announces), so those connections are not reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias, cast
+
+import httptools
+
+from tinct.router.request import Body
+from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, Fields, chunk, connection_tokens
+
+_log = logging.getLogger(__name__)
+
+#: (host, port, TLS) of a backend: the pool's key.
+Origin: TypeAlias = tuple[str, int, bool]
+Sink = Callable[[bytes], None]
+
+
+class UpstreamError(Exception):
+    """The backend failed: connection lost, malformed answer."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """The backend could not be connected."""
+
+
+class _StaleError(UpstreamError):
+    """Closed before any response byte: the request may be sent again."""
+
+
+class Response:
+    """One upstream answer: head fields once :meth:`UpstreamPool.request` returns it, then the body."""
+
+    __slots__ = (
+        "_conn",
+        "_done",
+        "_error",
+        "_held",
+        "_informational",
+        "_sink",
+        "chunked",
+        "closing",
+        "complete",
+        "content_length",
+        "head",
+        "head_only",
+        "headers",
+        "hops",
+        "keep_alive",
+        "pump",
+        "reason",
+        "started",
+        "status",
+    )
+
+    def __init__(self, conn: UpstreamConnection, head_only: bool) -> None:
+        self._conn: UpstreamConnection | None = conn
+        self.head: asyncio.Future[None] = conn.loop.create_future()
+        self.head_only = head_only
+        self.status = 0
+        self.reason = b""
+        self.headers: Fields = []
+        self.content_length: int | None = None
+        self.chunked = False
+        #: Header names the backend's ``Connection`` header makes hop-by-hop (beyond the standard ones).
+        self.hops: frozenset[bytes] = frozenset()
+        #: The backend said ``Connection: close``.
+        self.closing = False
+        self.keep_alive = False
+        self.complete = False
+        #: Any byte of this answer came back.
+        self.started = False
+        self.pump: asyncio.Task[None] | None = None
+        self._informational = False
+        self._held: list[bytes] = []
+        self._sink: Sink | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._error: UpstreamError | None = None
+
+    # --- fed by the connection ---------------------------------------------------------
+
+    def _got_head(self, status: int, keep_alive: bool) -> None:
+        self.status = status
+        self.keep_alive = keep_alive and not self.closing
+        if self.chunked:
+            self.content_length = None
+        if not self.head.done():
+            self.head.set_result(None)
+
+    def _body(self, data: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink(data)
+        else:
+            self._held.append(data)
+
+    def _complete(self) -> None:
+        self.complete = True
+        self._conn = None
+        d = self._done
+        if d is not None and not d.done():
+            d.set_result(None)
+
+    def _fail(self, exc: UpstreamError) -> None:
+        self._conn = None
+        if not self.head.done():
+            self.head.set_exception(exc)
+            return
+        self._error = exc
+        d = self._done
+        if d is not None and not d.done():
+            d.set_exception(exc)
+
+    @property
+    def until_eof(self) -> bool:
+        """The body runs until the backend closes (no length, not chunked)."""
+        return (
+            self.content_length is None
+            and not self.chunked
+            and not self.head_only
+            and self.status >= 200
+            and self.status not in (204, 304)
+        )
+
+    # --- used by the proxy -------------------------------------------------------------
+
+    def stream(self, sink: Sink) -> Awaitable[None] | None:
+        """Send the body to ``sink`` as it arrives; None when it is already all sent.
+
+        The awaitable ends when the body is complete, or raises :class:`UpstreamError` when
+        the backend failed mid-answer.
+        """
+        held, self._held = self._held, []
+        for data in held:
+            sink(data)
+        if self._error is not None:
+            raise self._error
+        if self.complete:
+            return None
+        self._sink = sink
+        self._done = asyncio.get_running_loop().create_future()
+        return self._done
+
+    def pause_reading(self) -> None:
+        if self._conn is not None:
+            self._conn.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._conn is not None:
+            self._conn.resume_reading()
+
+    def close(self) -> None:
+        """Done with this answer: an unfinished one takes its connection down with it."""
+        self._sink = None
+        if self.pump is not None and not self.pump.done():
+            self.pump.cancel()
+        conn = self._conn
+        if conn is not None:
+            self._conn = None
+            conn.close()
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to a backend, one request at a time."""
+
+    def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self.resp: Response | None = None
+        self.request_sent = False
+        self.closed = False
+        self.reused = False
+        self.last_used = 0.0
+        self._paused = False
+        self._write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+
+    # --- transport events ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._wake_drain()
+        r = self.resp
+        self.resp = None
+        if r is None:
+            return
+        if r.head.done() and r.until_eof and exc is None and r._error is None:
+            r._complete()
+        elif not r.started:
+            r._fail(_StaleError(f"the backend closed the connection before answering ({exc!r})"))
+        else:
+            r._fail(UpstreamError(f"the backend closed the connection mid-answer ({exc!r})"))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+
+    def _wake_drain(self) -> None:
+        d, self._drain = self._drain, None
+        if d is not None and not d.done():
+            d.set_result(None)
+
+    async def drain(self) -> None:
+        if self._write_paused and not self.closed:
+            self._drain = self.loop.create_future()
+            await self._drain
+
+    def data_received(self, data: bytes) -> None:
+        r = self.resp
+        if r is None:
+            self.close()  # nothing was asked: the connection is out of step
+            return
+        r.started = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            r = self.resp
+            if r is not None:
+                self.resp = None
+                r._fail(UpstreamError(f"malformed answer from the backend: {e}"))
+            self.close()
+        except httptools.HttpParserUpgrade:
+            self.close()
+
+    def pause_reading(self) -> None:
+        if not self._paused and self.transport is not None and not self.closed:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+    # --- parser callbacks ----------------------------------------------------------------
+
+    def on_status(self, status: bytes) -> None:
+        if self.resp is not None:
+            self.resp.reason = status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        r = self.resp
+        if r is None:
+            return
+        n = name.lower()
+        r.headers.append((n, name, value))
+        if n == b"content-length":
+            r.content_length = int(value)
+        elif n == b"transfer-encoding":
+            r.chunked = b"chunked" in value.lower()
+        elif n == b"connection":
+            tokens = connection_tokens(value)
+            r.closing = r.closing or b"close" in tokens
+            r.hops |= tokens - HOP_BY_HOP_B
+
+    def on_headers_complete(self) -> None:
+        r = self.resp
+        if r is None:
+            return
+        status = self._parser.get_status_code()
+        if status == 101:
+            raise UpstreamError("the backend switched protocols unasked")
+        if status < 200:
+            r._informational = True  # 100 Continue and the like: skip, the answer follows
+            r.headers = []
+            r.reason = b""
+            r.content_length = None
+            r.chunked = r.closing = False
+            r.hops = frozenset()
+            return
+        r._got_head(status, self._parser.should_keep_alive() and not r.head_only)
+        if r.head_only:
+            self.resp = None
+            r._complete()
+            self.close()
+
+    def on_body(self, body: bytes) -> None:
+        if self.resp is not None:
+            self.resp._body(body)
+
+    def on_message_complete(self) -> None:
+        r = self.resp
+        if r is None:
+            return
+        if r._informational:
+            r._informational = False
+            return
+        self.resp = None
+        keep = r.keep_alive and self.request_sent and not self.closed
+        r._complete()
+        if keep:
+            self.resume_reading()
+            self.pool.release(self)
+        else:
+            self.close()
+
+
+class UpstreamPool:
+    """Keep-alive connections per backend origin."""
+
+    def __init__(
+        self, *, connect_timeout: float, keep_per_origin: int = 0, idle_timeout: float = 60.0
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.connect_timeout = connect_timeout
+        self.keep_per_origin = keep_per_origin
+        self.idle_timeout = idle_timeout
+        self._idle: dict[Origin, list[UpstreamConnection]] = {}
+        self._tls: ssl.SSLContext | None = None
+        self._sweeper = self.loop.create_task(self._sweep(), name="tinct-upstream-idle-sweep")
+
+    async def request(
+        self,
+        origin: Origin,
+        head: bytes,
+        body: bytes | Body | None,
+        *,
+        chunked: bool = False,
+        head_only: bool = False,
+    ) -> Response:
+        """Send ``head`` (request line and headers, ending in the blank line) and ``body``.
+
+        ``body`` is sent as is when it is bytes; a :class:`Body` is streamed by a task, framed
+        as chunks when ``chunked``. Returns when the response head is in.
+
+        Raises:
+            UpstreamConnectError: no connection could be made.
+            UpstreamError: the backend failed before its response head.
+        """
+        for attempt in range(2):
+            conn = await self._acquire(origin)
+            resp = Response(conn, head_only)
+            conn.resp = resp
+            assert conn.transport is not None
+            if isinstance(body, Body):
+                conn.request_sent = False
+                conn.transport.write(head)
+                resp.pump = self.loop.create_task(self._pump(conn, body, chunked))
+            else:
+                conn.request_sent = True
+                conn.transport.write(head + body if body else head)
+            try:
+                await resp.head
+            except _StaleError:
+                resp.close()
+                if attempt == 0 and conn.reused and not isinstance(body, Body):
+                    _log.debug("reused connection to %s:%d was closed; sending again", origin[0], origin[1])
+                    continue
+                raise
+            except BaseException:
+                resp.close()
+                raise
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _pump(self, conn: UpstreamConnection, body: Body, chunked: bool) -> None:
+        try:
+            while True:
+                data = await body.read()
+                if not data:
+                    break
+                if conn.closed:
+                    return
+                assert conn.transport is not None
+                conn.transport.write(chunk(data) if chunked else data)
+                await conn.drain()
+            if chunked and not conn.closed:
+                assert conn.transport is not None
+                conn.transport.write(LAST_CHUNK)
+            conn.request_sent = True
+        except (ConnectionError, ValueError) as e:
+            _log.debug("request body from the client failed: %r", e)
+            r = conn.resp
+            conn.resp = None
+            if r is not None:
+                r._fail(UpstreamError(f"the request body could not be read from the client: {e}"))
+            conn.close()
+
+    async def _acquire(self, origin: Origin) -> UpstreamConnection:
+        idle = self._idle.get(origin)
+        if idle:
+            horizon = self.loop.time() - self.idle_timeout
+            while idle:
+                conn = idle.pop()
+                if not conn.closed and conn.last_used > horizon:
+                    conn.reused = True
+                    return conn
+                conn.close()
+        host, port, tls = origin
+        if tls and self._tls is None:
+            self._tls = ssl.create_default_context()
+        timeout = asyncio.timeout(self.connect_timeout)
+        try:
+            async with timeout:
+                _, conn = await self.loop.create_connection(
+                    lambda: UpstreamConnection(self, origin),
+                    host,
+                    port,
+                    ssl=self._tls if tls else None,
+                    server_hostname=host if tls else None,
+                )
+        except TimeoutError:
+            if timeout.expired():
+                raise UpstreamConnectError(f"connecting to {host}:{port} timed out") from None
+            raise
+        except OSError as e:
+            raise UpstreamConnectError(f"cannot connect to {host}:{port}: {e}") from e
+        return conn
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Back to the idle list, or closed when the pool keeps enough for that origin."""
+        idle = self._idle.setdefault(conn.origin, [])
+        if self.keep_per_origin and len(idle) >= self.keep_per_origin:
+            conn.close()
+            return
+        conn.last_used = self.loop.time()
+        idle.append(conn)
+
+    async def _sweep(self) -> None:
+        every = max(1.0, min(10.0, self.idle_timeout / 2))
+        while True:
+            await asyncio.sleep(every)
+            horizon = self.loop.time() - self.idle_timeout
+            for origin, idle in self._idle.items():
+                keep = [c for c in idle if not c.closed and c.last_used > horizon]
+                for c in idle:
+                    if c not in keep:
+                        c.close()
+                self._idle[origin] = keep
+
+    async def close(self) -> None:
+        """Close every idle connection (answers in progress close their own)."""
+        self._sweeper.cancel()
+        for idle in self._idle.values():
+            for c in idle:
+                c.close()
+        self._idle.clear()
+        await asyncio.sleep(0)
+
+
+__all__ = [
+    "Origin",
+    "Response",
+    "UpstreamConnectError",
+    "UpstreamConnection",
+    "UpstreamError",
+    "UpstreamPool",
+]
