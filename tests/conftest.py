@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from controlplane.harness import Cluster, cluster_from_env
+from router_fakes import FakeScheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"
@@ -65,3 +66,24 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     finally:
         # Without a controller-manager the namespace stays Terminating; its name is unique.
         cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+async def v1() -> AsyncIterator[FakeScheduler]:
+    """The stable scheduler stand-in, a real HTTP server on 127.0.0.1."""
+    s = await FakeScheduler("v1").start()
+    yield s
+    await s.stop()
+
+
+@pytest.fixture
+async def v2() -> AsyncIterator[FakeScheduler]:
+    """The candidate scheduler stand-in."""
+    s = await FakeScheduler("v2").start()
+    yield s
+    await s.stop()
+
+
+@pytest.fixture
+def backends(v1: FakeScheduler, v2: FakeScheduler) -> tuple[FakeScheduler, FakeScheduler]:
+    return v1, v2

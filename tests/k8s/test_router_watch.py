@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import pytest
 
 from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
@@ -16,15 +15,6 @@ from tinct.router.app import RouterConfig
 from tinct.router.watch import EVENT_REASON
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[tuple[FakeScheduler, FakeScheduler]]:
-    v1 = await FakeScheduler("v1").start()
-    v2 = await FakeScheduler("v2").start()
-    yield v1, v2
-    await v1.stop()
-    await v2.stop()
 
 
 async def eventually(check: Callable[[], Any], what: str) -> None:

@@ -4,30 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import aiohttp
-import pytest
 
 from router_fakes import FakeScheduler, running_router, table
 from tinct.router.app import RouterConfig
 
 WAIT = 30.0  # bound on a socket read; never a measured figure
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-
-
-@pytest.fixture
-async def v1() -> AsyncIterator[FakeScheduler]:
-    s = await FakeScheduler("v1").start()
-    yield s
-    await s.stop()
-
-
-@pytest.fixture
-async def v2() -> AsyncIterator[FakeScheduler]:
-    s = await FakeScheduler("v2").start()
-    yield s
-    await s.stop()
 
 
 def _port(base: str) -> int:

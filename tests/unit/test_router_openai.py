@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import openai
 import pytest
 
 from router_fakes import FakeScheduler, running_router, table
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[tuple[FakeScheduler, FakeScheduler]]:
-    v1 = await FakeScheduler("v1").start()
-    v2 = await FakeScheduler("v2").start()
-    yield v1, v2
-    await v1.stop()
-    await v2.stop()
 
 
 async def test_openai_chat_and_stream_through_the_router(

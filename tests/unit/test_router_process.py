@@ -6,24 +6,13 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from router_fakes import FakeScheduler, free_port, table_doc
 
 WAIT = 60.0  # bound on waiting for the process; never a measured figure
-
-
-@pytest.fixture
-async def backends() -> AsyncIterator[tuple[FakeScheduler, FakeScheduler]]:
-    v1 = await FakeScheduler("v1").start()
-    v2 = await FakeScheduler("v2").start()
-    yield v1, v2
-    await v1.stop()
-    await v2.stop()
 
 
 async def _ready_text(

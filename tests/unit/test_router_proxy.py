@@ -18,20 +18,6 @@ LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token
 
 
 @pytest.fixture
-async def v1() -> AsyncIterator[FakeScheduler]:
-    s = await FakeScheduler("v1").start()
-    yield s
-    await s.stop()
-
-
-@pytest.fixture
-async def v2() -> AsyncIterator[FakeScheduler]:
-    s = await FakeScheduler("v2").start()
-    yield s
-    await s.stop()
-
-
-@pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
         yield s

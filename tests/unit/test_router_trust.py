@@ -46,24 +46,19 @@ def test_bad_range_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(("trusted", "expected_side"), [((), "v1"), (("127.0.0.1/32",), "v2")])
 async def test_admin_header_routes_only_when_the_peer_is_trusted(
-    trusted: tuple[str, ...], expected_side: str
+    v1: FakeScheduler, v2: FakeScheduler, trusted: tuple[str, ...], expected_side: str
 ) -> None:
-    v1, v2 = await FakeScheduler("v1").start(), await FakeScheduler("v2").start()
-    try:
-        # admin traffic all to the candidate; everyone else stays on stable.
-        tbl = table(v1.url, v2.url, cells=[{"match": {"role": "admin"}, "weight": 100}])
-        async with (
-            running_router(tbl, RouterConfig(trust_role_from=trusted)) as (base, _),
-            aiohttp.ClientSession() as s,
-        ):
-            for i in range(20):
-                async with s.post(
-                    f"{base}/v1/chat/completions",
-                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-                    headers={"X-User-Role": "admin", "X-Session-Id": f"s{i}"},
-                ) as r:
-                    assert r.status == 200
-                    assert r.headers["X-Scheduler-Active"] == expected_side
-    finally:
-        await v1.stop()
-        await v2.stop()
+    # admin traffic all to the candidate; everyone else stays on stable.
+    tbl = table(v1.url, v2.url, cells=[{"match": {"role": "admin"}, "weight": 100}])
+    async with (
+        running_router(tbl, RouterConfig(trust_role_from=trusted)) as (base, _),
+        aiohttp.ClientSession() as s,
+    ):
+        for i in range(20):
+            async with s.post(
+                f"{base}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"X-User-Role": "admin", "X-Session-Id": f"s{i}"},
+            ) as r:
+                assert r.status == 200
+                assert r.headers["X-Scheduler-Active"] == expected_side
