@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -78,6 +80,19 @@ def _kubeconfig(server: str, ca: Path, user: dict[str, str], name: str) -> dict[
     }
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the process that started it dies (Linux).
+
+    atexit does not run when a test process is killed hard; this keeps etcd and the API
+    server from outliving it.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class _Process:
     def __init__(self, argv: Sequence[str], log: Path) -> None:
         self.log = log
@@ -88,6 +103,7 @@ class _Process:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
 
     def alive(self) -> bool:
@@ -225,12 +241,15 @@ class ControlPlane(_Clients):
         if self._stopped:
             return
         self._stopped = True
-        for p in (self._apiserver, self._etcd):
-            if p is not None:
-                p.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        atexit.unregister(self.stop)
+        try:
+            for p in (self._apiserver, self._etcd):
+                if p is not None:
+                    with contextlib.suppress(OSError, subprocess.SubprocessError):
+                        p.stop()
+        finally:
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            atexit.unregister(self.stop)
 
     def __enter__(self) -> ControlPlane:
         return self.start()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +109,38 @@ def test_existing_cluster_is_used_when_named(cluster: Cluster, monkeypatch: pyte
         assert not isinstance(ext, ControlPlane)
         assert ext.server == cluster.server
         assert "kube-system" in ext.kubectl("get", "namespaces").stdout
+
+
+def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
+    """SIGKILL skips atexit and finally; etcd and the API server must not outlive it."""
+    if os.environ.get("TINCT_TEST_KUBECONFIG"):
+        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
+    pids_file = tmp_path / "pids"
+    script = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+        "from controlplane.harness import ControlPlane\n"
+        "cp = ControlPlane().start()\n"
+        f"open({str(pids_file)!r}, 'w').write(' '.join([*map(str, cp.pids), str(cp.workdir)]))\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while not pids_file.exists() or not pids_file.read_text():
+            assert owner.poll() is None, "the control plane did not start"
+            assert time.monotonic() < deadline, "the control plane did not start in time"
+            time.sleep(0.2)
+        *pid_words, workdir = pids_file.read_text().split()
+        pids = [int(p) for p in pid_words]
+        assert len(pids) == 2
+        assert all(_running(p) for p in pids)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # Nothing ran the owner's cleanup, so its scratch directory is left; remove it here.
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert not any(_running(p) for p in pids), "etcd or kube-apiserver outlived its owner"
