@@ -23,22 +23,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from controlplane import build
+from controlplane.environ import patched_environ
 from controlplane.harness import ControlPlane
 
 
 def _timed_build(env: dict[str, str]) -> tuple[float, Path]:
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with patched_environ(**env):
         t0 = time.monotonic()
         path = build.ensure_built(verbose=False)
         return time.monotonic() - t0, path
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def main() -> int:

@@ -8,7 +8,6 @@ they are never skipped silently.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.environ import patched_environ
 from controlplane.harness import Cluster, cluster_from_env
 from router_fakes import FakeScheduler
 
@@ -35,16 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A running control plane; ``KUBECONFIG`` points at its admin kubeconfig meanwhile."""
-    with cluster_from_env() as c:
-        previous = os.environ.get("KUBECONFIG")
-        os.environ["KUBECONFIG"] = str(c.kubeconfig)
-        try:
-            yield c
-        finally:
-            if previous is None:
-                os.environ.pop("KUBECONFIG", None)
-            else:
-                os.environ["KUBECONFIG"] = previous
+    with cluster_from_env() as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
+        yield c
 
 
 @pytest.fixture(scope="session")

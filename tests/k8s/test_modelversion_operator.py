@@ -22,6 +22,7 @@ import pytest
 import yaml
 from kopf.testing import KopfRunner
 
+from controlplane.environ import patched_environ
 from controlplane.harness import Cluster
 from lineage_artifacts import S3, make_artifact_set, make_onnx, s3, s3_server, sha256_file
 from tinct.lineage.hashing import manifest_digest
@@ -85,20 +86,12 @@ def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 
 @contextmanager
 def _operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
-    saved = {k: os.environ.get(k) for k in ("TINCT_LINEAGE_ROOT", "TINCT_PROGRESS_INTERVAL", *env)}
-    os.environ.update(TINCT_LINEAGE_ROOT=str(root), TINCT_PROGRESS_INTERVAL="0.3", **env)
-    try:
+    with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_PROGRESS_INTERVAL="0.3", **env):
         args = ["run", "-m", "tinct.operator.modelversion", "--standalone", "--namespace", ns]
         with KopfRunner(args, timeout=60) as runner:
             yield runner
         assert runner.exception is None, runner.output
         assert runner.exit_code == 0, runner.output
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _rows(root: Path, sql: str) -> list[dict[str, Any]]:
