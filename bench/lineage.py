@@ -6,7 +6,7 @@ line. Everything lives in a temporary directory that is removed at the end.
     python bench/lineage.py [--skip-cluster] [--hash-gib 1] [--rss-gib 4] [--versions 1000]
 
 - hash_mb_s / openssl_mb_s / hash_ratio: one file of random bytes (page cache warm),
-  ours (``tinct.lineage.hashing.hash_uri``) vs ``openssl dgst -sha256``, best of 3 each.
+  ours (``tinct.artifacts.hashing.hash_uri``) vs ``openssl dgst -sha256``, best of 3 each.
 - parallel_speedup: time for 1 file / time for 2 equal files hashed at once, times 2.
 - hash_peak_rss_mb: peak RSS growth of a child process hashing a sparse 4 GiB file.
 - record_p50_ms: one event through the BatchWriter (MERGE of model_versions and
@@ -70,7 +70,7 @@ def _best(fn: Any, runs: int = 3) -> float:
 
 
 def bench_hashing(tmp: Path, gib: float, rss_gib: float) -> dict[str, Any]:
-    from tinct.lineage.hashing import hash_uri
+    from tinct.artifacts.hashing import hash_uri
 
     size = int(gib * 1024) * MIB
     a = _random_file(tmp / "a.bin", size)
@@ -105,7 +105,7 @@ def bench_hashing(tmp: Path, gib: float, rss_gib: float) -> dict[str, Any]:
     child = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from tinct.lineage.hashing import hash_uri\n"
+        "from tinct.artifacts.hashing import hash_uri\n"
         "def kb(field):\n"
         "    line = next(l for l in Path('/proc/self/status').read_text().splitlines() if l.startswith(field))\n"
         "    return int(line.split()[1])\n"

@@ -25,7 +25,7 @@ from kopf.testing import KopfRunner
 from controlplane.environ import patched_environ
 from controlplane.harness import Cluster
 from lineage_artifacts import S3, make_artifact_set, make_onnx, s3, s3_server, sha256_file
-from tinct.lineage.hashing import manifest_digest
+from tinct.artifacts.hashing import manifest_digest
 from tinct.lineage.sql import query
 
 __all__ = ["s3", "s3_server"]

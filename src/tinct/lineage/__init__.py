@@ -1,4 +1,4 @@
-"""Delta Lake lineage store and artifact hashing/validation.
+"""Delta Lake lineage store: the tables, idempotent writes, read-only SQL.
 
 The Python API behind ``tinct lineage``::
 
@@ -8,7 +8,8 @@ The Python API behind ``tinct lineage``::
     lineage.history("llama3-8b", root="s3://lineage/prod")
     lineage.query("SELECT count(*) FROM artifacts", root=..., as_of_version=57)
 
-Heavy modules (deltalake, onnx) load on first use of a name that needs them.
+Hashing and validating artifacts live in :mod:`tinct.artifacts`. Heavy modules (deltalake)
+load on first use of a name that needs them.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from tinct.lineage.storage import StorageConfig, resolve
+from tinct.artifacts.storage import StorageConfig, resolve
 
 __all__ = ["KeyIndex", "key_hash"]
 

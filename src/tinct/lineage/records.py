@@ -15,8 +15,8 @@ from typing import Any
 
 from tinct import __version__
 from tinct.api.v1alpha1.modelversion import ModelVersion
+from tinct.artifacts.verify import Verification
 from tinct.lineage.schemas import model_version_event_id, release_event_id
-from tinct.lineage.verify import Verification
 from tinct.lineage.writer import BatchWriter
 
 __all__ = ["Rows", "model_version_rows", "record_release_event", "release_event_rows"]

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
+from tinct.artifacts.storage import StorageConfig, delta_storage_options
 from tinct.lineage.schemas import SCHEMAS
-from tinct.lineage.storage import StorageConfig, delta_storage_options
 
 __all__ = ["NotAQueryError", "check_query", "history", "query"]
 

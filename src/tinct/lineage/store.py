@@ -33,9 +33,9 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from tinct import __version__
+from tinct.artifacts.storage import StorageConfig, delta_storage_options
 from tinct.lineage.keyindex import KeyIndex, key_hash
 from tinct.lineage.schemas import KEYS, SCHEMAS
-from tinct.lineage.storage import StorageConfig, delta_storage_options
 
 __all__ = ["MERGE_ATTEMPTS", "VACUUM_RETENTION_HOURS", "LineageStore", "commit_metadata"]
 

@@ -27,10 +27,10 @@ from tinct.api.v1alpha1.modelversion import (
     ModelVersion,
     ModelVersionStatus,
 )
-from tinct.lineage.hashing import Progress
+from tinct.artifacts.hashing import Progress
+from tinct.artifacts.storage import StorageError
+from tinct.artifacts.verify import Verification, verify
 from tinct.lineage.records import model_version_rows
-from tinct.lineage.storage import StorageError
-from tinct.lineage.verify import Verification, verify
 from tinct.operator import context
 from tinct.operator.kube import StatusPatcher
 from tinct.operator.settings import OperatorConfig, configure

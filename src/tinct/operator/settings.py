@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import kopf
 
-from tinct.lineage.formats import DEFAULT_ONNX_PARSE_LIMIT
-from tinct.lineage.storage import StorageConfig
+from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
+from tinct.artifacts.storage import StorageConfig
 
 __all__ = ["ANNOTATION_PREFIX", "FINALIZER", "OperatorConfig", "configure"]
 

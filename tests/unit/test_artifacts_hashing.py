@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tinct.lineage.hashing import Progress, format_digests, hash_many, hash_uri, manifest_digest
-from tinct.lineage.storage import ArtifactNotFoundError
+from tinct.artifacts.hashing import Progress, format_digests, hash_many, hash_uri, manifest_digest
+from tinct.artifacts.storage import ArtifactNotFoundError
 
 
 @pytest.mark.parametrize("size", [0, 1, 4096, 3 * 1024 * 1024 + 7])

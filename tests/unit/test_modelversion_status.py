@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tinct.api.v1alpha1.modelversion import ModelVersion
-from tinct.lineage.hashing import FileDigest
+from tinct.artifacts.hashing import FileDigest
+from tinct.artifacts.verify import Failure, Verification
 from tinct.lineage.records import model_version_rows
-from tinct.lineage.verify import Failure, Verification
 from tinct.operator.modelversion import build_status, event_for
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -24,7 +24,7 @@ import re
 import struct
 from typing import Any, Protocol
 
-from tinct.lineage.storage import StorageConfig, classify, resolve
+from tinct.artifacts.storage import StorageConfig, classify, resolve
 
 __all__ = ["DEFAULT_ONNX_PARSE_LIMIT", "FormatError", "validate"]
 
@@ -251,7 +251,7 @@ def validate(
 ) -> None:
     """Raise :class:`FormatError` unless the object at ``uri`` is a valid ``fmt`` file.
 
-    Storage failures propagate as :class:`~tinct.lineage.storage.StorageError`.
+    Storage failures propagate as :class:`~tinct.artifacts.storage.StorageError`.
     """
     try:
         fs, path = resolve(uri, config)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tinct.api.v1alpha1.modelversion import Quantization
-from tinct.lineage.compat import check
+from tinct.artifacts.compat import check
 
 
 @pytest.mark.parametrize(

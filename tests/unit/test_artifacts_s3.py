@@ -9,11 +9,11 @@ import pytest
 
 from lineage_artifacts import S3, make_artifact_set, s3, s3_server, sha256_file
 from tinct.api.v1alpha1.modelversion import ModelVersion
+from tinct.artifacts.storage import ArtifactNotFoundError, StorageConfig, StorageUnavailableError, stat_size
+from tinct.artifacts.verify import verify
 from tinct.lineage.records import model_version_rows
 from tinct.lineage.sql import query
-from tinct.lineage.storage import ArtifactNotFoundError, StorageConfig, StorageUnavailableError, stat_size
 from tinct.lineage.store import LineageStore
-from tinct.lineage.verify import verify
 
 __all__ = ["s3", "s3_server"]
 

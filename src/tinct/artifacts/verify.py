@@ -12,10 +12,10 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
 from tinct.api.v1alpha1.modelversion import ModelVersionSpec
-from tinct.lineage import compat
-from tinct.lineage.formats import DEFAULT_ONNX_PARSE_LIMIT, FormatError, validate
-from tinct.lineage.hashing import FileDigest, Progress, format_digests, hash_uri
-from tinct.lineage.storage import ArtifactNotFoundError, StorageConfig, stat_size
+from tinct.artifacts import compat
+from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT, FormatError, validate
+from tinct.artifacts.hashing import FileDigest, Progress, format_digests, hash_uri
+from tinct.artifacts.storage import ArtifactNotFoundError, StorageConfig, stat_size
 
 __all__ = ["Failure", "Verification", "verify"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
-from tinct.lineage.formats import FormatError, validate
+from tinct.artifacts.formats import FormatError, validate
 
 
 def _rewrite_header(path: Path, mutate: object) -> Path:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tinct.lineage.storage import StorageConfig, classify, resolve, stat_size
+from tinct.artifacts.storage import StorageConfig, classify, resolve, stat_size
 
 __all__ = [
     "BLOCK_SIZE",

@@ -1,0 +1,11 @@
+"""Artifacts of a ModelVersion: reading, hashing, format validation, compatibility rules.
+
+- :mod:`~tinct.artifacts.storage`: URIs (``file://``, ``s3://``, ``gs://``, ``az://``) onto
+  pyarrow filesystems, and the split between a missing object and a store that is down;
+- :mod:`~tinct.artifacts.hashing`: streaming SHA-256 and the per-format manifest digest;
+- :mod:`~tinct.artifacts.formats`: is an ONNX, safetensors or PTX file what it claims;
+- :mod:`~tinct.artifacts.compat`: the quantization x runtime rules;
+- :mod:`~tinct.artifacts.verify`: all of the above for one ModelVersion spec.
+
+Nothing here knows about the lineage tables; :mod:`tinct.lineage` imports from here.
+"""
