@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tinct.artifacts.hashing import Progress, format_digests, hash_many, hash_uri, manifest_digest
+from tinct.artifacts.hashing import Progress, format_digests, hash_uri, manifest_digest
 from tinct.artifacts.storage import ArtifactNotFoundError
 
 
@@ -22,17 +22,19 @@ def test_hash_matches_hashlib(tmp_path: Path, size: int) -> None:
     assert got.size == size
 
 
-def test_hash_many_in_order_with_progress(tmp_path: Path) -> None:
+def test_progress_counts_every_byte_of_parallel_hashes(tmp_path: Path) -> None:
     blobs = []
     for i in range(5):
         p = tmp_path / f"b{i}"
         p.write_bytes(os.urandom(100_000 + i))
         blobs.append(p)
-    progress = Progress()
+    total = sum(p.stat().st_size for p in blobs)
+    progress = Progress(total)
     with ThreadPoolExecutor(3) as pool:
-        out = hash_many([p.as_uri() for p in blobs], pool, progress=progress)
+        futures = [pool.submit(hash_uri, p.as_uri(), on_bytes=progress.add, block_size=4096) for p in blobs]
+        out = [f.result() for f in futures]
     assert [d.sha256 for d in out] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in blobs]
-    assert progress.snapshot() == (sum(p.stat().st_size for p in blobs),) * 2
+    assert progress.snapshot() == (total, total)
 
 
 def test_missing_file_is_not_found(tmp_path: Path) -> None:

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tinct.artifacts.storage import StorageConfig, classify, resolve, stat_size
+from tinct.artifacts.storage import StorageConfig, classify, resolve
 
 __all__ = [
     "BLOCK_SIZE",
     "FileDigest",
     "Progress",
     "format_digests",
-    "hash_many",
     "hash_uri",
     "manifest_digest",
 ]
@@ -100,39 +98,6 @@ def hash_uri(
     except Exception as exc:
         raise classify(uri, exc) from exc
     return FileDigest(uri=uri, sha256=h.hexdigest(), size=size)
-
-
-def hash_many(
-    uris: Sequence[str],
-    executor: Executor | None = None,
-    config: StorageConfig | None = None,
-    progress: Progress | None = None,
-) -> list[FileDigest]:
-    """Hash ``uris`` in parallel on ``executor``; results in the order of ``uris``.
-
-    When ``progress`` is given, its total is set from the objects' sizes first, then it
-    counts bytes as they are hashed. The first failure is raised after all finish.
-    """
-    if progress is not None:
-        progress.total = sum(stat_size(u, config) for u in uris)
-    on_bytes = progress.add if progress is not None else None
-    own = executor is None
-    pool = executor or ThreadPoolExecutor(max_workers=min(4, max(1, len(uris))))
-    try:
-        futures = [pool.submit(hash_uri, u, config, on_bytes=on_bytes) for u in uris]
-        errors: list[BaseException] = []
-        out: list[FileDigest] = []
-        for fut in futures:
-            try:
-                out.append(fut.result())
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return out
-    finally:
-        if own:
-            pool.shutdown(wait=True)
 
 
 def manifest_digest(hex_digests: Iterable[str]) -> str:
