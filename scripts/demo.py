@@ -36,9 +36,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from controlplane.harness import ControlPlane  # noqa: E402
+from controlplane.harness import ControlPlane, free_port  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
-from router_fakes import FakeScheduler, free_port  # noqa: E402
+from router_fakes import FakeScheduler  # noqa: E402
 from tinct.api.routing import routing_configmap, routing_table_from  # noqa: E402
 from tinct.api.v1alpha1 import GrayRelease  # noqa: E402
 

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,13 +130,6 @@ class FakeScheduler:
     def reset(self, mode: str = "ok") -> None:
         self.mode = mode
         self.seen.clear()
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def table_doc(

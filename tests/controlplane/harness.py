@@ -56,6 +56,7 @@ class ControlPlaneError(RuntimeError):
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on (bound, then closed); every test helper uses this one."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -312,7 +312,8 @@ def test_unreachable_store_retries_then_becomes_ready(
 ) -> None:
     import boto3
 
-    from lineage_artifacts import free_port, make_ptx, moto_process
+    from controlplane.harness import free_port
+    from lineage_artifacts import make_ptx, moto_process
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

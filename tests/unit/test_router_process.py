@@ -10,7 +10,8 @@ from pathlib import Path
 
 import aiohttp
 
-from router_fakes import FakeScheduler, free_port, table_doc
+from controlplane.harness import free_port
+from router_fakes import FakeScheduler, table_doc
 
 WAIT = 60.0  # bound on waiting for the process; never a measured figure
 

@@ -10,7 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router_fakes import FakeScheduler, free_port, running_router, table
+from controlplane.harness import free_port
+from router_fakes import FakeScheduler, running_router, table
 from tinct.router.app import RouterConfig
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}

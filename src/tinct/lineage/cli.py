@@ -1,6 +1,6 @@
 """``tinct lineage``: SQL over the lineage tables and a model's history.
 
-Only argparse is imported at module level so ``tinct --help`` stays fast.
+Only the standard library is imported at module level so ``tinct --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -8,19 +8,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from datetime import datetime
 from typing import Any, TextIO
 
-__all__ = ["register"]
+from tinct.lineage.root import DEFAULT_ROOT, ENV, lineage_root
 
-_DEFAULT_ROOT = "/var/lib/tinct/lineage"
+__all__ = ["register"]
 
 
 def _root(args: argparse.Namespace) -> str:
-    root: str = args.root or os.environ.get("TINCT_LINEAGE_ROOT") or _DEFAULT_ROOT
-    return root[len("file://") :] if root.startswith("file://") else root
+    return lineage_root(args.root)
 
 
 def _cell(value: Any) -> str:
@@ -95,7 +93,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--root",
-        help=f"root URI of the lineage tables (env TINCT_LINEAGE_ROOT, default {_DEFAULT_ROOT})",
+        help=f"root URI of the lineage tables (env {ENV}, default {DEFAULT_ROOT})",
     )
     p.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
 

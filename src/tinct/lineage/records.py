@@ -2,7 +2,7 @@
 
 :func:`model_version_rows` turns a ModelVersion and its verification into the rows of
 ``model_versions`` and ``artifacts``; :func:`release_event_rows` builds a
-``release_events`` row for the GrayRelease operator, and :func:`record_release_event`
+``release_events`` row of a GrayRelease step, and :func:`record_release_event`
 writes it through a :class:`~tinct.lineage.writer.BatchWriter`.
 """
 

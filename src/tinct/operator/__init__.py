@@ -1,1 +1,4 @@
-"""kopf handlers: ModelVersion, GrayRelease, autoscaling, analysis, routing."""
+"""The kopf operator: handler modules (``cli.HANDLER_MODULES``), their shared context, settings.
+
+Today one handler module: :mod:`tinct.operator.modelversion`.
+"""

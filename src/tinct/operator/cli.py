@@ -1,13 +1,14 @@
 """``tinct operator``: run the kopf operator with tinct's handlers.
 
-Flags become the ``TINCT_*`` environment variables :mod:`tinct.operator.settings`
-reads, so ``kopf run -m tinct.operator.modelversion`` and this command behave the same.
+The flags lay themselves over :meth:`OperatorConfig.from_env` (each has a ``TINCT_*``
+variable) and the resulting config reaches the handlers through kopf's memo
+(:mod:`tinct.operator.context`); the process environment is left as it was.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 
 __all__ = ["HANDLER_MODULES", "register"]
 
@@ -16,28 +17,33 @@ HANDLER_MODULES = ["tinct.operator.modelversion"]
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
+    import dataclasses
     import importlib
 
     import kopf
 
-    env = {
-        "TINCT_LINEAGE_ROOT": args.lineage_root,
-        "TINCT_HASH_WORKERS": str(args.hash_workers) if args.hash_workers else None,
-        "TINCT_S3_ENDPOINT": args.s3_endpoint,
-        "TINCT_PEERING": args.peering,
-    }
-    for key, value in env.items():
-        if value:
-            os.environ[key] = value
+    from tinct.operator import context
+    from tinct.operator.settings import OperatorConfig
+
+    try:
+        config = OperatorConfig.from_env().with_flags(vars(args))
+    except ValueError as exc:
+        print(f"tinct operator: {exc}", file=sys.stderr)
+        return 2
+    if args.s3_endpoint:
+        config = dataclasses.replace(
+            config, storage=dataclasses.replace(config.storage, s3_endpoint=args.s3_endpoint)
+        )
     for module in HANDLER_MODULES:
         importlib.import_module(module)
     namespaces = args.namespace or []
     kopf.run(
-        standalone=args.peering is None,
-        peering_name=args.peering,
+        standalone=config.peering is None,
+        peering_name=config.peering,
         namespaces=namespaces,
         clusterwide=not namespaces,
         liveness_endpoint=args.liveness,
+        memo=context.memo_for(config),
     )
     return 0
 
@@ -54,9 +60,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         help="namespace to watch (repeatable; globs allowed); default: the whole cluster",
     )
+    # Each dest is the name of an OperatorConfig field; parsing and checks live there.
     p.add_argument("--lineage-root", help="root URI of the lineage tables (TINCT_LINEAGE_ROOT)")
-    p.add_argument("--hash-workers", type=int, help="threads hashing artifacts (TINCT_HASH_WORKERS)")
+    p.add_argument("--hash-workers", help="threads hashing artifacts (TINCT_HASH_WORKERS)")
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint, e.g. http://minio:9000 (TINCT_S3_ENDPOINT)")
     p.add_argument("--peering", help="kopf peering name: enables leader election (TINCT_PEERING)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    p.set_defaults(func=_cmd_operator, peering=os.environ.get("TINCT_PEERING"))
+    p.set_defaults(func=_cmd_operator)

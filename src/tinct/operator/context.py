@@ -1,19 +1,43 @@
-"""Process-wide operator state shared by handlers: config, thread pools, lineage writer.
+"""The operator's process state, kept in kopf's ``memo``: config, thread pools, lineage writer.
 
-Created once in a kopf startup handler (:func:`start`), closed on cleanup (:func:`stop`).
-Other handler modules (GrayRelease) reach the same lineage writer via :func:`current`.
+kopf hands every handler a ``memo``, a per-object copy of the operator's root memo. The
+startup activity registered here puts one :class:`Context` into the root memo before any
+object is handled, so every handler of every module reaches the same state with
+:func:`of`::
+
+    @kopf.on.create(GROUP, VERSION, PLURAL)
+    async def handle(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        ctx = context.of(memo)
+        ctx.config.lineage_root                 # the OperatorConfig the process runs with
+        await ctx.writer.record(rows)           # the one lineage writer
+
+``tinct operator`` hands its :class:`OperatorConfig` over in the root memo
+(:func:`memo_for`); under ``kopf run -m tinct.operator.modelversion`` the startup reads it
+from the environment. The cleanup activity closes the context. The login activity uses
+the cluster access of :mod:`tinct.kubeconfig`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+import kopf
+
+from tinct.kubeconfig import kopf_login
 from tinct.lineage.store import LineageStore
 from tinct.lineage.writer import BatchWriter
-from tinct.operator.settings import OperatorConfig
+from tinct.operator.kube import StatusPatcher
+from tinct.operator.settings import OperatorConfig, configure
 
-__all__ = ["Context", "current", "start", "stop"]
+__all__ = ["Context", "memo_for", "of"]
+
+_Logger = logging.Logger | logging.LoggerAdapter[Any]
+_CONFIG = "tinct_config"
+_CONTEXT = "tinct_context"
 
 
 @dataclass
@@ -23,43 +47,65 @@ class Context:
     verifying: ThreadPoolExecutor
     io: ThreadPoolExecutor
     writer: BatchWriter
+    status: StatusPatcher = field(default_factory=StatusPatcher)
 
     @property
     def store(self) -> LineageStore:
         return self.writer.store
 
-
-_current: Context | None = None
-
-
-def start(config: OperatorConfig | None = None) -> Context:
-    """Create (or return) the process's context."""
-    global _current
-    if _current is None:
-        config = config or OperatorConfig.from_env()
-        store = LineageStore(config.lineage_root, config.storage)
-        _current = Context(
+    @classmethod
+    def open(cls, config: OperatorConfig) -> Context:
+        return cls(
             config=config,
             hashing=ThreadPoolExecutor(config.hash_workers, thread_name_prefix="tinct-hash"),
             # One thread per version being verified; each waits on its files in `hashing`.
             verifying=ThreadPoolExecutor(8, thread_name_prefix="tinct-verify"),
             io=ThreadPoolExecutor(4, thread_name_prefix="tinct-io"),
-            writer=BatchWriter(store),
+            writer=BatchWriter(LineageStore(config.lineage_root, config.storage)),
         )
-    return _current
+
+    def close(self) -> None:
+        """Commit what the writer holds and stop the pools (blocking)."""
+        self.writer.close()
+        for pool in (self.hashing, self.verifying, self.io):
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
-def current() -> Context:
-    if _current is None:
-        raise RuntimeError("operator context is not started")
-    return _current
+def memo_for(config: OperatorConfig) -> kopf.Memo:
+    """A root memo that hands ``config`` to the startup activity."""
+    memo = kopf.Memo()
+    memo[_CONFIG] = config
+    return memo
 
 
-def stop() -> None:
-    global _current
-    ctx, _current = _current, None
-    if ctx is not None:
-        ctx.writer.close()
-        ctx.hashing.shutdown(wait=False, cancel_futures=True)
-        ctx.verifying.shutdown(wait=False, cancel_futures=True)
-        ctx.io.shutdown(wait=False, cancel_futures=True)
+def of(memo: Any) -> Context:
+    """The process's context, from the ``memo`` any handler receives."""
+    ctx = memo.get(_CONTEXT)
+    if not isinstance(ctx, Context):
+        raise RuntimeError("the operator context is not started (the startup activity has not run)")
+    return ctx
+
+
+@kopf.on.login()
+def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    info: kopf.ConnectionInfo | None = kopf_login(**kwargs)
+    return info
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, memo: Any, logger: _Logger, **_: Any) -> None:
+    config = memo.get(_CONFIG)
+    if not isinstance(config, OperatorConfig):
+        config = OperatorConfig.from_env()
+    configure(settings, config)
+    ctx = Context.open(config)
+    memo[_CONTEXT] = ctx
+    await asyncio.get_running_loop().run_in_executor(ctx.io, ctx.writer.start)
+    logger.info("lineage tables under %s", config.lineage_root)
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: Any, **_: Any) -> None:
+    ctx = memo.pop(_CONTEXT, None)
+    if isinstance(ctx, Context):
+        await asyncio.get_running_loop().run_in_executor(None, ctx.close)

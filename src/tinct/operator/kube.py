@@ -1,15 +1,17 @@
 """Status patches outside kopf's once-per-handler patch (progress during long hashing).
 
-Uses the synchronous ``kubernetes`` client; every call here blocks and is meant for an
-executor thread.
+Uses the synchronous ``kubernetes`` client with the cluster access of
+:mod:`tinct.kubeconfig`; every call here blocks and is meant for an executor thread.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from tinct.api.v1alpha1.common import GROUP, VERSION
+from tinct.kubeconfig import api_client
 
 __all__ = ["StatusPatcher"]
 
@@ -17,31 +19,29 @@ log = logging.getLogger(__name__)
 
 
 class StatusPatcher:
-    """Merge-patches ``status`` of a namespaced custom resource."""
+    """Merge-patches ``status`` of tinct's namespaced custom resources."""
 
-    def __init__(self, plural: str) -> None:
-        self.plural = plural
+    def __init__(self) -> None:
         self._api: Any = None
+        self._lock = threading.Lock()
 
     def _client(self) -> Any:
-        if self._api is None:
-            import os
+        with self._lock:
+            if self._api is None:
+                from kubernetes import client
 
-            from kubernetes import client, config
+                self._api = client.CustomObjectsApi(api_client())
+            return self._api
 
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                # KUBECONFIG is read now: the library's default froze it at import time.
-                config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
-            self._api = client.CustomObjectsApi()
-        return self._api
-
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Best effort: a failed progress update is logged, never fatal."""
+    def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The object after the patch; None when the patch failed (logged, never raised)."""
         try:
-            self._client().patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, self.plural, name, {"status": status}
+            obj: dict[str, Any] = self._client().patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, {"status": status}
             )
         except Exception as exc:
-            log.debug("status patch of %s/%s failed: %s", namespace, name, exc)
+            log.debug("status patch of %s %s/%s failed: %s", plural, namespace, name, exc)
+            return None
+        return obj

@@ -27,20 +27,17 @@ from tinct.api.v1alpha1.modelversion import (
     ModelVersion,
     ModelVersionStatus,
 )
+from tinct.api.v1alpha1.modelversion import Progress as ProgressStatus
 from tinct.artifacts.hashing import Progress
 from tinct.artifacts.storage import StorageError
 from tinct.artifacts.verify import Verification, verify
-from tinct.lineage.records import model_version_rows
+from tinct.lineage.records import Rows, model_version_rows
 from tinct.operator import context
-from tinct.operator.kube import StatusPatcher
-from tinct.operator.settings import OperatorConfig, configure
 
 __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
 
 PLURAL = "modelversions"
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
-_patcher = StatusPatcher(PLURAL)
-_CONDITIONS = ("Compatible", "Verified", "Recorded")
 
 
 def backoff(retry: int) -> float:
@@ -115,12 +112,6 @@ def build_status(
     )
 
 
-def _parse(body: kopf.Body) -> ModelVersion:
-    return ModelVersion.model_validate(
-        {"metadata": dict(body["metadata"]), "spec": dict(body["spec"]), "status": body.get("status")}
-    )
-
-
 def _unchanged(mv: ModelVersion) -> bool:
     st = mv.status
     return (
@@ -128,6 +119,17 @@ def _unchanged(mv: ModelVersion) -> bool:
         and st.observed_generation == mv.metadata.generation
         and st.phase in ("Ready", "Failed")
     )
+
+
+def _patch(status: ModelVersionStatus, *fields: str) -> dict[str, Any]:
+    """The merge patch that sets ``fields`` of ``status`` and leaves the others alone."""
+    patch: dict[str, Any] = status.model_dump(by_alias=True, mode="json", include=set(fields))
+    return patch
+
+
+async def _patch_status(ctx: context.Context, mv: ModelVersion, patch: dict[str, Any]) -> None:
+    ns, name = mv.metadata.namespace or "", mv.metadata.name
+    await asyncio.get_running_loop().run_in_executor(ctx.io, ctx.status.patch_status, PLURAL, ns, name, patch)
 
 
 async def _verify_with_progress(mv: ModelVersion, ctx: context.Context) -> Verification:
@@ -144,45 +146,59 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context) -> Verif
             onnx_parse_limit=cfg.onnx_parse_limit,
         ),
     )
-    ns, name = mv.metadata.namespace or "", mv.metadata.name
     while True:
         done, _ = await asyncio.wait({fut}, timeout=cfg.progress_interval)
         if done:
             return fut.result()
         bytes_done, bytes_total = progress.snapshot()
         pct = 100 * bytes_done // bytes_total if bytes_total else 0
-        status = {
-            "phase": "Hashing",
-            "message": f"hashing: {pct}% of {bytes_total} bytes",
-            "progress": {"bytesDone": bytes_done, "bytesTotal": bytes_total},
-        }
-        await loop.run_in_executor(ctx.io, _patcher.patch_status, ns, name, status)
+        hashing = ModelVersionStatus(
+            phase="Hashing",
+            message=f"hashing: {pct}% of {bytes_total} bytes",
+            progress=ProgressStatus(bytes_done=bytes_done, bytes_total=bytes_total),
+        )
+        await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress"))
 
 
 async def _report_transient(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
     """Say in status why the version is not Ready yet; the phase is left as it is."""
     old = mv.status or ModelVersionStatus()
-    conds = set_condition(
-        old.conditions,
-        Condition(
-            type="Verified",
-            status="Unknown",
-            reason=reason,
-            message=message[:1024],
-            observed_generation=mv.metadata.generation,
-        ),
-        datetime.now(UTC),
+    waiting = old.model_copy(
+        update={
+            "message": message[:1024],
+            "conditions": set_condition(
+                old.conditions,
+                Condition(
+                    type="Verified",
+                    status="Unknown",
+                    reason=reason,
+                    message=message[:1024],
+                    observed_generation=mv.metadata.generation,
+                ),
+                datetime.now(UTC),
+            ),
+        }
     )
-    status = {
-        "phase": old.phase,
-        "message": message[:1024],
-        "conditions": [c.wire() for c in conds],
-    }
-    ns, name = mv.metadata.namespace or "", mv.metadata.name
-    await asyncio.get_running_loop().run_in_executor(ctx.io, _patcher.patch_status, ns, name, status)
+    await _patch_status(ctx, mv, _patch(waiting, "phase", "message", "conditions"))
 
 
-async def reconcile(mv: ModelVersion, *, retry: int = 0, logger: Any = None) -> ModelVersionStatus | None:
+async def _record(ctx: context.Context, rows: Rows, retry: int) -> int:
+    """Write ``rows`` to the lineage tables; the Delta version that holds them.
+
+    Raises:
+        kopf.TemporaryError: the tables could not be written; kopf retries with backoff.
+    """
+    try:
+        return await ctx.writer.record(rows)
+    except Exception as exc:
+        raise kopf.TemporaryError(
+            f"lineage tables unavailable, will retry: {exc}", delay=backoff(retry)
+        ) from exc
+
+
+async def reconcile(
+    mv: ModelVersion, ctx: context.Context, *, retry: int = 0, logger: Any = None
+) -> ModelVersionStatus | None:
     """Verify and record ``mv``; the new status, or None when there is nothing to do.
 
     Raises:
@@ -192,7 +208,6 @@ async def reconcile(mv: ModelVersion, *, retry: int = 0, logger: Any = None) -> 
     if _unchanged(mv):
         log.debug("generation %s already handled", mv.metadata.generation)
         return None
-    ctx = context.current()
     try:
         verification = await _verify_with_progress(mv, ctx)
     except StorageError as exc:
@@ -201,72 +216,31 @@ async def reconcile(mv: ModelVersion, *, retry: int = 0, logger: Any = None) -> 
         raise kopf.TemporaryError(f"storage unavailable, will retry: {exc}", delay=delay) from exc
     event = event_for(mv, verification)
     rows = model_version_rows(mv, event, verification, operator_version=ctx.store.operator_version)
-    try:
-        version = await ctx.writer.record(rows)
-    except Exception as exc:
-        raise kopf.TemporaryError(
-            f"lineage tables unavailable, will retry: {exc}", delay=backoff(retry)
-        ) from exc
+    version = await _record(ctx, rows, retry)
     return build_status(mv, verification, ctx.store.uri("model_versions"), version, datetime.now(UTC))
 
 
-async def retire(mv: ModelVersion, *, retry: int = 0) -> int:
+async def retire(mv: ModelVersion, ctx: context.Context, *, retry: int = 0) -> int:
     """Record the ``retired`` row; the Delta version holding it."""
-    ctx = context.current()
     digests = mv.status.digests.wire() if mv.status and mv.status.digests else {}
     rows = model_version_rows(
         mv, "retired", Verification(digests=digests), operator_version=ctx.store.operator_version
     )
-    try:
-        return await ctx.writer.record(rows)
-    except Exception as exc:
-        raise kopf.TemporaryError(
-            f"lineage tables unavailable, will retry: {exc}", delay=backoff(retry)
-        ) from exc
-
-
-@kopf.on.login()
-def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster service account, else the kubeconfig ``KUBECONFIG`` names *now*.
-
-    kopf's default piggybacks on the kubernetes client, whose kubeconfig location is
-    frozen when it is imported; reading the environment at login time is what a
-    process that sets ``KUBECONFIG`` late (tests, wrappers) expects.
-    """
-    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(
-        **kwargs
-    ) or kopf.login_with_kubeconfig(**kwargs)
-    return info
-
-
-@kopf.on.startup()
-async def _startup(settings: kopf.OperatorSettings, logger: _Logger, **_: Any) -> None:
-    config = OperatorConfig.from_env()
-    configure(settings, config)
-    ctx = context.start(config)
-    await asyncio.get_running_loop().run_in_executor(ctx.io, ctx.writer.start)
-    logger.info("lineage tables under %s", config.lineage_root)
-
-
-@kopf.on.cleanup()
-async def _cleanup(**_: Any) -> None:
-    await asyncio.get_running_loop().run_in_executor(None, context.stop)
+    return await _record(ctx, rows, retry)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 async def verify_modelversion(
-    body: kopf.Body, patch: kopf.Patch, retry: int, logger: _Logger, **_: Any
+    body: kopf.Body, patch: kopf.Patch, retry: int, memo: kopf.Memo, logger: _Logger, **_: Any
 ) -> None:
-    mv = _parse(body)
-    status = await reconcile(mv, retry=retry, logger=logger)
+    mv = ModelVersion.from_body(body)
+    status = await reconcile(mv, context.of(memo), retry=retry, logger=logger)
     if status is None:
         return
-    wire = status.wire()
-    wire.setdefault("progress", None)  # merge-patch: drop a stale progress block
-    for key, value in wire.items():
-        patch.status[key] = value
+    # Merge patch: the fields the new status sets, and a stale progress block dropped.
+    patch.status.update(_patch(status, "progress") | status.wire())
     if status.phase == "Ready":
         kopf.info(body, reason="Verified", message=status.message or "")
     else:
@@ -275,6 +249,8 @@ async def verify_modelversion(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def retire_modelversion(body: kopf.Body, retry: int, logger: _Logger, **_: Any) -> None:
-    version = await retire(_parse(body), retry=retry)
+async def retire_modelversion(
+    body: kopf.Body, retry: int, memo: kopf.Memo, logger: _Logger, **_: Any
+) -> None:
+    version = await retire(ModelVersion.from_body(body), context.of(memo), retry=retry)
     logger.info("retired at lineage version %s", version)

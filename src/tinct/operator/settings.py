@@ -1,7 +1,12 @@
 """Operator configuration (environment / flags) and the kopf settings tinct runs with.
 
-Every setting has an environment variable so ``kopf run -m tinct.operator.modelversion``
-and ``tinct operator`` (which turns its flags into these variables) behave the same:
+:class:`OperatorConfig` is one frozen dataclass. Each field that a user sets declares its
+environment variable with :func:`_env`; :meth:`OperatorConfig.from_env` reads them all, so
+``kopf run -m tinct.operator.modelversion`` works from the environment alone, and
+``tinct operator`` starts from the same values and lays its flags over them
+(:meth:`OperatorConfig.with_flags`) without touching ``os.environ``. To add a setting: one
+field here with its variable, one flag in :mod:`tinct.operator.cli` whose ``dest`` is the
+field's name.
 
 =============================  =================================================  ===========================
 variable                       meaning                                            default
@@ -20,13 +25,17 @@ kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
 
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
+from tinct.lineage.root import DEFAULT_ROOT, lineage_root
 
 __all__ = ["ANNOTATION_PREFIX", "FINALIZER", "OperatorConfig", "configure"]
 
@@ -34,38 +43,53 @@ ANNOTATION_PREFIX = "tinct.io"
 FINALIZER = "tinct.io/finalizer"
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw else default
+def _env(variable: str, parse: Callable[[str], Any], default: Any) -> Any:
+    """A config field read from ``variable`` (an empty value counts as unset) by ``parse``."""
+    return field(default=default, metadata={"env": variable, "parse": parse})
 
 
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+def _at_least_one(raw: str) -> int:
+    return max(1, int(raw))
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    lineage_root: str = "/var/lib/tinct/lineage"
-    hash_workers: int = 4
-    onnx_parse_limit: int = DEFAULT_ONNX_PARSE_LIMIT
-    progress_interval: float = 2.0
-    peering: str | None = None
-    storage: StorageConfig = field(default_factory=StorageConfig)
+    lineage_root: str = _env("TINCT_LINEAGE_ROOT", lineage_root, DEFAULT_ROOT)
+    hash_workers: int = _env("TINCT_HASH_WORKERS", _at_least_one, 4)
+    onnx_parse_limit: int = _env("TINCT_ONNX_PARSE_LIMIT", int, DEFAULT_ONNX_PARSE_LIMIT)
+    progress_interval: float = _env("TINCT_PROGRESS_INTERVAL", float, 2.0)
+    peering: str | None = _env("TINCT_PEERING", str, None)
+    storage: StorageConfig = field(default_factory=StorageConfig)  # reads its own variables
 
     @classmethod
-    def from_env(cls) -> OperatorConfig:
-        root = os.environ.get("TINCT_LINEAGE_ROOT") or cls.lineage_root
-        if root.startswith("file://"):
-            root = root[len("file://") :]
-        return cls(
-            lineage_root=root,
-            hash_workers=max(1, _int("TINCT_HASH_WORKERS", cls.hash_workers)),
-            onnx_parse_limit=_int("TINCT_ONNX_PARSE_LIMIT", cls.onnx_parse_limit),
-            progress_interval=_float("TINCT_PROGRESS_INTERVAL", cls.progress_interval),
-            peering=os.environ.get("TINCT_PEERING") or None,
-            storage=StorageConfig(),
-        )
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
+        """Defaults overridden by every variable that is set (``os.environ`` by default)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            variable = f.metadata.get("env")
+            raw = env.get(variable) if variable else None
+            if raw:
+                try:
+                    values[f.name] = f.metadata["parse"](raw)
+                except ValueError as exc:
+                    raise ValueError(f"{variable}={raw!r}: {exc}") from exc
+        return cls(**values)
+
+    def with_flags(self, flags: Mapping[str, Any]) -> OperatorConfig:
+        """This config with each field named in ``flags`` replaced, unless its value is None."""
+        names = {f.name: f for f in dataclasses.fields(self)}
+        values: dict[str, Any] = {}
+        for name, value in flags.items():
+            if name in names and value is not None:
+                parse = names[name].metadata.get("parse")
+                if parse is not None and isinstance(value, str):
+                    try:
+                        value = parse(value)
+                    except ValueError as exc:
+                        raise ValueError(f"{name.replace('_', '-')} {value!r}: {exc}") from exc
+                values[name] = value
+        return dataclasses.replace(self, **values)
 
 
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import threading
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, parse_table
+from tinct.kubeconfig import api_client
 from tinct.router.table import TableHolder
 
 if TYPE_CHECKING:
@@ -42,18 +42,6 @@ _log = logging.getLogger(__name__)
 
 EVENT_REASON = "InvalidRoutingTable"
 _WATCH_SECONDS = 60
-
-
-def _api_client(kubeconfig: Path | None) -> Any:
-    import kubernetes
-
-    client: Any = kubernetes.client
-    config: Any = kubernetes.config
-
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None)
 
 
 class ConfigMapWatch:
@@ -188,7 +176,7 @@ class ConfigMapWatch:
         from kubernetes import client
 
         if self._api is None:
-            self._api = client.CoreV1Api(_api_client(self.kubeconfig))
+            self._api = client.CoreV1Api(api_client(self.kubeconfig))
         return self._api
 
     def _list_fn(self) -> tuple[Any, dict[str, Any]]:

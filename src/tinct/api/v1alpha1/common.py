@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
@@ -59,6 +60,27 @@ class ObjectMeta(Model):
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+
+
+SpecT = TypeVar("SpecT", bound=Model)
+StatusT = TypeVar("StatusT", bound=Model)
+
+
+class Resource(Model, Generic[SpecT, StatusT]):
+    """The envelope every tinct resource shares; a kind narrows ``kind`` and names its models."""
+
+    api_version: str = API_VERSION
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SpecT
+    status: StatusT | None = None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Self:
+        """The resource from an object as the API (or kopf's ``body``) hands it over."""
+        return cls.model_validate(
+            {"metadata": dict(body["metadata"]), "spec": dict(body["spec"]), "status": body.get("status")}
+        )
 
 
 def set_condition(

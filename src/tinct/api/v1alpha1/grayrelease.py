@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import API_VERSION, DNS_NAME, Condition, Model, ObjectMeta, cel, defaulted
+from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, cel, defaulted
 
 GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
 
@@ -270,9 +270,5 @@ class GrayReleaseStatus(Model):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-class GrayRelease(Model):
-    api_version: str = API_VERSION
+class GrayRelease(Resource[GrayReleaseSpec, GrayReleaseStatus]):
     kind: Literal["GrayRelease"] = "GrayRelease"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: GrayReleaseSpec
-    status: GrayReleaseStatus | None = None

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import API_VERSION, DNS_NAME, Condition, Model, ObjectMeta
+from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource
 
 #: semver 2.0.0, https://semver.org (no leading "v").
 SEMVER = (
@@ -111,9 +111,5 @@ class ModelVersionStatus(Model):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-class ModelVersion(Model):
-    api_version: str = API_VERSION
+class ModelVersion(Resource[ModelVersionSpec, ModelVersionStatus]):
     kind: Literal["ModelVersion"] = "ModelVersion"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ModelVersionSpec
-    status: ModelVersionStatus | None = None
