@@ -1,8 +1,8 @@
 """Read-only SQL over the lineage tables, with DataFusion as the judge of "read-only".
 
-All three tables are registered under their names, each as a ``deltalake.DeltaTable``
-(DataFusion reads it through the table's own provider, so S3 and time travel work as for
-any Delta reader). Every query is planned with DataFusion's SQL options refusing DDL
+All three tables are registered under their names from a ``deltalake.DeltaTable`` loaded
+at the wanted version: a local table through delta-rs's own DataFusion table provider, a
+remote one (``s3://``, ...) through its Arrow dataset. Every query is planned with DataFusion's SQL options refusing DDL
 (``CREATE [EXTERNAL] TABLE``, ``DROP``, views), DML (``INSERT``, ``UPDATE``, ``DELETE``,
 ``COPY``) and statements (``SET``, ``PREPARE``, transactions); only one statement is
 accepted. The engine decides at planning time, on its own parse of the SQL, so what it
@@ -30,6 +30,8 @@ from tinct.lineage.storage import StorageConfig, delta_storage_options
 __all__ = ["NotAQueryError", "history", "query"]
 
 #: How DataFusion words a planning refusal by :func:`_read_only` options, and a second statement.
+#: Only the wording of the error depends on it: should it change, the query is still refused,
+#: as a plain error.
 _REFUSED = re.compile(
     r"(?P<kind>DDL|DML|Statement) not supported: (?P<what>[A-Za-z ]+)"
     r"|(?P<many>only supports a single SQL statement)"
