@@ -5,20 +5,32 @@ line. Everything lives in a temporary directory that is removed at the end.
 
     python bench/lineage.py [--skip-cluster] [--hash-gib 1] [--rss-gib 4] [--versions 1000]
 
-- hash_mb_s / openssl_mb_s / hash_ratio: one file of random bytes (page cache warm),
-  ours (``tinct.artifacts.hashing.hash_uri``) vs ``openssl dgst -sha256``, best of 3 each.
+- hash_mb_s / openssl_mb_s / hash_ratio: one file of exactly ``--hash-gib`` GiB of random
+  bytes (page cache warm), ours (``tinct.artifacts.hashing.hash_uri``) vs ``openssl dgst
+  -sha256``, best of 3 each. Sizes under 64 MiB are refused: they time process start-up.
 - parallel_speedup: time for 1 file / time for 2 equal files hashed at once, times 2.
-- hash_peak_rss_mb: peak RSS growth of a child process hashing a sparse 4 GiB file.
+- hash_peak_rss_mb: peak RSS growth of a child process hashing a sparse ``--rss-gib`` file.
 - record_p50_ms: one event through the BatchWriter (MERGE of model_versions and
   artifacts) on local disk, 200 events in sequence, maintenance as the operator runs it.
-- query_1m_rows_ms: ``tinct.lineage.history(model)`` over 1,000,000 compacted rows,
-  median of 5 (includes opening the tables).
+- query_1m_rows_ms: ``tinct.lineage.history(model)`` over 1,000,000 compacted
+  model_versions rows filled as the operator fills them (four distinct digests, source
+  URI, pipeline id, quantization, runtime), median of 5 (includes opening the tables);
+  query_1m_rows_table_bytes: that table's data files on disk.
+- artifacts_query_ms / artifacts_table_bytes: the files of one model (SELECT over the
+  artifacts table joined to model_versions) with 5 files per version (ONNX, PTX, two
+  safetensors shards, the source checkpoint: 5,000,000 rows), median of 5; its bytes.
 - files_after_10k_events: 10,000 one-event submissions from 16 threads (as concurrent
   reconciles do), the writer's own maintenance running as in the operator, then one
   more maintenance; active data files of model_versions.
-- apply_1000_to_ready_s / operator_rss_mb: the control plane from tests/controlplane,
-  ``tinct operator`` as a subprocess, 1,000 ModelVersions applied in one kubectl call,
-  time until all are Ready; peak RSS (VmHWM) of the operator; duplicates are checked.
+- apply_1000_same_two_files_to_ready_s: the control plane from tests/controlplane,
+  ``tinct operator`` as a subprocess, ``--versions`` ModelVersions that all name the same
+  two tiny files, applied in one kubectl call, time until all are Ready: the operator's
+  per-object overhead (reconcile, status, lineage rows), not hashing.
+- apply_1000_distinct_artifacts_to_ready_s: the same with five distinct small files per
+  version (ONNX, PTX, two safetensors shards, a 64 KiB checkpoint; 5,000 files in all),
+  each hashed and validated.
+- operator_rss_mb: peak RSS (VmHWM) of the operator over both runs. Duplicate lineage
+  rows are checked after each run (the figure is null if any, or if not all were Ready).
 """
 
 from __future__ import annotations
@@ -41,6 +53,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+#: Below this, a timed hash is dominated by process and file start-up, not by hashing.
+MIN_HASH_BYTES = 64 * MIB
 
 
 def _say(name: str, value: Any) -> None:
@@ -48,9 +63,15 @@ def _say(name: str, value: Any) -> None:
 
 
 def _random_file(path: Path, size: int) -> Path:
+    """A file of exactly ``size`` random bytes."""
     with path.open("wb") as f:
-        for _ in range(size // (16 * MIB)):
-            f.write(os.urandom(16 * MIB))
+        left = size
+        while left:
+            chunk = min(left, 16 * MIB)
+            f.write(os.urandom(chunk))
+            left -= chunk
+    if path.stat().st_size != size:
+        raise RuntimeError(f"{path}: wrote {path.stat().st_size} bytes, wanted {size}")
     return path
 
 
@@ -72,7 +93,7 @@ def _best(fn: Any, runs: int = 3) -> float:
 def bench_hashing(tmp: Path, gib: float, rss_gib: float) -> dict[str, Any]:
     from tinct.artifacts.hashing import hash_uri
 
-    size = int(gib * 1024) * MIB
+    size = round(gib * GIB)
     a = _random_file(tmp / "a.bin", size)
     subprocess.run(["cat", str(a)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     openssl_s = _best(
@@ -99,7 +120,7 @@ def bench_hashing(tmp: Path, gib: float, rss_gib: float) -> dict[str, Any]:
     for p in (a, b, c):
         p.unlink()
 
-    big = _sparse_file(tmp / "big.bin", int(rss_gib * 1024) * MIB)
+    big = _sparse_file(tmp / "big.bin", round(rss_gib * GIB))
     # The child resets its peak RSS (clear_refs 5) after imports, hashes, and reports
     # the peak (VmHWM) minus the resident size it started hashing with.
     child = (
@@ -155,12 +176,106 @@ def _event(i: int, model: str, now: datetime) -> dict[str, list[dict[str, Any]]]
     }
 
 
-def bench_delta(tmp: Path) -> dict[str, Any]:
+def _digests(n: int) -> Any:
+    """``n`` distinct random sha256 hex digests, as an Arrow string array."""
     import pyarrow as pa
+
+    raw = pa.py_buffer(os.urandom(32 * n).hex().encode())
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(64), n, [None, raw]).cast(pa.string())
+
+
+#: The files of one version as the operator records them: format, file name.
+_FILES = (
+    ("onnx", "model.onnx"),
+    ("ptx", "kernels.ptx"),
+    ("safetensors", "model-00001-of-00002.safetensors"),
+    ("safetensors", "model-00002-of-00002.safetensors"),
+    ("source", "step-{i}.pt"),
+)
+
+
+def _filled_rows(start: int, stop: int) -> dict[str, Any]:
+    """model_versions and artifacts rows of versions ``start..stop``, every column the operator fills."""
+    import pyarrow as pa
+
+    from tinct import __version__
+    from tinct.lineage.schemas import ARTIFACTS, MODEL_VERSIONS
+
+    ids = range(start, stop)
+    n = len(ids)
+    now = datetime.now(UTC)
+    model = [f"model-{i % 1000}" for i in ids]
+    version = [f"1.{i // 1000}.0" for i in ids]
+    event_id = [f"uid-{i}/1/registered" for i in ids]
+    uid = [f"uid-{i}" for i in ids]
+    recorded = pa.array([now] * n, pa.timestamp("us", tz="UTC"))
+    onnx, ptx, shard1, shard2, source = (_digests(n) for _ in range(5))
+    versions = pa.Table.from_pydict(
+        {
+            "event_id": event_id,
+            "event": ["registered"] * n,
+            "model": model,
+            "version": version,
+            "namespace": ["llm"] * n,
+            "name": [f"{m}-{v.replace('.', '-')}" for m, v in zip(model, version, strict=True)],
+            "uid": uid,
+            "generation": pa.array([1] * n, pa.int64()),
+            "onnx_sha256": onnx,
+            "ptx_sha256": ptx,
+            "safetensors_sha256": _digests(n),  # the shards' combined digest
+            "source_sha256": source,
+            "source_uri": [f"s3://checkpoints/{m}/step-{i}.pt" for m, i in zip(model, ids, strict=True)],
+            "build_pipeline_id": [f"pipeline-{i}" for i in ids],
+            "quantization_method": ["awq"] * n,
+            "quantization_bits": pa.array([4] * n, pa.int32()),
+            "quantization_symmetric": [True] * n,
+            "quantization_group_size": pa.array([128] * n, pa.int32()),
+            "runtime": ["vllm"] * n,
+            "reason": pa.nulls(n, pa.string()),
+            "message": pa.nulls(n, pa.string()),
+            "operator_version": [__version__] * n,
+            "recorded_at": recorded,
+        },
+        schema=MODEL_VERSIONS,
+    )
+    parts = []
+    for (fmt, name), digest in zip(_FILES, (onnx, ptx, shard1, shard2, source), strict=True):
+        parts.append(
+            pa.Table.from_pydict(
+                {
+                    "event_id": event_id,
+                    "uid": uid,
+                    "generation": pa.array([1] * n, pa.int64()),
+                    "model": model,
+                    "version": version,
+                    "uri": [
+                        f"s3://models/{m}/{v}/{name.format(i=i)}"
+                        for m, v, i in zip(model, version, ids, strict=True)
+                    ],
+                    "format": [fmt] * n,
+                    "sha256": digest,
+                    "size": pa.array([(i * 7919 + len(name)) % (8 * GIB) for i in ids], pa.int64()),
+                    "recorded_at": recorded,
+                },
+                schema=ARTIFACTS,
+            )
+        )
+    return {"model_versions": versions, "artifacts": pa.concat_tables(parts)}
+
+
+def _table_bytes(store: Any, name: str) -> int:
+    """Bytes of the active data files of a table."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    actions = pa.table(store.table(name).get_add_actions(flatten=True))
+    return int(pc.sum(actions["size_bytes"]).as_py())
+
+
+def bench_delta(tmp: Path) -> dict[str, Any]:
     from deltalake import write_deltalake
 
-    from tinct.lineage.schemas import MODEL_VERSIONS
-    from tinct.lineage.sql import history
+    from tinct.lineage.sql import history, query
     from tinct.lineage.store import LineageStore
     from tinct.lineage.writer import BatchWriter
 
@@ -181,29 +296,41 @@ def bench_delta(tmp: Path) -> dict[str, Any]:
     store = LineageStore(str(root))
     store.ensure()
     n = 1_000_000
-    now = datetime.now(UTC)
-    ids = pa.array([f"uid-{i}/1/registered" for i in range(n)])
-    cols: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in MODEL_VERSIONS}
-    cols.update(
-        event_id=ids,
-        event=pa.array(["registered"] * n),
-        model=pa.array([f"model-{i % 1000}" for i in range(n)]),
-        version=pa.array([f"1.{i // 1000}.0" for i in range(n)]),
-        uid=pa.array([f"uid-{i}" for i in range(n)]),
-        generation=pa.array([1] * n, pa.int64()),
-        recorded_at=pa.array([now] * n, pa.timestamp("us", tz="UTC")),
-    )
-    table = pa.Table.from_pydict(cols, schema=MODEL_VERSIONS)
-    write_deltalake(str(root / "model_versions"), table, mode="append")
-    store.maintain(["model_versions"], vacuum=False)
+    for start in range(0, n, 200_000):
+        rows = _filled_rows(start, min(n, start + 200_000))
+        for name, table in rows.items():
+            write_deltalake(str(root / name), table, mode="append")
+    store.maintain(["model_versions", "artifacts"], vacuum=False)
     times = []
     for k in range(5):
         t = time.perf_counter()
         got = history(f"model-{k * 7}", str(root))
         times.append(time.perf_counter() - t)
         assert got.num_rows == 1000, got.num_rows
+        assert got.column("safetensors_sha256").null_count == 0
     out["query_1m_rows_ms"] = round(statistics.median(times) * 1000, 1)
-    _say("query_1m_rows_ms", out["query_1m_rows_ms"])
+    out["query_1m_rows_table_bytes"] = _table_bytes(store, "model_versions")
+    times = []
+    for k in range(5):
+        model = f"model-{k * 7 + 1}"
+        t = time.perf_counter()
+        got = query(
+            "SELECT m.version, a.uri, a.format, a.sha256, a.size FROM artifacts a "
+            "JOIN model_versions m ON a.event_id = m.event_id "
+            f"WHERE a.model = '{model}' AND m.model = '{model}' ORDER BY m.version, a.uri",
+            str(root),
+        )
+        times.append(time.perf_counter() - t)
+        assert got.num_rows == 5000, got.num_rows
+    out["artifacts_query_ms"] = round(statistics.median(times) * 1000, 1)
+    out["artifacts_table_bytes"] = _table_bytes(store, "artifacts")
+    for key in (
+        "query_1m_rows_ms",
+        "query_1m_rows_table_bytes",
+        "artifacts_query_ms",
+        "artifacts_table_bytes",
+    ):
+        _say(key, out[key])
 
     root = tmp / "tenk"
     store = LineageStore(str(root))
@@ -231,95 +358,142 @@ def _vmhwm_mb(pid: int) -> float:
     return float("nan")
 
 
-def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
+def _distinct_files(directory: Path, i: int) -> list[dict[str, str]]:
+    """Five small files of version ``i``, different from every other version's."""
+    from lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
+
+    directory.mkdir(parents=True, exist_ok=True)
+    onnx = make_onnx(directory / "model.onnx", dim=16 + i)
+    ptx = directory / "kernels.ptx"
+    ptx.write_text(f"{PTX_TEXT}// build {i}\n")
+    shards = [
+        make_safetensors(directory / f"model-0000{k}-of-00002.safetensors", seed=2 * i + k, rows=1024)
+        for k in (1, 2)
+    ]
+    source = _random_file(directory / "step.pt", 64 * 1024)
+    return [
+        {"format": "onnx", "uri": onnx.as_uri()},
+        {"format": "ptx", "uri": ptx.as_uri()},
+        *({"format": "safetensors", "uri": p.as_uri()} for p in shards),
+        {"format": "source", "uri": source.as_uri()},
+    ]
+
+
+def _version(ns: str, i: int, files: list[dict[str, str]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": f"model-{i % 50}",
+        "version": f"1.{i}.0",
+        "artifacts": [f for f in files if f["format"] != "source"],
+    }
+    source = [f for f in files if f["format"] == "source"]
+    if source:
+        spec["source"] = {"uri": source[0]["uri"]}
+    return {
+        "apiVersion": "tinct.io/v1alpha1",
+        "kind": "ModelVersion",
+        "metadata": {"name": f"mv-{i}", "namespace": ns},
+        "spec": spec,
+    }
+
+
+def _apply_until_ready(cp: Any, ns: str, items: list[dict[str, Any]], root: Path) -> float | None:
+    """Seconds from one ``kubectl apply`` of ``items`` until all are Ready; None if not, or duplicates."""
     import yaml
 
+    from tinct.lineage.sql import query
+
+    t0 = time.perf_counter()
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    ready = 0
+    deadline = t0 + 900
+    while time.perf_counter() < deadline:
+        got = json.loads(cp.kubectl("get", "modelversions", "-n", ns, "-o", "json").stdout)
+        ready = sum(1 for o in got["items"] if (o.get("status") or {}).get("phase") == "Ready")
+        if ready == len(items):
+            break
+        time.sleep(1)
+    elapsed = time.perf_counter() - t0
+    rows = query(
+        f"SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM model_versions WHERE namespace = '{ns}'",
+        str(root),
+    ).to_pylist()[0]
+    _say(f"{ns}: ready", f"{ready}/{len(items)}")
+    _say(f"{ns}: rows", rows)
+    return round(elapsed, 1) if ready == len(items) and rows["n"] == rows["d"] == ready else None
+
+
+def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
     from controlplane.harness import ControlPlane
     from lineage_artifacts import make_onnx, make_ptx
-    from tinct.lineage.sql import query
 
     onnx = make_onnx(tmp / "model.onnx")
     ptx = make_ptx(tmp / "kernels.ptx")
+    shared = [{"format": "onnx", "uri": onnx.as_uri()}, {"format": "ptx", "uri": ptx.as_uri()}]
+    distinct = [_distinct_files(tmp / "distinct" / str(i), i) for i in range(versions)]
+    _say("distinct artifact bytes", sum(Path(f["uri"][7:]).stat().st_size for fs in distinct for f in fs))
     root = tmp / "lineage"
+    out: dict[str, Any] = {}
     with ControlPlane() as cp:
         cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/modelversions.tinct.io")
-        ns = "bench"
-        cp.kubectl("create", "namespace", ns)
+        for ns in ("bench-shared", "bench-distinct"):
+            cp.kubectl("create", "namespace", ns)
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig), "TINCT_LINEAGE_ROOT": str(root)}
         log = (tmp / "operator.log").open("w")
         op = subprocess.Popen(
-            [sys.executable, "-m", "tinct.cli", "operator", "--namespace", ns],
+            [sys.executable, "-m", "tinct.cli", "operator", "-n", "bench-shared", "-n", "bench-distinct"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
             time.sleep(3)
-            docs = {
-                "apiVersion": "v1",
-                "kind": "List",
-                "items": [
-                    {
-                        "apiVersion": "tinct.io/v1alpha1",
-                        "kind": "ModelVersion",
-                        "metadata": {"name": f"mv-{i}", "namespace": ns},
-                        "spec": {
-                            "model": f"model-{i % 50}",
-                            "version": f"1.{i}.0",
-                            "artifacts": [
-                                {"format": "onnx", "uri": onnx.as_uri()},
-                                {"format": "ptx", "uri": ptx.as_uri()},
-                            ],
-                        },
-                    }
-                    for i in range(versions)
-                ],
-            }
-            t0 = time.perf_counter()
-            cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(docs))
-            ready = 0
-            deadline = t0 + 600
-            while time.perf_counter() < deadline:
-                got = json.loads(cp.kubectl("get", "modelversions", "-n", ns, "-o", "json").stdout)
-                ready = sum(1 for o in got["items"] if (o.get("status") or {}).get("phase") == "Ready")
-                if ready == versions:
-                    break
-                time.sleep(1)
-            elapsed = time.perf_counter() - t0
-            rss = _vmhwm_mb(op.pid)
+            out["apply_1000_same_two_files_to_ready_s"] = _apply_until_ready(
+                cp, "bench-shared", [_version("bench-shared", i, shared) for i in range(versions)], root
+            )
+            _say("apply_1000_same_two_files_to_ready_s", out["apply_1000_same_two_files_to_ready_s"])
+            out["apply_1000_distinct_artifacts_to_ready_s"] = _apply_until_ready(
+                cp,
+                "bench-distinct",
+                [_version("bench-distinct", i, distinct[i]) for i in range(versions)],
+                root,
+            )
+            _say("apply_1000_distinct_artifacts_to_ready_s", out["apply_1000_distinct_artifacts_to_ready_s"])
+            out["operator_rss_mb"] = round(_vmhwm_mb(op.pid), 1)
+            _say("operator_rss_mb", out["operator_rss_mb"])
         finally:
             op.terminate()
             op.wait(timeout=60)
             log.close()
-    rows = query(
-        "SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM model_versions", str(root)
-    ).to_pylist()[0]
-    _say("ready", f"{ready}/{versions}")
-    _say("rows", rows)
-    out = {
-        "apply_1000_to_ready_s": round(elapsed, 1) if ready == versions and rows["n"] == rows["d"] else None,
-        "operator_rss_mb": round(rss, 1),
-    }
-    for k, v in out.items():
-        _say(k, v)
     return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--skip-cluster", action="store_true", help="print null for the two cluster figures")
+    p.add_argument("--skip-cluster", action="store_true", help="print null for the cluster figures")
     p.add_argument("--hash-gib", type=float, default=1.0)
     p.add_argument("--rss-gib", type=float, default=4.0)
     p.add_argument("--versions", type=int, default=1000)
     args = p.parse_args()
+    if round(args.hash_gib * GIB) < MIN_HASH_BYTES:
+        p.error(
+            f"--hash-gib {args.hash_gib} is under {MIN_HASH_BYTES // MIB} MiB: that times start-up, not hashing"
+        )
+    if round(args.rss_gib * GIB) < MIN_HASH_BYTES:
+        p.error(
+            f"--rss-gib {args.rss_gib} is under {MIN_HASH_BYTES // MIB} MiB: too small to show a bounded peak"
+        )
     tmp = Path(tempfile.mkdtemp(prefix="tinct-bench-lineage-"))
     result: dict[str, Any] = {}
     try:
         result.update(bench_hashing(tmp, args.hash_gib, args.rss_gib))
         result.update(bench_delta(tmp))
         if args.skip_cluster:
-            result.update(apply_1000_to_ready_s=None, operator_rss_mb=None)
+            result.update(
+                apply_1000_same_two_files_to_ready_s=None,
+                apply_1000_distinct_artifacts_to_ready_s=None,
+                operator_rss_mb=None,
+            )
         else:
             result.update(bench_cluster(tmp, args.versions))
     finally:

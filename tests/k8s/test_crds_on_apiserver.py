@@ -154,7 +154,7 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
             "spec.dye.promptLength.buckets",
             [{"name": "a", "maxTokens": 900}, {"name": "b", "maxTokens": 10}, {"name": "c"}],
         ),
-        ("spec.dye.promptLength.buckets", "increase"),
+        ("spec.dye.promptLength.buckets", "strictly increase"),
     ),
     (
         "custom-metric-without-query",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -25,7 +26,22 @@ def test_demo_runs_end_to_end() -> None:
     assert re.search(r"llama3-8b-2-0-1\s+llama3-8b\s+2\.0\.1\s+Failed", out)
     assert "Verified=False (DigestMismatch)" in out
     assert re.search(r"llama3-8b\s+2\.0\.0\s+registered", out), "lineage SQL shows the recorded event"
-    short_user = re.search(r"short prompt / user / low .*: (\{.*\})", out)
-    assert short_user, out
+    cells = {
+        cell: ast.literal_eval(counts)
+        for cell, counts in re.findall(r"(\w+ prompt / \w+ / \w+) .*: (\{.*\})", out)
+    }
+    assert set(cells) == {
+        "long prompt / admin / high",
+        "short prompt / user / low",
+        "medium prompt / audit / low",
+    }
+    for cell, counts in cells.items():
+        assert set(counts) <= {"v1", "v2"}, (cell, counts)
+        assert sum(counts.values()) == 200, (cell, counts)
+    # 200 sticky sessions per cell at step 1: short/user sends 1% to v2 (2 expected), the
+    # default cell 10% (20), long/admin 20% (40). The bounds are > 3.5 standard deviations.
+    assert cells["short prompt / user / low"].get("v2", 0) <= 10, cells
+    assert 5 <= cells["medium prompt / audit / low"].get("v2", 0) <= 40, cells
+    assert 20 <= cells["long prompt / admin / high"].get("v2", 0) <= 65, cells
     assert "X-Fallback-Reason=version_mismatch answer='hello from v1'" in out
     assert 'reason="version_mismatch"' in out

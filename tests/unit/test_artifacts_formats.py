@@ -28,9 +28,27 @@ def test_valid_files_pass(tmp_path: Path) -> None:
     validate((tmp_path / "k.ptx").as_uri(), "ptx")
 
 
-def test_onnx_wire_walk_without_full_parse(tmp_path: Path) -> None:
-    path = make_onnx(tmp_path / "m.onnx", dim=1000)
-    validate(path.as_uri(), "onnx", onnx_parse_limit=0)
+def test_onnx_parse_limit_decides_the_full_parse(tmp_path: Path) -> None:
+    """Above the limit only the wire form is walked; at or under it onnx.checker runs too."""
+    from onnx import TensorProto, helper
+
+    validate(make_onnx(tmp_path / "m.onnx", dim=1000).as_uri(), "onnx", onnx_parse_limit=0)
+    # Sound on the wire (graph, opset), but a node reads an input nothing defines.
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "Missing"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    dangling = tmp_path / "dangling.onnx"
+    dangling.write_bytes(model.SerializeToString())
+    size = dangling.stat().st_size
+    validate(dangling.as_uri(), "onnx", onnx_parse_limit=0)
+    validate(dangling.as_uri(), "onnx", onnx_parse_limit=size - 1)
+    with pytest.raises(FormatError, match=r"onnx rejects the model: .*'Missing'"):
+        validate(dangling.as_uri(), "onnx", onnx_parse_limit=size)
 
 
 @pytest.mark.parametrize("limit", [0, 1 << 30])

@@ -1,27 +1,66 @@
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tinct.cli import main
 
+COMMANDS = {
+    "crds": "write the CustomResourceDefinitions generated from the API models",
+    "router": "run the dye router",
+    "operator": "run the operator",
+    "lineage": "query the lineage tables",
+}
 
-def test_help_lists_commands() -> None:
+
+def test_help_lists_every_command_with_its_summary() -> None:
+    env = {**os.environ, "COLUMNS": "200"}  # one line per command, whatever the terminal
     out = subprocess.run(
-        [sys.executable, "-m", "tinct.cli", "--help"], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "tinct.cli", "--help"], check=True, capture_output=True, text=True, env=env
     ).stdout
-    assert "crds" in out
-    assert "COMMAND" in out
+    assert out.startswith("usage: tinct ")
+    for name, summary in COMMANDS.items():
+        assert re.search(rf"^\s+{name}\s+{re.escape(summary)}", out, re.MULTILINE), (name, out)
 
 
-def test_no_command_prints_help_and_fails(capsys: object) -> None:
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        (["crds"], ["--out", "--stdout"]),
+        (["router"], ["--table", "--watch", "--trust-role-from", "--max-body-bytes", "--shutdown-timeout"]),
+        (["operator"], ["--namespace", "--lineage-root", "--hash-workers", "--s3-endpoint", "--peering"]),
+        (["lineage", "sql"], ["--root", "--format", "--as-of-version", "--as-of"]),
+        (["lineage", "show"], ["--root", "--format"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) and v[0][0] != "-" else None,
+)
+def test_each_command_documents_its_flags(
+    command: list[str], flags: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: tinct {' '.join(command)}")
+    for flag in flags:
+        assert re.search(rf"^\s+(-\w \w+, )?{flag}(?=[ ,]|$)", out, re.MULTILINE), (flag, out)
+
+
+def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tinct ")
+    assert all(name in out for name in COMMANDS)
 
 
-def test_crds_stdout_is_one_yaml_stream(capsys: object, tmp_path: Path) -> None:
+def test_crds_stdout_is_one_yaml_stream(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tinct.cli", "crds", "--stdout"], check=True, capture_output=True, text=True
     )

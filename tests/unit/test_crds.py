@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import CRDS, EXAMPLES, ROOT
-from tinct.api.crd import render, structural_schema
+from tinct.api.crd import crd, render, structural_schema
 from tinct.api.v1alpha1 import RESOURCES, GrayRelease, ModelVersion
 
 
@@ -26,15 +27,64 @@ def test_committed_crds_match_the_models(tmp_path: Path) -> None:
         )
 
 
-def test_chart_copies_match_when_the_chart_ships_crds() -> None:
-    chart_crds = ROOT / "charts" / "tinct" / "crds"
-    if not chart_crds.exists():
-        assert not (ROOT / "charts").exists() or not any((ROOT / "charts").rglob("*crd*")), (
-            "the chart ships CRDs outside charts/tinct/crds"
-        )
-        return
-    for resource in RESOURCES:
-        assert (chart_crds / resource.file_name).read_text() == render(resource)
+def crd_copy_problems(root: Path) -> list[str]:
+    """What is wrong with the tinct CRDs shipped under ``root`` outside ``crds/``.
+
+    Every YAML document of kind CustomResourceDefinition for a tinct resource, wherever it
+    is (a Helm chart's ``crds/``, docs, examples), must equal the generated one; every chart
+    (a directory with ``Chart.yaml``) under ``charts/`` must ship each CRD in its ``crds/``.
+    """
+    generated = {r.crd_name: crd(r) for r in RESOURCES}
+    problems: list[str] = []
+    for chart in sorted((root / "charts").glob("*/Chart.yaml")):
+        for r in RESOURCES:
+            if not (chart.parent / "crds" / r.file_name).is_file():
+                problems.append(f"{chart.parent.relative_to(root)}/crds/{r.file_name} is missing")
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [
+            d for d in subdirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")
+        ]
+        here = Path(directory)
+        if here == root / "crds":
+            continue
+        for name in files:
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            path = here / name
+            try:
+                docs = list(yaml.safe_load_all(path.read_text()))
+            except yaml.YAMLError:
+                continue  # a Helm template, not plain YAML: CRDs in charts live in crds/
+            for doc in docs:
+                if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                name_ = (doc.get("metadata") or {}).get("name")
+                if name_ in generated and doc != generated[name_]:
+                    problems.append(f"{path.relative_to(root)}: {name_} differs from `tinct crds`")
+    return problems
+
+
+def test_every_crd_copy_matches_the_models() -> None:
+    assert crd_copy_problems(ROOT) == []
+
+
+def test_a_stale_or_missing_chart_crd_is_reported(tmp_path: Path) -> None:
+    chart = tmp_path / "charts" / "tinct"
+    (chart / "crds").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: tinct\nversion: 0.1.0\n")
+    mv, gr = RESOURCES
+    (chart / "crds" / mv.file_name).write_text(render(mv))
+    assert crd_copy_problems(tmp_path) == [f"charts/tinct/crds/{gr.file_name} is missing"]
+    stale = crd(gr)
+    stale["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "x-kubernetes-validations"
+    ].pop()
+    (chart / "crds" / gr.file_name).write_text(yaml.safe_dump(stale))
+    assert crd_copy_problems(tmp_path) == [
+        f"charts/tinct/crds/{gr.file_name}: grayreleases.tinct.io differs from `tinct crds`"
+    ]
+    (chart / "crds" / gr.file_name).write_text(render(gr))
+    assert crd_copy_problems(tmp_path) == []
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, Any]]:

@@ -9,38 +9,84 @@ import pytest
 
 from lineage_artifacts import lineage_event as _event
 from tinct.cli import main
-from tinct.lineage.sql import NotAQueryError, check_query, history, query
+from tinct.lineage.sql import NotAQueryError, history, query
 from tinct.lineage.store import LineageStore
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "SELECT 1",
-        "select * from model_versions where event = 'delete'",
-        "WITH x AS (SELECT 1 AS a) SELECT a FROM x;",
-        '-- comment with DROP\nSELECT "update" FROM (SELECT 1 AS "update")',
-    ],
-)
-def test_queries_pass(sql: str) -> None:
-    check_query(sql)
+def _files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LineageStore:
+    """Two model_versions commits and one artifacts commit, with the working directory inside."""
+    monkeypatch.chdir(tmp_path)
+    store = LineageStore(str(tmp_path / "lineage"))
+    store.merge("model_versions", _event(1)["model_versions"])
+    store.merge("model_versions", _event(2)["model_versions"])
+    store.merge("artifacts", _event(2)["artifacts"])
+    return store
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "rows"),
     [
-        "DROP TABLE model_versions",
-        "INSERT INTO model_versions VALUES (1)",
-        "SELECT 1; DELETE FROM artifacts",
-        "CREATE TABLE x AS SELECT 1",
-        "WITH a AS (SELECT 1) INSERT INTO t SELECT * FROM a",
-        "COPY model_versions TO '/tmp/x'",
-        "",
+        ("SELECT 1", 1),
+        ("select * from model_versions where event = 'registered'", 2),
+        ("WITH x AS (SELECT 1 AS a) SELECT a FROM x;", 1),
+        ('-- comment with DROP\nSELECT "update" FROM (SELECT 1 AS "update")', 1),
+        ("/* COPY in a comment */ SELECT 'INSERT; DELETE' AS s", 1),
+        ("VALUES (1), (2)", 2),
+        (
+            "SELECT m.uid, count(a.uri) FROM model_versions m LEFT JOIN artifacts a USING (event_id) GROUP BY m.uid",
+            2,
+        ),
     ],
 )
-def test_non_queries_refused(sql: str) -> None:
-    with pytest.raises(NotAQueryError):
-        check_query(sql)
+def test_queries_run(store: LineageStore, sql: str, rows: int) -> None:
+    assert query(sql, store.root).num_rows == rows
+
+
+@pytest.mark.parametrize(
+    ("sql", "detail"),
+    [
+        # The old keyword scan saw only "SELECT 1" here; the engine sees the COPY.
+        ("/* /* */ SELECT 1 ' */ COPY (SELECT 1) TO 'x.csv' --'", "COPY writes data"),
+        ("COPY (SELECT 1 AS a) TO '{root}/model_versions/_delta_log/00000000000000000002.json'", "COPY"),
+        ("COPY model_versions TO '{root}/copy.parquet'", "COPY"),
+        ("CREATE TABLE x AS SELECT 1", "changes schemas"),
+        ("CREATE EXTERNAL TABLE y (a INT) STORED AS CSV LOCATION '{root}/y.csv'", "changes schemas"),
+        ("CREATE VIEW v AS SELECT 1", "changes schemas"),
+        ("DROP TABLE model_versions", "changes schemas"),
+        ("INSERT INTO model_versions (uid) VALUES ('forged')", "writes data"),
+        ("DELETE FROM artifacts", "writes data"),
+        ("UPDATE model_versions SET event = 'retired'", "writes data"),
+        ("SET datafusion.execution.target_partitions = 1", "changes the session"),
+        ("SELECT 1; DELETE FROM artifacts", "more than one statement"),
+        ("SELECT 1; SELECT 2", "more than one statement"),
+        ("", "empty statement"),
+    ],
+)
+def test_non_queries_refused_and_nothing_written(store: LineageStore, sql: str, detail: str) -> None:
+    root = Path(store.root)
+    before = _files(root.parent)
+    history_before = store.table("model_versions").history()
+    with pytest.raises(NotAQueryError, match="only read-only queries are allowed") as refused:
+        query(sql.format(root=root), str(root))
+    assert detail in str(refused.value)
+    assert _files(root.parent) == before
+    assert store.table("model_versions").history() == history_before
+    count = "SELECT count(*) AS n FROM model_versions"
+    assert query(count, str(root)).column("n")[0].as_py() == 2
+
+
+def test_unplannable_write_fails_and_writes_nothing(store: LineageStore) -> None:
+    """A write DataFusion cannot even plan is an error too, and still nothing is written."""
+    root = Path(store.root)
+    before = _files(root.parent)
+    with pytest.raises(ValueError, match="not implemented"):
+        query("WITH a AS (SELECT 1) INSERT INTO artifacts SELECT * FROM a", str(root))
+    assert _files(root.parent) == before
 
 
 def test_time_travel(tmp_path: Path) -> None:
@@ -83,7 +129,14 @@ def test_history_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = json.loads(capsys.readouterr().out)
     assert [r["uid"] for r in out] == sorted(f"uid-{i}" for i in range(6))
     assert main(["lineage", "sql", "DELETE FROM model_versions", "--root", str(tmp_path)]) == 2
-    assert "read-only" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "tinct lineage sql: only read-only queries are allowed: Delete writes data "
+        "(use SELECT, WITH, VALUES, EXPLAIN, SHOW or DESCRIBE)\n"
+    )
+    assert main(["lineage", "sql", "SELECT * FROM nowhere", "--root", str(tmp_path)]) == 1
+    assert "nowhere" in capsys.readouterr().err
+    assert main(["lineage", "sql", "SELECT 1", "--as-of", "yesterday", "--root", str(tmp_path)]) == 1
+    assert "yesterday" in capsys.readouterr().err
     assert main(["lineage", "show", "model-2", "--root", str(tmp_path), "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("recorded_at,event,version")

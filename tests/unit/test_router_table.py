@@ -64,10 +64,17 @@ def test_configmap_round_trips_the_table() -> None:
     ("mutate", "needle"),
     [
         (lambda d: d["cells"].append({"match": {"role": "*"}, "weight": 1}), "exactly one default cell"),
-        (lambda d: d["cells"].insert(0, {"match": {"promptLength": "huge"}, "weight": 1}), "names no bucket"),
+        (
+            lambda d: d["cells"].insert(0, {"match": {"promptLength": "huge"}, "weight": 1}),
+            "must name a bucket of dye.promptLength",
+        ),
         (lambda d: d["cells"].insert(0, {"match": {"role": "root"}, "weight": 1}), "dye.role.values"),
         (lambda d: d["dye"]["promptLength"]["buckets"].reverse(), "catch-all"),
-        (lambda d: d["dye"]["role"].update(default="nobody"), "dye.role.default"),
+        (lambda d: d["dye"]["role"].update(default="nobody"), "dye.role: default must be one of values"),
+        (
+            lambda d: d["dye"]["promptLength"]["buckets"][1].update(maxTokens=512),
+            "dye.promptLength: buckets: bucket maxTokens must strictly increase",
+        ),
         (lambda d: d["cells"][-1].update(weight=101), "weight"),
         (lambda d: d.update(version=-1), "version"),
         (lambda d: d["candidate"].update(url=d["stable"]["url"]), "different endpoints"),

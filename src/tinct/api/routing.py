@@ -7,8 +7,11 @@ ConfigMaps labelled :data:`TABLE_LABEL` and swap to a new table as soon as it va
 The dye, cell-match and fallback models are those of ``GrayRelease``; what the table adds is
 the state of one moment: resolved endpoints, one weight per cell, the step, a version.
 
-The CRD's CEL rules only run in the API server, and a table arrives through a ConfigMap that
-anyone with write access can edit, so :class:`RoutingTable` checks the same rules itself.
+A table arrives through a ConfigMap that anyone with write access can edit, never through
+the GrayRelease CRD's CEL rules, so :class:`RoutingTable` checks the same rules in Python:
+its ``dye`` is the GrayRelease's and brings its rules along, and it lists the GrayRelease's
+cell rules (:data:`~tinct.api.v1alpha1.grayrelease.CELL_RULES`) as its own (see
+:mod:`tinct.api.v1alpha1.rules`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from tinct.api.v1alpha1.common import Model
 from tinct.api.v1alpha1.grayrelease import (
+    CELL_RULES,
     Backend,
     CellMatch,
     Dye,
@@ -28,6 +32,7 @@ from tinct.api.v1alpha1.grayrelease import (
     GrayReleasePhase,
     Weight,
 )
+from tinct.api.v1alpha1.rules import Rule, cel
 
 #: Schema version of the table document; bumped on an incompatible change.
 SCHEMA = "tinct.io/routing/v1"
@@ -62,12 +67,17 @@ class RoutingCell(Model):
     weight: Weight
 
 
-def _is_wild(value: str | None) -> bool:
-    return value is None or value == "*"
-
-
 class RoutingTable(Model):
     """The routing state of one GrayRelease at one moment."""
+
+    model_config = cel(
+        *CELL_RULES,
+        Rule(
+            cel="self.stable.url != self.candidate.url",
+            holds=lambda t: t.stable.url != t.candidate.url,
+            message="stable and candidate must be different endpoints",
+        ),
+    )
 
     schema_: Literal["tinct.io/routing/v1"] = Field(default="tinct.io/routing/v1", alias="schema")
     release: str = Field(min_length=1, max_length=253, description="GrayRelease name; salts the sticky hash.")
@@ -81,56 +91,9 @@ class RoutingTable(Model):
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)
     fallback: Fallback = Field(default_factory=Fallback)
 
-    @model_validator(mode="after")
-    def _check(self) -> RoutingTable:
-        problems = _problems(self)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
     def to_json(self) -> str:
         """The document as stored under :data:`DATA_KEY`."""
         return json.dumps(self.wire(), sort_keys=True, separators=(",", ":"))
-
-
-def _problems(t: RoutingTable) -> list[str]:
-    """The CEL rules of the GrayRelease CRD, applied to a table (which never saw the API server)."""
-    out: list[str] = []
-    buckets = t.dye.prompt_length.buckets
-    names = [b.name for b in buckets]
-    if len(set(names)) != len(names):
-        out.append("dye.promptLength.buckets: bucket names must be unique")
-    if buckets[-1].max_tokens is not None:
-        out.append("dye.promptLength.buckets: the last bucket is the catch-all: leave its maxTokens out")
-    bounds = [b.max_tokens for b in buckets[:-1]]
-    if any(b is None for b in bounds):
-        out.append("dye.promptLength.buckets: only the last bucket may leave maxTokens out")
-    ints = [b for b in bounds if b is not None]
-    if ints != sorted(ints) or len(set(ints)) != len(ints):
-        out.append("dye.promptLength.buckets: maxTokens must increase from one bucket to the next")
-    role, latency = t.dye.role, t.dye.latency
-    if role.default not in role.values:
-        out.append("dye.role.default must be one of dye.role.values")
-    if latency.default not in latency.values:
-        out.append("dye.latency.default must be one of dye.latency.values")
-    if latency.stream_class is not None and latency.stream_class not in latency.values:
-        out.append("dye.latency.streamClass must be one of dye.latency.values")
-    defaults = 0
-    for i, c in enumerate(t.cells):
-        m = c.match
-        if _is_wild(m.prompt_length) and _is_wild(m.role) and _is_wild(m.latency):
-            defaults += 1
-        if not _is_wild(m.prompt_length) and m.prompt_length not in names:
-            out.append(f"cells[{i}].match.promptLength {m.prompt_length!r} names no bucket")
-        if not _is_wild(m.role) and m.role not in role.values:
-            out.append(f"cells[{i}].match.role {m.role!r} is not one of dye.role.values")
-        if not _is_wild(m.latency) and m.latency not in latency.values:
-            out.append(f"cells[{i}].match.latency {m.latency!r} is not one of dye.latency.values")
-    if defaults != 1:
-        out.append(f"exactly one default cell (match: {{}}) is required, found {defaults}")
-    if t.stable.url == t.candidate.url:
-        out.append("stable and candidate must be different endpoints")
-    return out
 
 
 class RoutingTableError(ValueError):
@@ -142,6 +105,13 @@ class RoutingTableError(ValueError):
         self.reason = reason
 
 
+def _reason(error: Any) -> str:
+    """A validation error's message, without pydantic's "Value error, " for a broken rule."""
+    if error["type"] == "value_error":
+        return str(error["ctx"]["error"])
+    return str(error["msg"])
+
+
 def parse_table(document: str | bytes, source: str = "table") -> RoutingTable:
     """Parse and validate a table document.
 
@@ -151,7 +121,7 @@ def parse_table(document: str | bytes, source: str = "table") -> RoutingTable:
     try:
         return RoutingTable.model_validate_json(document)
     except ValidationError as e:
-        msgs = [f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()]
+        msgs = [f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {_reason(err)}" for err in e.errors()]
         raise RoutingTableError(source, "; ".join(msgs)[:1000]) from None
 
 

@@ -9,6 +9,7 @@ import argparse
 import csv
 import json
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -62,32 +63,36 @@ def _print(table: Any, fmt: str, out: TextIO) -> None:
     out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
 
 
-def _cmd_sql(args: argparse.Namespace) -> int:
-    from tinct.lineage.sql import NotAQueryError, query
+def _run(args: argparse.Namespace, produce: Callable[[], Any]) -> int:
+    """Print what ``produce`` returns; 2 for a refused query, 1 for any other failure."""
+    from tinct.lineage.sql import NotAQueryError
 
-    as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
     try:
-        table = query(args.query, _root(args), as_of_version=args.as_of_version, as_of=as_of)
+        table = produce()
     except NotAQueryError as exc:
-        print(f"tinct lineage sql: {exc}", file=sys.stderr)
+        print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        print(f"tinct lineage sql: {exc}", file=sys.stderr)
+        print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
         return 1
     _print(table, args.format, sys.stdout)
     return 0
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from tinct.lineage.sql import query
+
+    def produce() -> Any:
+        as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
+        return query(args.query, _root(args), as_of_version=args.as_of_version, as_of=as_of)
+
+    return _run(args, produce)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from tinct.lineage.sql import history
 
-    try:
-        table = history(args.model, _root(args))
-    except Exception as exc:
-        print(f"tinct lineage show: {exc}", file=sys.stderr)
-        return 1
-    _print(table, args.format, sys.stdout)
-    return 0
+    return _run(args, lambda: history(args.model, _root(args)))
 
 
 def _common(p: argparse.ArgumentParser) -> None:

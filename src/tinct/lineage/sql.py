@@ -1,9 +1,13 @@
-"""Read-only SQL over the lineage tables (DataFusion through ``deltalake.QueryBuilder``).
+"""Read-only SQL over the lineage tables, with DataFusion as the judge of "read-only".
 
-All three tables are registered under their names. Only a single query is accepted:
-a statement that starts with ``SELECT``, ``WITH``, ``VALUES``, ``EXPLAIN``, ``SHOW`` or
-``DESCRIBE`` and contains no data- or schema-changing keyword outside string literals and
-quoted identifiers. Anything else raises :class:`NotAQueryError` before DataFusion sees it.
+All three tables are registered under their names from a ``deltalake.DeltaTable`` loaded
+at the wanted version: a local table through delta-rs's own DataFusion table provider, a
+remote one (``s3://``, ...) through its Arrow dataset. Every query is planned with DataFusion's SQL options refusing DDL
+(``CREATE [EXTERNAL] TABLE``, ``DROP``, views), DML (``INSERT``, ``UPDATE``, ``DELETE``,
+``COPY``) and statements (``SET``, ``PREPARE``, transactions); only one statement is
+accepted. The engine decides at planning time, on its own parse of the SQL, so what it
+runs is exactly what it checked. A refused query raises :class:`NotAQueryError` before
+anything is executed or written.
 
 **Time travel.** ``as_of_version=N`` reads ``model_versions`` at Delta version ``N``
 (the number a ModelVersion's ``status.lineage.version`` carries) and the other tables as
@@ -17,44 +21,22 @@ import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from deltalake import DeltaTable, QueryBuilder
+from datafusion import SessionContext, SQLOptions
+from deltalake import DeltaTable
 
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
 from tinct.lineage.schemas import SCHEMAS
 
-__all__ = ["NotAQueryError", "check_query", "history", "query"]
+__all__ = ["NotAQueryError", "history", "query"]
 
-_ALLOWED_START = {"SELECT", "WITH", "VALUES", "EXPLAIN", "SHOW", "DESCRIBE"}
-_FORBIDDEN = {
-    "INSERT",
-    "UPDATE",
-    "DELETE",
-    "MERGE",
-    "CREATE",
-    "DROP",
-    "ALTER",
-    "TRUNCATE",
-    "COPY",
-    "SET",
-    "GRANT",
-    "REVOKE",
-    "REPLACE",
-    "ATTACH",
-    "DETACH",
-    "VACUUM",
-    "OPTIMIZE",
-    "PREPARE",
-    "EXECUTE",
-    "DEALLOCATE",
-}
-_STRIP = re.compile(
-    r"""('(?:[^']|'')*')"""  # 'string'
-    r"""|("(?:[^"]|"")*")"""  # "identifier"
-    r"|(--[^\n]*)"  # -- comment
-    r"|(/\*.*?\*/)",  # /* comment */
-    re.DOTALL,
+#: How DataFusion words a planning refusal by :func:`_read_only` options, and a second statement.
+#: Only the wording of the error depends on it: should it change, the query is still refused,
+#: as a plain error.
+_REFUSED = re.compile(
+    r"(?P<kind>DDL|DML|Statement) not supported: (?P<what>[A-Za-z ]+)"
+    r"|(?P<many>only supports a single SQL statement)"
+    r"|(?P<none>No SQL statements were provided)"
 )
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class NotAQueryError(ValueError):
@@ -69,23 +51,22 @@ class NotAQueryError(ValueError):
         return f"only read-only queries are allowed: {self.detail}"
 
 
-def check_query(sql: str) -> None:
-    """Raise :class:`NotAQueryError` unless ``sql`` is one read-only statement."""
-    bare = _STRIP.sub(" ", sql).strip()
-    if "'" in bare or '"' in bare:
-        raise NotAQueryError(sql, "unterminated string or quoted identifier")
-    statements = [s for s in bare.split(";") if s.strip()]
-    if not statements:
-        raise NotAQueryError(sql, "empty statement")
-    if len(statements) > 1:
-        raise NotAQueryError(sql, "more than one statement")
-    words = [w.upper() for w in _WORD.findall(statements[0])]
-    first = statements[0].lstrip("( \t\n").split(None, 1)[0].upper() if statements[0].strip("( \t\n") else ""
-    if first not in _ALLOWED_START:
-        raise NotAQueryError(sql, f"{first or 'this'} statements are not queries (use SELECT or WITH)")
-    bad = sorted(_FORBIDDEN.intersection(words))
-    if bad:
-        raise NotAQueryError(sql, f"{', '.join(bad)} is not allowed")
+def _read_only() -> SQLOptions:
+    return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
+
+
+def _refusal(sql: str, error: Exception) -> NotAQueryError | None:
+    """The :class:`NotAQueryError` for an engine error that refuses the kind of statement."""
+    found = _REFUSED.search(str(error))
+    if found is None:
+        return None
+    if found["many"]:
+        return NotAQueryError(sql, "more than one statement; give a single query")
+    if found["none"]:
+        return NotAQueryError(sql, "empty statement")
+    what = found["what"].strip()
+    kind = {"DDL": "changes schemas", "DML": "writes data", "Statement": "changes the session"}[found["kind"]]
+    return NotAQueryError(sql, f"{what} {kind} (use SELECT, WITH, VALUES, EXPLAIN, SHOW or DESCRIBE)")
 
 
 def _as_of_time(root: str, opts: dict[str, str], version: int) -> datetime:
@@ -117,7 +98,6 @@ def query(
     config: StorageConfig | None = None,
 ) -> pa.Table:
     """Run a read-only query over the lineage tables under ``root``."""
-    check_query(sql)
     if as_of_version is not None and as_of is not None:
         raise ValueError("give as_of_version or as_of, not both")
     root = root.rstrip("/")
@@ -125,7 +105,7 @@ def query(
     at = as_of
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
-    qb = QueryBuilder()
+    ctx = SessionContext()
     for name in SCHEMAS:
         uri = f"{root}/{name}"
         if not DeltaTable.is_deltatable(uri, storage_options=opts):
@@ -136,8 +116,20 @@ def query(
             if as_of_version is not None and at is None:
                 at = _as_of_time(root, opts, as_of_version)
             dt = _load(uri, opts, at)
-        qb.register(name, dt)
-    return pa.table(qb.execute(sql).read_all())
+        if "://" in uri:
+            # delta-rs's DataFusion table provider cannot find its object store when scanning a
+            # remote table from another DataFusion (delta-io/delta-rs#4623); its Arrow dataset can.
+            ctx.register_dataset(name, dt.to_pyarrow_dataset())
+        else:
+            ctx.register_table(name, dt)
+    try:
+        frame = ctx.sql_with_options(sql, _read_only())
+    except Exception as exc:
+        refused = _refusal(sql, exc)
+        if refused is None:
+            raise
+        raise refused from None
+    return frame.to_arrow_table()
 
 
 def history(model: str, root: str, *, config: StorageConfig | None = None) -> pa.Table:

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from tinct.api.v1alpha1.rules import broken
 
 GROUP = "tinct.io"
 VERSION = "v1alpha1"
@@ -30,6 +32,14 @@ class Model(BaseModel):
         extra="ignore",
         frozen=False,
     )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Any:
+        """The rules declared with :func:`~tinct.api.v1alpha1.rules.cel`, as the API server runs them."""
+        failed = broken(self)
+        if failed:
+            raise ValueError("; ".join(r.explain() for r in failed))
+        return self
 
     def wire(self) -> dict[str, Any]:
         """The object as the API server stores it: camelCase, unset optionals left out."""
@@ -104,16 +114,6 @@ def set_condition(
     if not replaced:
         out.append(new.model_copy(update={"last_transition_time": now}))
     return out
-
-
-def cel(*rules: dict[str, str]) -> ConfigDict:
-    """Model config carrying CEL rules (``x-kubernetes-validations``) for the CRD schema.
-
-    Each rule is ``{"rule": ..., "message": ...}`` with an optional ``fieldPath`` so the
-    API server's error names the offending field.
-    """
-    validations: list[JsonValue] = [dict(r) for r in rules]
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
 
 
 def defaulted(cls: type[Model]) -> Any:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import pairwise
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, cel, defaulted
+from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, defaulted
+from tinct.api.v1alpha1.rules import Rule, cel, strictly_increasing
 
 GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
 
@@ -43,31 +45,52 @@ class Bucket(Model):
     )
 
 
+_BOUNDED = "self.buckets.filter(b, has(b.maxTokens))"
+
+
 class PromptLength(Model):
     model_config = cel(
-        {
-            "rule": "self.buckets.all(b, self.buckets.exists_one(o, o.name == b.name))",
-            "message": "bucket names must be unique",
-            "fieldPath": ".buckets",
-        },
-        {
-            "rule": "!has(self.buckets[size(self.buckets) - 1].maxTokens)",
-            "message": "the last bucket is the catch-all: leave its maxTokens out",
-            "fieldPath": ".buckets",
-        },
-        {
-            "rule": "self.buckets.filter(b, has(b.maxTokens)).map(b, b.maxTokens).isSorted()",
-            "message": "bucket maxTokens must increase from one bucket to the next",
-            "fieldPath": ".buckets",
-        },
+        Rule(
+            cel="self.buckets.all(b, self.buckets.exists_one(o, o.name == b.name))",
+            holds=lambda s: len({b.name for b in s.buckets}) == len(s.buckets),
+            message="bucket names must be unique",
+            field_path=".buckets",
+        ),
+        Rule(
+            cel="!has(self.buckets[size(self.buckets) - 1].maxTokens)",
+            holds=lambda s: s.buckets[-1].max_tokens is None,
+            message="the last bucket is the catch-all: leave its maxTokens out",
+            field_path=".buckets",
+        ),
+        Rule(
+            cel="self.buckets.filter(b, !has(b.maxTokens)).size() <= 1",
+            holds=lambda s: sum(b.max_tokens is None for b in s.buckets) <= 1,
+            message="only the last bucket may leave maxTokens out",
+            field_path=".buckets",
+        ),
+        Rule(
+            # Sorted, and no bound twice: strictly increasing.
+            cel=f"{_BOUNDED}.map(b, b.maxTokens).isSorted() && "
+            f"{_BOUNDED}.all(x, {_BOUNDED}.exists_one(o, o.maxTokens == x.maxTokens))",
+            holds=lambda s: strictly_increasing(b.max_tokens for b in s.buckets if b.max_tokens is not None),
+            message="bucket maxTokens must strictly increase from one bucket to the next",
+            field_path=".buckets",
+        ),
     )
 
     buckets: list[Bucket] = Field(min_length=1, max_length=16)
     chars_per_token: float = Field(default=4.0, gt=0, le=64, description="Token estimate divisor.")
 
 
+_DEFAULT_LISTED = Rule(
+    cel="self.default in self.values",
+    holds=lambda s: s.default in s.values,
+    message="default must be one of values",
+)
+
+
 class RoleDye(Model):
-    model_config = cel({"rule": "self.default in self.values", "message": "default must be one of values"})
+    model_config = cel(_DEFAULT_LISTED)
 
     header: HeaderName = Field(
         default="X-User-Role",
@@ -80,11 +103,12 @@ class RoleDye(Model):
 
 class LatencyDye(Model):
     model_config = cel(
-        {"rule": "self.default in self.values", "message": "default must be one of values"},
-        {
-            "rule": "!has(self.streamClass) || self.streamClass in self.values",
-            "message": "streamClass must be one of values",
-        },
+        _DEFAULT_LISTED,
+        Rule(
+            cel="!has(self.streamClass) || self.streamClass in self.values",
+            holds=lambda s: s.stream_class is None or s.stream_class in s.values,
+            message="streamClass must be one of values",
+        ),
     )
 
     header: HeaderName = "X-Latency-Class"
@@ -118,11 +142,12 @@ class CellMatch(Model):
 
 class Cell(Model):
     model_config = cel(
-        {
-            "rule": "self.weights.isSorted()",
-            "message": "weights must never decrease from one step to the next",
-            "fieldPath": ".weights",
-        },
+        Rule(
+            cel="self.weights.isSorted()",
+            holds=lambda s: all(a <= b for a, b in pairwise(s.weights)),
+            message="weights must never decrease from one step to the next",
+            field_path=".weights",
+        ),
     )
 
     match: CellMatch = defaulted(CellMatch)
@@ -133,10 +158,54 @@ class Cell(Model):
     )
 
 
+def _wild(value: str | None) -> bool:
+    return value is None or value == "*"
+
+
+def _is_default(match: CellMatch) -> bool:
+    return _wild(match.prompt_length) and _wild(match.role) and _wild(match.latency)
+
+
 _IS_DEFAULT_CELL = (
     "(!has(c.match.promptLength) || c.match.promptLength == '*') && "
     "(!has(c.match.role) || c.match.role == '*') && "
     "(!has(c.match.latency) || c.match.latency == '*')"
+)
+
+#: Rules over ``dye`` and ``cells[].match`` only, shared by GrayReleaseSpec and the routing table.
+CELL_RULES = (
+    Rule(
+        cel=f"self.cells.filter(c, {_IS_DEFAULT_CELL}).size() == 1",
+        holds=lambda s: sum(_is_default(c.match) for c in s.cells) == 1,
+        message="exactly one default cell (match: {}) is required",
+        field_path=".cells",
+    ),
+    Rule(
+        cel="self.cells.all(c, !has(c.match.promptLength) || c.match.promptLength == '*' || "
+        "self.dye.promptLength.buckets.exists(b, b.name == c.match.promptLength))",
+        holds=lambda s: all(
+            _wild(c.match.prompt_length)
+            or c.match.prompt_length in {b.name for b in s.dye.prompt_length.buckets}
+            for c in s.cells
+        ),
+        message="a cell's match.promptLength must name a bucket of dye.promptLength",
+        field_path=".cells",
+    ),
+    Rule(
+        cel="self.cells.all(c, !has(c.match.role) || c.match.role == '*' || c.match.role in self.dye.role.values)",
+        holds=lambda s: all(_wild(c.match.role) or c.match.role in s.dye.role.values for c in s.cells),
+        message="a cell's match.role must be one of dye.role.values",
+        field_path=".cells",
+    ),
+    Rule(
+        cel="self.cells.all(c, !has(c.match.latency) || c.match.latency == '*' || "
+        "c.match.latency in self.dye.latency.values)",
+        holds=lambda s: all(
+            _wild(c.match.latency) or c.match.latency in s.dye.latency.values for c in s.cells
+        ),
+        message="a cell's match.latency must be one of dye.latency.values",
+        field_path=".cells",
+    ),
 )
 
 
@@ -148,12 +217,21 @@ class Metric(Model):
     """A health check of the candidate, evaluated at every analysis interval."""
 
     model_config = cel(
-        {"rule": "self.name != 'custom' || has(self.query)", "message": "a custom metric needs a query"},
-        {"rule": "self.name == 'custom' || !has(self.query)", "message": "only custom metrics take a query"},
-        {
-            "rule": "has(self.min) || has(self.max) || has(self.maxMs)",
-            "message": "give a threshold: min, max or maxMs",
-        },
+        Rule(
+            cel="self.name != 'custom' || has(self.query)",
+            holds=lambda s: s.name != "custom" or s.query is not None,
+            message="a custom metric needs a query",
+        ),
+        Rule(
+            cel="self.name == 'custom' || !has(self.query)",
+            holds=lambda s: s.name == "custom" or s.query is None,
+            message="only custom metrics take a query",
+        ),
+        Rule(
+            cel="has(self.min) || has(self.max) || has(self.maxMs)",
+            holds=lambda s: s.min is not None or s.max is not None or s.max_ms is not None,
+            message="give a threshold: min, max or maxMs",
+        ),
     )
 
     name: Literal["success-rate", "latency-p95", "custom"] = Field(
@@ -185,7 +263,11 @@ class ScaleMetric(Model):
 
 class Autoscaling(Model):
     model_config = cel(
-        {"rule": "self.minReplicas <= self.maxReplicas", "message": "minReplicas must be <= maxReplicas"}
+        Rule(
+            cel="self.minReplicas <= self.maxReplicas",
+            holds=lambda s: s.min_replicas <= s.max_replicas,
+            message="minReplicas must be <= maxReplicas",
+        )
     )
 
     min_replicas: int = Field(default=1, ge=1, le=10000)
@@ -195,38 +277,18 @@ class Autoscaling(Model):
 
 class GrayReleaseSpec(Model):
     model_config = cel(
-        {
-            "rule": f"self.cells.filter(c, {_IS_DEFAULT_CELL}).size() == 1",
-            "message": "exactly one default cell (match: {}) is required",
-            "fieldPath": ".cells",
-        },
-        {
-            "rule": "self.cells.all(c, size(c.weights) == size(self.cells[0].weights))",
-            "message": "every cell needs the same number of weights (one per step)",
-            "fieldPath": ".cells",
-        },
-        {
-            "rule": "self.cells.all(c, !has(c.match.promptLength) || c.match.promptLength == '*' || "
-            "self.dye.promptLength.buckets.exists(b, b.name == c.match.promptLength))",
-            "message": "a cell's match.promptLength must name a bucket of dye.promptLength",
-            "fieldPath": ".cells",
-        },
-        {
-            "rule": "self.cells.all(c, !has(c.match.role) || c.match.role == '*' || "
-            "c.match.role in self.dye.role.values)",
-            "message": "a cell's match.role must be one of dye.role.values",
-            "fieldPath": ".cells",
-        },
-        {
-            "rule": "self.cells.all(c, !has(c.match.latency) || c.match.latency == '*' || "
-            "c.match.latency in self.dye.latency.values)",
-            "message": "a cell's match.latency must be one of dye.latency.values",
-            "fieldPath": ".cells",
-        },
-        {
-            "rule": "self.stable.service != self.candidate.service || self.stable.port != self.candidate.port",
-            "message": "stable and candidate must be different backends",
-        },
+        *CELL_RULES,
+        Rule(
+            cel="self.cells.all(c, size(c.weights) == size(self.cells[0].weights))",
+            holds=lambda s: len({len(c.weights) for c in s.cells}) == 1,
+            message="every cell needs the same number of weights (one per step)",
+            field_path=".cells",
+        ),
+        Rule(
+            cel="self.stable.service != self.candidate.service || self.stable.port != self.candidate.port",
+            holds=lambda s: (s.stable.service, s.stable.port) != (s.candidate.service, s.candidate.port),
+            message="stable and candidate must be different backends",
+        ),
     )
 
     stable: Backend

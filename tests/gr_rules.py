@@ -1,0 +1,202 @@
+"""One input per GrayRelease cross-field rule (and borderline inputs that pass), for the parity tests.
+
+Each case mutates ``examples/grayrelease.yaml`` so that exactly one rule breaks (or none).
+``tests/unit/test_api_rules.py`` runs them through the models and the routing table;
+``tests/k8s/test_rules_parity.py`` runs the same inputs through the real API server too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from conftest import EXAMPLES
+from tinct.api.routing import RoutingTableError, parse_table
+from tinct.api.v1alpha1 import GrayRelease
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A GrayRelease input and the rule message it must be refused with (``None``: accepted).
+
+    ``table`` is what the routing table built from the same dye, cells and backends must say:
+    the same message for a rule it shares, its own for one it words differently, ``None`` when
+    it accepts the input (a rule over fields the table does not have, or a valid input).
+    """
+
+    id: str
+    mutate: Callable[[Doc], None]
+    message: str | None
+    table: str | None = None
+
+
+def _buckets(*bounds: tuple[str, int | None]) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        doc["spec"]["dye"]["promptLength"]["buckets"] = [
+            {"name": n, **({"maxTokens": m} if m is not None else {})} for n, m in bounds
+        ]
+
+    return mutate
+
+
+def _spec(path: str, value: Any) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        node = doc["spec"]
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        last = keys[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return mutate
+
+
+def _all(*mutations: Callable[[Doc], None]) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        for m in mutations:
+            m(doc)
+
+    return mutate
+
+
+UNIQUE = "bucket names must be unique"
+CATCH_ALL = "the last bucket is the catch-all: leave its maxTokens out"
+ONLY_LAST = "only the last bucket may leave maxTokens out"
+INCREASING = "bucket maxTokens must strictly increase from one bucket to the next"
+DEFAULT_LISTED = "default must be one of values"
+ONE_DEFAULT = "exactly one default cell (match: {}) is required"
+KNOWN_BUCKET = "a cell's match.promptLength must name a bucket of dye.promptLength"
+KNOWN_ROLE = "a cell's match.role must be one of dye.role.values"
+KNOWN_LATENCY = "a cell's match.latency must be one of dye.latency.values"
+
+CASES = [
+    Case("example", lambda d: None, None),
+    Case("duplicate-bucket", _buckets(("short", 512), ("long", 4096), ("long", None)), UNIQUE, UNIQUE),
+    Case(
+        "bounded-last-bucket", _buckets(("short", 512), ("long", 4096), ("huge", 9000)), CATCH_ALL, CATCH_ALL
+    ),
+    Case(
+        "unbounded-middle-bucket",
+        _buckets(("short", 512), ("mid", None), ("long", None)),
+        ONLY_LAST,
+        ONLY_LAST,
+    ),
+    Case("equal-bounds", _buckets(("short", 512), ("medium", 512), ("long", None)), INCREASING, INCREASING),
+    Case(
+        "falling-bounds", _buckets(("short", 4096), ("medium", 512), ("long", None)), INCREASING, INCREASING
+    ),
+    Case("bounds-one-apart", _buckets(("short", 1), ("medium", 2), ("long", None)), None),
+    Case("role-default-unlisted", _spec("dye.role.default", "guest"), DEFAULT_LISTED, DEFAULT_LISTED),
+    Case("latency-default-unlisted", _spec("dye.latency.default", "mid"), DEFAULT_LISTED, DEFAULT_LISTED),
+    Case(
+        "stream-class-unlisted",
+        _spec("dye.latency.streamClass", "mid"),
+        "streamClass must be one of values",
+        "streamClass must be one of values",
+    ),
+    Case("stream-class-listed", _spec("dye.latency.streamClass", "high"), None),
+    Case(
+        "falling-weights",
+        _spec("cells.1.weights", [10, 1, 50, 100]),
+        "weights must never decrease from one step to the next",
+    ),
+    Case("flat-weights", _spec("cells.1.weights", [10, 10, 10, 100]), None),
+    Case("two-default-cells", _spec("cells.0.match", {"promptLength": "*"}), ONE_DEFAULT, ONE_DEFAULT),
+    Case("no-default-cell", _spec("cells.2.match", {"role": "audit"}), ONE_DEFAULT, ONE_DEFAULT),
+    Case("unknown-bucket", _spec("cells.0.match.promptLength", "huge"), KNOWN_BUCKET, KNOWN_BUCKET),
+    Case("unknown-role", _spec("cells.0.match.role", "root"), KNOWN_ROLE, KNOWN_ROLE),
+    Case("unknown-latency", _spec("cells.0.match.latency", "mid"), KNOWN_LATENCY, KNOWN_LATENCY),
+    Case(
+        "uneven-steps",
+        _spec("cells.2.weights", [1, 100]),
+        "every cell needs the same number of weights (one per step)",
+    ),
+    Case(
+        "same-backend",
+        _spec("candidate.service", "sched-v1"),
+        "stable and candidate must be different backends",
+        "stable and candidate must be different endpoints",
+    ),
+    Case(
+        "same-service-other-port",
+        _all(_spec("candidate.service", "sched-v1"), _spec("candidate.port", 8001)),
+        None,
+    ),
+    Case(
+        "custom-without-query",
+        _spec("analysis.metrics", [{"name": "custom", "max": 1}]),
+        "a custom metric needs a query",
+    ),
+    Case(
+        "query-on-builtin",
+        _spec("analysis.metrics", [{"name": "success-rate", "min": 99, "query": "up"}]),
+        "only custom metrics take a query",
+    ),
+    Case(
+        "no-threshold",
+        _spec("analysis.metrics", [{"name": "success-rate"}]),
+        "give a threshold: min, max or maxMs",
+    ),
+    Case(
+        "min-above-max-replicas", _spec("autoscaling.minReplicas", 20), "minReplicas must be <= maxReplicas"
+    ),
+    Case("min-equals-max-replicas", _spec("autoscaling.minReplicas", 12), None),
+]
+
+
+def release_doc(case: Case) -> Doc:
+    doc: Doc = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
+    doc = copy.deepcopy(doc)
+    case.mutate(doc)
+    return doc
+
+
+def table_doc(release: Doc) -> Doc:
+    """The routing-table document with the release's dye, cells (first step) and backends."""
+    spec = release["spec"]
+
+    def endpoint(side: str) -> Doc:
+        backend = spec[side]
+        return {
+            "url": f"http://{backend['service']}:{backend['port']}",
+            "schedulerVersion": backend["schedulerVersion"],
+        }
+
+    return {
+        "release": release["metadata"]["name"],
+        "version": 1,
+        "stable": endpoint("stable"),
+        "candidate": endpoint("candidate"),
+        "dye": spec["dye"],
+        "cells": [{"match": c.get("match", {}), "weight": c["weights"][0]} for c in spec["cells"]],
+        "fallback": spec.get("fallback", {}),
+    }
+
+
+def model_refusal(release: Doc) -> str | None:
+    """Why the GrayRelease model refuses ``release``, or ``None``."""
+    try:
+        GrayRelease.model_validate(release)
+    except ValidationError as e:
+        return str(e)
+    return None
+
+
+def table_refusal(release: Doc) -> str | None:
+    """Why the routing table of ``release`` is refused, or ``None``."""
+    try:
+        parse_table(json.dumps(table_doc(release)))
+    except RoutingTableError as e:
+        return e.reason
+    return None
