@@ -11,7 +11,7 @@ import aiohttp
 
 from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 from tinct.router.watch import EVENT_REASON
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure

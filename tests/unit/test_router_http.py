@@ -8,7 +8,7 @@ import json
 import aiohttp
 
 from router_fakes import FakeScheduler, running_router, table
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 
 WAIT = 30.0  # bound on a socket read; never a measured figure
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from router_fakes import FakeScheduler, free_port, running_router, table
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
 LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token

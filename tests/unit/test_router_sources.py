@@ -10,7 +10,7 @@ import aiohttp
 from router_fakes import running_router, table_doc
 from tinct.api.routing import RoutingTable
 from tinct.cli import build_parser
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 from tinct.router.sources import FileTable
 from tinct.router.table import TableHolder
 

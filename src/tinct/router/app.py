@@ -21,63 +21,20 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tinct.router.choose import sticky_key, to_candidate
 from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify
+from tinct.router.config import RouterConfig, RouterState
 from tinct.router.metrics import UNCLASSIFIED, RouterMetrics
 from tinct.router.proxy import Proxy
-from tinct.router.request import BodyTooLargeError, Request
+from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer, ServerConnection
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
 from tinct.router.wire import RawHeaders, error_response, json_response, simple_response, text_response
-
-
-@dataclass
-class RouterConfig:
-    """How the router runs; the routing itself comes from the table."""
-
-    host: str = "0.0.0.0"
-    port: int = 8080
-    #: Largest classified request body; larger ones get a 413.
-    max_body_bytes: int = 4 * 1024 * 1024
-    #: Connect timeout towards either backend (the candidate also has the table's latencyMs).
-    connect_timeout: float = 5.0
-    #: Idle upstream keep-alive connections kept per backend (0: unlimited).
-    pool_per_host: int = 0
-    #: Seconds an idle upstream connection is kept.
-    keepalive_timeout: float = 60.0
-    #: Seconds an idle client connection is kept.
-    client_keepalive_timeout: float = 75.0
-    #: Seconds a shutdown waits for in-flight requests and streams.
-    shutdown_timeout: float = 30.0
-    table_file: Path | None = None
-    watch: bool = False
-    namespace: str | None = None
-    selector: str = "tinct.io/routing-table=true"
-    kubeconfig: Path | None = None
-    #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
-    trust_role_from: tuple[str, ...] = ()
-
-
-@dataclass
-class RouterState:
-    """Everything the handlers share; one per router."""
-
-    config: RouterConfig
-    holder: TableHolder
-    metrics: RouterMetrics
-    proxy: Proxy | None = None
-    role_trust: RoleTrust = field(default_factory=RoleTrust)
-    draining: bool = False
-    #: Called on SIGHUP: re-read file tables now.
-    reloaders: list[Callable[[], None]] = field(default_factory=list)
-
 
 Answer = tuple[int, RawHeaders, bytes]
 
@@ -162,12 +119,21 @@ class Router:
         if cfg.table_file is not None:
             from tinct.router.sources import file_source
 
-            await self._sources.enter_async_context(file_source(st))
+            await self._sources.enter_async_context(file_source(cfg.table_file, st.holder, st.reloaders))
         if cfg.watch:
             from tinct.router.watch import watch_source
 
-            await self._sources.enter_async_context(watch_source(st))
-        self._server = HttpServer(self.handle, keepalive_timeout=cfg.client_keepalive_timeout)
+            await self._sources.enter_async_context(
+                watch_source(
+                    st.holder, namespace=cfg.namespace, selector=cfg.selector, kubeconfig=cfg.kubeconfig
+                )
+            )
+        self._server = HttpServer(
+            self.handle,
+            keepalive_timeout=cfg.client_keepalive_timeout,
+            head_timeout=cfg.head_timeout,
+            body_timeout=cfg.body_timeout,
+        )
         await self._server.start(cfg.host, cfg.port)
 
     async def stop(self) -> None:
@@ -216,6 +182,13 @@ class Router:
                 error_response(413, "request_too_large", f"request body over the limit of {limit} bytes")
             )
             return
+        except BodyTimeoutError as e:
+            st.metrics.request(
+                table.release, "router", "", UNCLASSIFIED, 408, None, time.perf_counter() - started
+            )
+            conn.close_after_response = True
+            conn.respond(error_response(408, "request_timeout", str(e)))
+            return
         except ValueError as e:  # a malformed body framing
             conn.close_after_response = True
             conn.respond(error_response(400, "bad_request", str(e)))
@@ -240,4 +213,4 @@ class Router:
         await proxy.forward(conn, request, body, table, route.tag, candidate, started)
 
 
-__all__ = ["Router", "RouterConfig", "RouterState"]
+__all__ = ["Router"]

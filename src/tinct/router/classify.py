@@ -92,7 +92,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
         raise ClassifyError(400, "empty_body", "the request body is empty; send a JSON object")
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise ClassifyError(400, "invalid_json", "the request body is not valid JSON") from None
     if not isinstance(doc, dict):
         raise ClassifyError(400, "invalid_json", "the request body must be a JSON object")

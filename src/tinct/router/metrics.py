@@ -109,6 +109,13 @@ class RouterMetrics:
             ["release"],
             registry=r,
         )
+        self.truncated = Counter(
+            "tinct_router_truncated_responses",
+            "Answers cut mid-body because the backend failed (upstream_error) or went silent "
+            "for fallback.idleTimeoutMs (idle_timeout); the client saw a truncated answer.",
+            ["release", "side", "reason"],
+            registry=r,
+        )
         self.table_version = Gauge(
             "tinct_router_table_version",
             "Version of the routing table in force.",

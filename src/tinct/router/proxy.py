@@ -30,7 +30,13 @@ from tinct.router.metrics import RouterMetrics
 from tinct.router.request import Request
 from tinct.router.server import ServerConnection
 from tinct.router.table import CompiledTable, Upstream
-from tinct.router.upstream import Response, UpstreamConnectError, UpstreamError, UpstreamPool
+from tinct.router.upstream import (
+    Response,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamIdleError,
+    UpstreamPool,
+)
 from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
 _log = logging.getLogger(__name__)
@@ -234,7 +240,7 @@ class Proxy:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ttfb = time.perf_counter() - started
             conn.source = resp
-            done = resp.stream(conn.write)
+            done = resp.stream(conn.write, table.idle_timeout)
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
                 await done
@@ -242,7 +248,9 @@ class Proxy:
         except UpstreamError as e:
             # Bytes may already be with the client: no retry. Cut the connection so the
             # client sees a truncated answer instead of a well-formed short one.
-            _log.warning("%s failed mid-answer, no retry possible: %r", up.url, e)
+            why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
+            _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
+            self.metrics.truncated.labels(table.release, up.side, why).inc()
             if up.side == "candidate" and self.health(table).failure():
                 self.metrics.ejection(table.release)
             conn.abort()

@@ -11,15 +11,11 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tinct.api.routing import RoutingTableError, parse_table
 from tinct.router.table import TableHolder
-
-if TYPE_CHECKING:
-    from tinct.router.app import RouterState
 
 _log = logging.getLogger(__name__)
 
@@ -67,17 +63,18 @@ class FileTable:
 
 
 @contextlib.asynccontextmanager
-async def file_source(st: RouterState) -> AsyncIterator[None]:
-    """Load ``config.table_file``, poll it and reload on SIGHUP while the context is open."""
-    path = st.config.table_file
-    assert path is not None
-    ft = FileTable(path, st.holder)
+async def file_source(
+    path: Path, holder: TableHolder, reloaders: list[Callable[[], None]]
+) -> AsyncIterator[None]:
+    """Load ``path`` into ``holder``, poll it, and add its reload (for SIGHUP) to ``reloaders``
+    while the context is open."""
+    ft = FileTable(path, holder)
     ft.load()
 
     def reload() -> None:
         ft.load()
 
-    st.reloaders.append(reload)
+    reloaders.append(reload)
     task = asyncio.create_task(ft.poll(1.0), name="tinct-table-file-poll")
     try:
         yield

@@ -99,6 +99,7 @@ class CompiledTable:
         self.stable = _upstream("stable", table.stable)
         self.candidate = _upstream("candidate", table.candidate)
         self.latency_limit = table.fallback.latency_ms / 1000.0
+        self.idle_timeout = table.fallback.idle_timeout_ms / 1000.0
         self.consecutive_failures = table.fallback.consecutive_failures
         self.cooldown = float(table.fallback.cooldown_seconds)
         salt = hashlib.blake2b(digest_size=8)

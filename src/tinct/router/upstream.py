@@ -24,7 +24,7 @@ from typing import TypeAlias, cast
 
 import httptools
 
-from tinct.router.request import Body
+from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, Fields, chunk, connection_tokens
 
 _log = logging.getLogger(__name__)
@@ -42,6 +42,10 @@ class UpstreamConnectError(UpstreamError):
     """The backend could not be connected."""
 
 
+class UpstreamIdleError(UpstreamError):
+    """The backend sent nothing of its answer's body for the idle timeout."""
+
+
 class _StaleError(UpstreamError):
     """Closed before any response byte: the request may be sent again."""
 
@@ -54,8 +58,10 @@ class Response:
         "_done",
         "_error",
         "_held",
+        "_idle",
         "_informational",
         "_sink",
+        "_timer",
         "chunked",
         "closing",
         "complete",
@@ -94,6 +100,8 @@ class Response:
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
+        self._idle = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     # --- fed by the connection ---------------------------------------------------------
 
@@ -115,12 +123,14 @@ class Response:
     def _complete(self) -> None:
         self.complete = True
         self._conn = None
+        self._stop_timer()
         d = self._done
         if d is not None and not d.done():
             d.set_result(None)
 
     def _fail(self, exc: UpstreamError) -> None:
         self._conn = None
+        self._stop_timer()
         if not self.head.done():
             self.head.set_exception(exc)
             return
@@ -142,11 +152,33 @@ class Response:
 
     # --- used by the proxy -------------------------------------------------------------
 
-    def stream(self, sink: Sink) -> Awaitable[None] | None:
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        conn = self._conn
+        if conn is None or self.complete:
+            return
+        loop = conn.loop
+        quiet = loop.time() - conn.last_data
+        if conn.paused or quiet < self._idle:
+            # Paused, the backend waits for the client (flow control), not the other way round.
+            delay = self._idle if conn.paused else self._idle - quiet
+            self._timer = loop.call_later(delay, self._check_idle)
+            return
+        conn.resp = None
+        self._fail(UpstreamIdleError(f"the backend sent nothing for {self._idle:g}s mid-answer"))
+        conn.close()
+
+    def stream(self, sink: Sink, idle_timeout: float | None = None) -> Awaitable[None] | None:
         """Send the body to ``sink`` as it arrives; None when it is already all sent.
 
         The awaitable ends when the body is complete, or raises :class:`UpstreamError` when
-        the backend failed mid-answer.
+        the backend failed mid-answer (:class:`UpstreamIdleError` when it sent nothing for
+        ``idle_timeout`` seconds while the client was keeping up).
         """
         held, self._held = self._held, []
         for data in held:
@@ -156,7 +188,11 @@ class Response:
         if self.complete:
             return None
         self._sink = sink
-        self._done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        if idle_timeout is not None and self._conn is not None:
+            self._idle = idle_timeout
+            self._timer = loop.call_later(idle_timeout, self._check_idle)
         return self._done
 
     def pause_reading(self) -> None:
@@ -170,6 +206,7 @@ class Response:
     def close(self) -> None:
         """Done with this answer: an unfinished one takes its connection down with it."""
         self._sink = None
+        self._stop_timer()
         if self.pump is not None and not self.pump.done():
             self.pump.cancel()
         conn = self._conn
@@ -192,7 +229,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.last_used = 0.0
-        self._paused = False
+        #: Loop time of the last bytes from the backend (for the idle timeout).
+        self.last_data = 0.0
+        self.paused = False
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
 
@@ -238,6 +277,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.close()  # nothing was asked: the connection is out of step
             return
         r.started = True
+        self.last_data = self.loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
@@ -250,13 +290,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.close()
 
     def pause_reading(self) -> None:
-        if not self._paused and self.transport is not None and not self.closed:
-            self._paused = True
+        if not self.paused and self.transport is not None and not self.closed:
+            self.paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._paused and self.transport is not None and not self.closed:
-            self._paused = False
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.last_data = self.loop.time()
             self.transport.resume_reading()
 
     def close(self) -> None:
@@ -401,7 +442,7 @@ class UpstreamPool:
                 assert conn.transport is not None
                 conn.transport.write(LAST_CHUNK)
             conn.request_sent = True
-        except (ConnectionError, ValueError) as e:
+        except (ConnectionError, ValueError, BodyTimeoutError) as e:
             _log.debug("request body from the client failed: %r", e)
             r = conn.resp
             conn.resp = None
@@ -477,5 +518,6 @@ __all__ = [
     "UpstreamConnectError",
     "UpstreamConnection",
     "UpstreamError",
+    "UpstreamIdleError",
     "UpstreamPool",
 ]

@@ -30,13 +30,10 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, parse_table
 from tinct.router.table import TableHolder
-
-if TYPE_CHECKING:
-    from tinct.router.app import RouterState
 
 _log = logging.getLogger(__name__)
 
@@ -247,15 +244,16 @@ class ConfigMapWatch:
 
 
 @contextlib.asynccontextmanager
-async def watch_source(st: RouterState) -> AsyncIterator[None]:
-    """Watch the ConfigMaps named by the config's namespace and selector while open."""
-    cfg = st.config
+async def watch_source(
+    holder: TableHolder, *, namespace: str | None, selector: str, kubeconfig: Path | None = None
+) -> AsyncIterator[None]:
+    """Keep ``holder`` on the ConfigMaps ``namespace`` and ``selector`` name while open."""
     w = ConfigMapWatch(
-        st.holder,
+        holder,
         asyncio.get_running_loop(),
-        namespace=cfg.namespace,
-        selector=cfg.selector,
-        kubeconfig=cfg.kubeconfig,
+        namespace=namespace,
+        selector=selector,
+        kubeconfig=kubeconfig,
     )
     w.start()
     try:

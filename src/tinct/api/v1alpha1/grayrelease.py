@@ -176,6 +176,14 @@ class Fallback(Model):
     consecutive_failures: int = Field(default=3, ge=1, le=1000)
     latency_ms: int = Field(default=800, ge=1, le=600000)
     cooldown_seconds: int = Field(default=30, ge=0, le=86400)
+    idle_timeout_ms: int = Field(
+        default=60000,
+        ge=100,
+        le=3600000,
+        description="Longest silence of a backend mid-answer (after its headers) before the "
+        "router cuts the client connection and counts a failure. Generous by default: tokens "
+        "stream every few ms, but a long prompt's prefill may come after the headers.",
+    )
 
 
 class ScaleMetric(Model):
