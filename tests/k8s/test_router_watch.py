@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import pytest
 
 from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
@@ -83,7 +85,10 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
 
 
 async def test_router_with_least_privilege_service_account(
-    cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
+    cluster: Any,
+    namespace: str,
+    backends: tuple[FakeScheduler, FakeScheduler],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """get/list/watch on ConfigMaps is all the router needs; a forbidden Event is only logged."""
     v1, v2 = backends
@@ -114,8 +119,26 @@ async def test_router_with_least_privilege_service_account(
         assert await side(http, base) == "v2"
         cm = routing_configmap(table(v1.url, v2.url, version=2))
         cm["data"][DATA_KEY] = "{not json"
+        caplog.set_level(logging.INFO, logger="tinct.router.watch")
         apply(cluster, namespace, cm)
         await eventually(lambda: rejections, "the rejection")
         assert holder.current is not None
         assert holder.current.version == 1
         assert await side(http, base) == "v2"
+
+        # The Event is forbidden: the refusal is logged (403), nothing is posted, the watch goes on.
+        def forbidden_logged() -> bool:
+            return any(
+                f"could not post the {EVENT_REASON} event" in r.getMessage() and "403" in r.getMessage()
+                for r in caplog.records
+            )
+
+        await eventually(forbidden_logged, "the forbidden Event to be logged")
+        out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+        assert [e for e in json.loads(out)["items"] if e.get("reason") == EVENT_REASON] == []
+        assert not [
+            r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "tinct.router.watch"
+        ]
+        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=3, default_weight=0)))
+        await eventually(lambda: holder.current is not None and holder.current.version == 3, "table v3")
+        assert await side(http, base) == "v1"
