@@ -27,7 +27,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tinct.router.choose import sticky_key, to_candidate
 from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify
 from tinct.router.config import RouterConfig, RouterState
-from tinct.router.metrics import UNCLASSIFIED, RouterMetrics
+from tinct.router.exchange import Exchange
+from tinct.router.metrics import RouterMetrics
 from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer, ServerConnection
@@ -161,56 +162,55 @@ class Router:
         if table is None or proxy is None:
             conn.respond(_NO_TABLE)
             return
+        ex = Exchange(conn, request, table, started)
         if method == "POST" and request.path in CLASSIFIED_PATHS:
-            await self._classified(request, conn, table, proxy, started)
+            await self._classified(ex, proxy)
         else:
-            await proxy.forward(conn, request, None, table, UNCLASSIFIED, False, started)
+            await proxy.forward(ex)
 
-    async def _classified(
-        self, request: Request, conn: ServerConnection, table: CompiledTable, proxy: Proxy, started: float
-    ) -> None:
+    def _refuse(self, ex: Exchange, answer: Answer, *, close: bool = True) -> None:
+        """Answer a classified request the router will not pass on, and count it."""
+        ex.status = answer[0]
+        self.state.metrics.request(ex)
+        if close:
+            ex.conn.close_after_response = True
+        ex.conn.respond(answer)
+
+    async def _classified(self, ex: Exchange, proxy: Proxy) -> None:
         st = self.state
+        request = ex.request
         limit = st.config.max_body_bytes
         try:
             body = await request.body.read_all(limit)
         except BodyTooLargeError:
-            st.metrics.request(
-                table.release, "router", "", UNCLASSIFIED, 413, None, time.perf_counter() - started
-            )
-            conn.close_after_response = True
-            conn.respond(
-                error_response(413, "request_too_large", f"request body over the limit of {limit} bytes")
-            )
+            msg = f"request body over the limit of {limit} bytes"
+            self._refuse(ex, error_response(413, "request_too_large", msg))
             return
         except BodyTimeoutError as e:
-            st.metrics.request(
-                table.release, "router", "", UNCLASSIFIED, 408, None, time.perf_counter() - started
-            )
-            conn.close_after_response = True
-            conn.respond(error_response(408, "request_timeout", str(e)))
+            self._refuse(ex, error_response(408, "request_timeout", str(e)))
             return
         except ValueError as e:  # a malformed body framing
-            conn.close_after_response = True
-            conn.respond(error_response(400, "bad_request", str(e)))
+            ex.conn.close_after_response = True
+            ex.conn.respond(error_response(400, "bad_request", str(e)))
             return
+        table = ex.table
         try:
             route = classify(
                 request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
             )
         except ClassifyError as e:
-            st.metrics.request(
-                table.release, "router", "", UNCLASSIFIED, e.status, None, time.perf_counter() - started
-            )
-            conn.respond(json_response(e.status, e.body()))
+            self._refuse(ex, json_response(e.status, e.body()), close=False)
             return
         weight = route.weight
+        ex.body = body
+        ex.tag = route.tag
         # The sticky key matters only between 0 and 100 (and may cost a random draw).
-        candidate = (
+        ex.candidate = (
             weight >= 100.0
             if weight <= 0.0 or weight >= 100.0
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
-        await proxy.forward(conn, request, body, table, route.tag, candidate, started)
+        await proxy.forward(ex)
 
 
 __all__ = ["Router"]

@@ -1,7 +1,7 @@
 """The router's upstream HTTP/1.1 client: a keep-alive connection pool, parsed by httptools.
 
-:meth:`UpstreamPool.request` writes a request on an idle connection (or a new one) and
-returns the :class:`Response` once its head arrived. The body then goes straight from the
+:meth:`UpstreamPool.request` writes a request (request line, the caller's header lines, the
+body's framing, the body) on an idle connection (or a new one) and returns the :class:`Response` once its head arrived. The body then goes straight from the
 connection's ``data_received`` to a sink (the client's connection) chunk by chunk, with no
 task in between; bytes that arrive before the sink is attached are held until it is.
 
@@ -386,21 +386,36 @@ class UpstreamPool:
     async def request(
         self,
         origin: Origin,
-        head: bytes,
+        method: str,
+        target: bytes,
+        headers: bytes,
         body: bytes | Body | None,
         *,
         chunked: bool = False,
         head_only: bool = False,
     ) -> Response:
-        """Send ``head`` (request line and headers, ending in the blank line) and ``body``.
+        """Send ``method target`` with the header lines ``headers`` (each ending in CRLF) and ``body``.
 
-        ``body`` is sent as is when it is bytes; a :class:`Body` is streamed by a task, framed
-        as chunks when ``chunked``. Returns when the response head is in.
+        The pool writes the request line and the body's framing: ``Content-Length`` for bytes
+        (none at all for None), and for a streamed :class:`Body` chunks when ``chunked``, else
+        its declared length. A streamed body is sent by a task. Returns when the response head
+        is in.
 
         Raises:
             UpstreamConnectError: no connection could be made.
             UpstreamError: the backend failed before its response head.
         """
+        if isinstance(body, Body):
+            framing = (
+                b"Transfer-Encoding: chunked\r\n"
+                if chunked
+                else b"Content-Length: %d\r\n" % (body.declared or 0)
+            )
+        elif body is not None:
+            framing = b"Content-Length: %d\r\n" % len(body)
+        else:
+            framing = b""
+        head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (method.encode("ascii"), target, headers, framing)
         for attempt in range(2):
             conn = await self._acquire(origin)
             resp = Response(conn, head_only)
