@@ -155,9 +155,11 @@ def table_doc(
     cells: list[dict[str, Any]] | None = None,
     fallback: dict[str, Any] | None = None,
     release: str = "chat",
+    models: list[str] | None = None,
 ) -> dict[str, Any]:
     """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml."""
     return {
+        "models": models or [],
         "schema": "tinct.io/routing/v1",
         "release": release,
         "namespace": "llm",

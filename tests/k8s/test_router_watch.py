@@ -14,7 +14,7 @@ import pytest
 from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.config import RouterConfig
-from tinct.router.watch import EVENT_REASON
+from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
 
@@ -142,3 +142,51 @@ async def test_router_with_least_privilege_service_account(
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=3, default_weight=0)))
         await eventually(lambda: holder.current is not None and holder.current.version == 3, "table v3")
         assert await side(http, base) == "v1"
+
+
+async def test_one_router_follows_every_release_and_the_older_table_keeps_a_contested_model(
+    cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
+) -> None:
+    v1, v2 = backends
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
+    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
+        holder = app.state.holder
+        # "zeta" is created first and sorts last: only its age can make it win.
+        older = table(v1.url, v2.url, release="zeta", models=["llama3-8b"])
+        apply(cluster, namespace, routing_configmap(older))
+        await eventually(lambda: holder.for_model("llama3-8b") is not None, "the first table")
+        await asyncio.sleep(1.1)  # creation timestamps have a one-second resolution
+        newer = table(v2.url, v1.url, release="alpha", models=["llama3-8b", "coder-7b"])
+        apply(cluster, namespace, routing_configmap(newer))
+        await eventually(lambda: holder.for_model("coder-7b") is not None, "the second table")
+
+        async def served_by(model: str) -> str:
+            body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            async with http.post(f"{base}/v1/chat/completions", json=body) as r:
+                assert r.status == 200
+                return str((await r.json())["model"])
+
+        assert await served_by("llama3-8b") == "v1"  # the older table's stable
+        assert await served_by("coder-7b") == "v2"  # the newer table's stable
+        async with http.post(f"{base}/v1/chat/completions", json={"model": "nope", "messages": []}) as r:
+            assert r.status == 404
+            assert (await r.json())["error"]["code"] == "model_not_found"
+
+        def conflict_event() -> list[dict[str, Any]]:
+            out = cluster.kubectl(
+                "get",
+                "events",
+                "-n",
+                namespace,
+                "--field-selector",
+                f"reason={CONFLICT_REASON}",
+                "-o",
+                "json",
+            ).stdout
+            return list(json.loads(out)["items"])
+
+        await eventually(conflict_event, "the ModelConflict event")
+        (event,) = conflict_event()
+        assert event["type"] == "Warning"
+        assert event["involvedObject"]["name"] == "tinct-routing-alpha"
+        assert "llama3-8b" in event["message"]

@@ -2,13 +2,15 @@
 
 Endpoints:
 
-- ``POST /v1/chat/completions``, ``POST /v1/completions``: classified, then proxied to the
+- ``POST /v1/chat/completions``, ``POST /v1/completions``: the body's ``model`` picks the
+  table (:meth:`TableHolder.for_model`), then the request is classified and proxied to the
   side the sticky choice and the fallback rules give. A body that is not a JSON object of
-  the endpoint's shape gets a 400, one over ``max_body_bytes`` a 413, both as OpenAI-style
-  JSON errors and without reaching a backend.
+  the endpoint's shape gets a 400, one over ``max_body_bytes`` a 413, a model no table
+  serves a 404, all as OpenAI-style JSON errors and without reaching a backend.
 - ``GET``/``HEAD`` ``/healthz``: the process serves. ``/readyz``: a routing table is in
   force and the router is not draining. ``/metrics``: Prometheus text.
-- anything else: passed to stable unclassified (request body streamed), dye tag ``none``.
+- anything else: passed to the default table's stable unclassified (request body
+  streamed), dye tag ``none``.
 
 Without a table every proxied request gets a 503.
 
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tinct.router.choose import sticky_key, to_candidate
-from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify
+from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify_doc, parse_body
 from tinct.router.config import RouterConfig, RouterState
 from tinct.router.exchange import Exchange
 from tinct.router.metrics import RouterMetrics
@@ -50,6 +52,9 @@ def _readyz(st: RouterState) -> Answer:
         return text_response(503, "draining\n")
     if table is None:
         return text_response(503, "no routing table loaded\n")
+    n = len(st.holder.tables)
+    if n > 1:
+        return text_response(200, f"ready: {n} tables, default {table.release} version {table.version}\n")
     return text_response(200, f"ready: {table.release} table version {table.version}\n")
 
 
@@ -89,7 +94,7 @@ class Router:
     def __init__(self, config: RouterConfig, holder: TableHolder | None = None) -> None:
         self.state = RouterState(
             config=config,
-            holder=holder or TableHolder(),
+            holder=holder or TableHolder(default_release=config.default_release),
             metrics=RouterMetrics(),
             role_trust=RoleTrust(config.trust_role_from),
         )
@@ -117,10 +122,10 @@ class Router:
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)
-        if cfg.table_file is not None:
+        if cfg.table_files:
             from tinct.router.sources import file_source
 
-            await self._sources.enter_async_context(file_source(cfg.table_file, st.holder, st.reloaders))
+            await self._sources.enter_async_context(file_source(cfg.table_files, st.holder, st.reloaders))
         if cfg.watch:
             from tinct.router.watch import watch_source
 
@@ -193,10 +198,17 @@ class Router:
             ex.conn.close_after_response = True
             ex.conn.respond(error_response(400, "bad_request", str(e)))
             return
-        table = ex.table
         try:
-            route = classify(
-                request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
+            doc = parse_body(body)
+            model = doc.get("model")
+            table = st.holder.for_model(model)
+            if table is None:
+                raise ClassifyError(
+                    404, "model_not_found", f"the model {model!r} does not exist or is not served here"
+                )
+            ex.table = table
+            route = classify_doc(
+                request.path, doc, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
             )
         except ClassifyError as e:
             self._refuse(ex, json_response(e.status, e.body()), close=False)

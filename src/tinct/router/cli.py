@@ -27,7 +27,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         head_timeout=args.head_timeout,
         body_timeout=args.body_timeout,
         shutdown_timeout=args.shutdown_timeout,
-        table_file=Path(args.table) if args.table else None,
+        table_files=tuple(Path(t) for t in args.table or ()),
+        default_release=args.default_release,
         watch=args.watch,
         namespace=args.namespace,
         selector=args.selector,
@@ -71,13 +72,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Serve OpenAI-style traffic, routing each dye cell between stable and candidate "
         "by the routing table from --table FILE or from ConfigMaps watched with --watch.",
     )
-    p.add_argument("--table", metavar="FILE", help="routing table JSON; re-read on change and on SIGHUP")
+    p.add_argument(
+        "--table",
+        metavar="FILE",
+        action="append",
+        help="routing table JSON; re-read on change and on SIGHUP (repeatable: one table per "
+        "release, picked by the request's model)",
+    )
     p.add_argument("--watch", action="store_true", help="watch routing-table ConfigMaps through the API")
     p.add_argument("--namespace", help="with --watch: namespace to watch (default: all namespaces)")
     p.add_argument(
         "--selector", default=_D.selector, help="with --watch: label selector (default: %(default)s)"
     )
     p.add_argument("--kubeconfig", help="with --watch: kubeconfig (default: in-cluster or $KUBECONFIG)")
+    p.add_argument(
+        "--default-release",
+        metavar="NAME",
+        help="release whose table takes requests that name no model (default: the oldest table)",
+    )
     p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
     p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")
     p.add_argument(

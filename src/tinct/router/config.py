@@ -47,7 +47,11 @@ class RouterConfig:
     #: Seconds a shutdown waits for in-flight requests and streams (Kubernetes' default
     #: termination grace is 30 s: stay under it).
     shutdown_timeout: float = 20.0
-    table_file: Path | None = None
+    #: Routing-table files (one table each; earlier ones count as older).
+    table_files: tuple[Path, ...] = ()
+    #: Release whose table takes requests without a model (and, if it names no models, the
+    #: models no table claims); default: the oldest table.
+    default_release: str | None = None
     watch: bool = False
     namespace: str | None = None
     selector: str = DEFAULT_SELECTOR

@@ -20,6 +20,10 @@ Weight = Annotated[float, Field(ge=0, le=100)]
 Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
 
 
+#: An OpenAI ``model`` value as clients send it.
+ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
+
+
 class Backend(Model):
     """One side of the release: a scheduler behind a Service."""
 
@@ -239,6 +243,13 @@ class GrayReleaseSpec(Model):
 
     stable: Backend
     candidate: Backend
+    models: list[ModelName] = Field(
+        default_factory=list,
+        max_length=32,
+        description="OpenAI model names (the request's 'model') this release serves; default: "
+        "the model of its ModelVersions. A router fronting several releases picks the "
+        "release by it.",
+    )
     dye: Dye
     cells: list[Cell] = Field(min_length=1, max_length=64)
     analysis: Analysis | None = None
