@@ -32,6 +32,8 @@ class Seen:
     method: str
     headers: dict[str, str]
     body: bytes
+    #: The router's end of the connection the request came on (host, port).
+    peer: tuple[str, int] | None = None
 
 
 @dataclass
@@ -50,7 +52,10 @@ class FakeScheduler:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.seen.append(Seen(request.path, request.method, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.seen.append(
+            Seen(request.path, request.method, dict(request.headers), body, tuple(peer) if peer else None)
+        )
         if self.mode == "error":
             return web.json_response({"error": {"message": f"{self.version} broke"}}, status=503)
         if self.mode == "mismatch":

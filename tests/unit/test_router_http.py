@@ -150,6 +150,19 @@ async def test_head_has_no_body_and_the_connection_goes_on(v1: FakeScheduler, v2
         writer.close()
 
 
+async def test_head_answers_keep_their_upstream_connection(v1: FakeScheduler, v2: FakeScheduler) -> None:
+    async with running_router(table(v1.url, v2.url)) as (base, _):
+        reader, writer = await _connect(base)
+        for method in (b"HEAD", b"HEAD", b"GET", b"HEAD"):
+            writer.write(b"%b /v1/models HTTP/1.1\r\nHost: r\r\n\r\n" % method)
+            status, _, _ = await read_response(reader, head_only=method == b"HEAD")
+            assert status == 200
+        writer.close()
+    assert [s.method for s in v1.seen] == ["HEAD", "HEAD", "GET", "HEAD"]
+    # One upstream connection carried them all: a HEAD answer does not end it.
+    assert len({s.peer for s in v1.seen}) == 1
+
+
 async def test_chunked_request_bodies_both_kinds_of_endpoint(v1: FakeScheduler, v2: FakeScheduler) -> None:
     async with running_router(table(v1.url, v2.url)) as (base, _):
         reader, writer = await _connect(base)

@@ -10,8 +10,8 @@ it alive and the request was sent whole. A request that fails on a *reused* conn
 before any response byte came back (the backend closed an idle connection as it was being
 reused) is sent once more on a new connection when its body can be replayed.
 
-Responses to ``HEAD`` end at their head (httptools cannot be told to skip the body a
-``Content-Length`` announces), so those connections are not reused.
+Responses to ``HEAD`` end at their head; httptools cannot be told to skip the body a
+``Content-Length`` announces, so the connection gets a fresh parser and stays in the pool.
 """
 
 from __future__ import annotations
@@ -342,11 +342,18 @@ class UpstreamConnection(asyncio.Protocol):
             r.chunked = r.closing = False
             r.hops = frozenset()
             return
-        r._got_head(status, self._parser.should_keep_alive() and not r.head_only)
+        r._got_head(status, self._parser.should_keep_alive())
         if r.head_only:
+            # The answer ends at its head, but the parser expects the body its length
+            # announces: a fresh parser takes the connection's next answer.
             self.resp = None
+            keep = r.keep_alive and self.request_sent and not self.closed
             r._complete()
-            self.close()
+            if keep:
+                self._parser = httptools.HttpResponseParser(self)
+                self.pool.release(self)
+            else:
+                self.close()
 
     def on_body(self, body: bytes) -> None:
         if self.resp is not None:
