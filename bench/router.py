@@ -1,13 +1,21 @@
 """Benchmark of the dye router against nginx, side by side on this machine.
 
-wrk (one thread, 8 connections) posts a chat request to a fixed-answer nginx backend:
+wrk (one thread, 8 connections) posts chat requests to a fixed-answer nginx backend:
 
 - directly,
 - through nginx as a reverse proxy (1 worker, upstream keep-alive),
-- through ``tinct router`` (1 process, table from a file, every cell on stable).
+- through ``tinct router`` (1 process, table from a file),
 
-Then, in process: the time to classify a 4k-token chat request, and how long an SSE chunk
-takes from the backend's write to the client's read through the router.
+twice: a trivial request (64 characters, every cell at weight 0: the router only parses and
+forwards) and a realistic one (several messages, ~3,000 tokens, every cell at weight 50, a
+new ``X-Session-Id`` per request, so classification of a real prompt, the sticky hash and
+the candidate choice all run; the candidate is the same nginx under another host name).
+Latency percentiles are reported side by side per run, never subtracted across runs.
+
+Then, in process: the time to classify a 4k-token chat request; through the router, the
+time from sending a streaming request to reading its first SSE chunk (and the same straight
+to the backend); and the median delay of an SSE chunk from the backend's write to the
+client's read.
 
 Everything listens on 127.0.0.1; runs are a few seconds each; every process started here is
 stopped at the end. wrk and nginx come from Debian and are installed with apt-get if
@@ -33,6 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from router_fakes import table_doc  # the tests' routing table, shared
+
 ANSWER = json.dumps(
     {
         "id": "chatcmpl-bench",
@@ -44,6 +55,20 @@ ANSWER = json.dumps(
     }
 )
 REQUEST = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say ok. " * 8}]})
+
+
+def realistic_request() -> str:
+    """A multi-turn chat request of about 3,000 tokens (at 4 characters per token)."""
+    prose = (
+        "The scheduler batches requests by prompt length and keeps the KV cache warm for "
+        "sessions that come back; when memory runs short it evicts the coldest session first. "
+    )
+    turns = [{"role": "system", "content": "You are a concise assistant for an ML platform team. " * 6}]
+    for i in range(6):
+        turns.append({"role": "user", "content": prose * 8 + f"Question {i}: what changes at step {i}?"})
+        turns.append({"role": "assistant", "content": prose * 4})
+    turns.append({"role": "user", "content": "Summarise the discussion in three bullet points."})
+    return json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
 
 
 def _ensure_tools() -> None:
@@ -113,6 +138,25 @@ def _ms(value: str, unit: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
+def _lua(body: str, sessions: bool) -> str:
+    """A wrk script posting ``body``; with ``sessions`` a new X-Session-Id on every request."""
+    text = (
+        'wrk.method = "POST"\n'
+        f"wrk.body = {json.dumps(body)}\n"
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    if not sessions:
+        return text + 'wrk.headers["X-Session-Id"] = "bench"\n'
+    return text + (
+        "local n = 0\n"
+        "request = function()\n"
+        "  n = n + 1\n"
+        '  wrk.headers["X-Session-Id"] = "s-" .. n\n'
+        "  return wrk.format()\n"
+        "end\n"
+    )
+
+
 def _wrk(url: str, script: Path, duration: float, connections: int) -> dict[str, float]:
     # A short warm-up fills keep-alive pools and JITs nothing, but settles the caches.
     subprocess.run(
@@ -134,36 +178,10 @@ def _wrk(url: str, script: Path, duration: float, connections: int) -> dict[str,
     return {"rps": rps, "p50": lat["50"], "p99": lat["99"]}
 
 
-def _table(stable: str, candidate: str) -> dict[str, Any]:
-    return {
-        "schema": "tinct.io/routing/v1",
-        "release": "bench",
-        "version": 1,
-        "state": "Progressing",
-        "step": 0,
-        "stable": {"url": stable, "schedulerVersion": "v1"},
-        "candidate": {"url": candidate, "schedulerVersion": "v2"},
-        "dye": {
-            "promptLength": {
-                "buckets": [
-                    {"name": "short", "maxTokens": 512},
-                    {"name": "medium", "maxTokens": 4096},
-                    {"name": "long"},
-                ]
-            },
-            "role": {"header": "X-User-Role", "values": ["user", "admin", "audit"], "default": "user"},
-            "latency": {
-                "header": "X-Latency-Class",
-                "values": ["low", "high"],
-                "default": "low",
-                "streamClass": "high",
-            },
-        },
-        "cells": [
-            {"match": {"promptLength": "long", "role": "admin", "latency": "high"}, "weight": 0},
-            {"match": {}, "weight": 0},
-        ],
-    }
+def _table(stable: str, candidate: str, weight: float = 0) -> dict[str, Any]:
+    """The tests' routing table (one specific cell, one default cell), every cell at ``weight``."""
+    cell = {"match": {"promptLength": "long", "role": "admin", "latency": "high"}, "weight": weight}
+    return table_doc(stable, candidate, release="bench", cells=[cell], default_weight=weight)
 
 
 def _start_router(tmp: Path, table: dict[str, Any], port: int, procs: list[subprocess.Popen[bytes]]) -> None:
@@ -204,21 +222,18 @@ def classify_us() -> float:
     return statistics.median(samples)
 
 
-async def _first_chunk_delays(router_port: int, backend_port: int, chunks: int) -> list[float]:
-    """ms from the SSE backend's write of a chunk to the client's read of it, via the router."""
-    import aiohttp
+async def _sse_backend(port: int, chunks: int, go: asyncio.Event | None, sent: dict[int, float]) -> Any:
+    """An SSE backend on ``port``: ``chunks`` events, each after ``go`` (or at once)."""
     from aiohttp import web
-
-    sent: dict[int, float] = {}
-    go = asyncio.Event()
 
     async def sse(request: web.Request) -> web.StreamResponse:
         await request.read()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for i in range(chunks):
-            await go.wait()
-            go.clear()
+            if go is not None:
+                await go.wait()
+                go.clear()
             sent[i] = time.perf_counter()
             await resp.write(f"data: {i}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
@@ -228,7 +243,17 @@ async def _first_chunk_delays(router_port: int, backend_port: int, chunks: int) 
     app.router.add_post("/v1/chat/completions", sse)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", backend_port).start()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def _chunk_relay_delays(router_port: int, backend_port: int, chunks: int) -> list[float]:
+    """ms from the SSE backend's write of a chunk to the client's read of it, via the router."""
+    import aiohttp
+
+    sent: dict[int, float] = {}
+    go = asyncio.Event()
+    runner = await _sse_backend(backend_port, chunks, go, sent)
     delays: list[float] = []
     try:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -249,6 +274,44 @@ async def _first_chunk_delays(router_port: int, backend_port: int, chunks: int) 
     return delays
 
 
+async def _time_to_first_chunk(ports: dict[str, int], backend_port: int, requests: int) -> dict[str, float]:
+    """Median ms from sending a streaming request to reading its first SSE chunk, per target port."""
+    import aiohttp
+
+    runner = await _sse_backend(backend_port, 3, None, {})
+    out: dict[str, float] = {}
+    try:
+        body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        async with aiohttp.ClientSession() as http:
+            for name, port in ports.items():
+                samples = []
+                for _ in range(requests):
+                    t0 = time.perf_counter()
+                    async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                        line = await r.content.readline()
+                        samples.append((time.perf_counter() - t0) * 1000)
+                        assert line == b"data: 0\n", line
+                        await r.read()
+                out[name] = statistics.median(samples)
+    finally:
+        await runner.cleanup()
+    return out
+
+
+def _candidate_share(port: int) -> float:
+    """Share of the router's proxied requests that the candidate answered (from /metrics)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    sides = {"stable": 0.0, "candidate": 0.0}
+    for line in text.splitlines():
+        m = re.match(r'tinct_router_requests_total\{.*side="(stable|candidate)".*\} ([\d.e+]+)$', line)
+        if m:
+            sides[m.group(1)] += float(m.group(2))
+    total = sides["stable"] + sides["candidate"]
+    return sides["candidate"] / total if total else 0.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default: %(default)s)")
@@ -258,20 +321,18 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     tmp = Path(tempfile.mkdtemp(prefix="tinct-bench-router-"))
     try:
-        script = tmp / "post.lua"
-        script.write_text(
-            'wrk.method = "POST"\n'
-            f"wrk.body = {json.dumps(REQUEST)}\n"
-            'wrk.headers["Content-Type"] = "application/json"\n'
-            'wrk.headers["X-Session-Id"] = "bench"\n'
-        )
-        backend, proxy, router, sse_router, sse_backend = (_port() for _ in range(5))
+        trivial_lua = tmp / "trivial.lua"
+        trivial_lua.write_text(_lua(REQUEST, sessions=False))
+        real_lua = tmp / "realistic.lua"
+        real_lua.write_text(_lua(realistic_request(), sessions=True))
+        backend, proxy, router, router50, sse_router, sse_backend = (_port() for _ in range(6))
         answer = ANSWER.replace("'", "\\'")
         _start_nginx(
             tmp,
             "backend",
             f"""  server {{
     listen 127.0.0.1:{backend};
+    client_body_buffer_size 64k;
     location / {{ default_type application/json; return 200 '{answer}'; }}
   }}""",
             backend,
@@ -283,6 +344,7 @@ def main() -> int:
             f"""  upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; }}
   server {{
     listen 127.0.0.1:{proxy};
+    client_body_buffer_size 64k;
     location / {{
       proxy_pass http://backend;
       proxy_http_version 1.1;
@@ -293,36 +355,63 @@ def main() -> int:
             proxy,
             procs,
         )
-        _start_router(
-            tmp, _table(f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"), router, procs
-        )
+        stable_url, candidate_url = f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"
+        _start_router(tmp, _table(stable_url, candidate_url, 0), router, procs)
+        _start_router(tmp, _table(stable_url, candidate_url, 50), router50, procs)
         path = "/v1/chat/completions"
-        runs = {}
-        for name, port in (("direct", backend), ("nginx", proxy), ("router", router)):
-            runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", script, args.duration, args.connections)
-            print(f"{name:>7}: {runs[name]}", file=sys.stderr)
+        runs: dict[str, dict[str, float]] = {}
+        for name, port, lua in (
+            ("direct", backend, trivial_lua),
+            ("nginx", proxy, trivial_lua),
+            ("router", router, trivial_lua),
+            ("real_direct", backend, real_lua),
+            ("real_nginx", proxy, real_lua),
+            ("real_router", router50, real_lua),
+        ):
+            runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
+            print(f"{name:>11}: {runs[name]}", file=sys.stderr)
+        share = _candidate_share(router50)
+        print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
 
         us = classify_us()
         print(f"classify 4k-token chat: {us:.1f} us", file=sys.stderr)
 
         sse_table = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
         _start_router(tmp, sse_table, sse_router, procs)
-        delays = asyncio.run(_first_chunk_delays(sse_router, sse_backend, 100))
+        delays = asyncio.run(_chunk_relay_delays(sse_router, sse_backend, 100))
         print(
             f"SSE chunk backend write -> client read via router: median {statistics.median(delays):.3f} ms, "
             f"max {max(delays):.3f} ms",
             file=sys.stderr,
         )
+        ttfc = asyncio.run(
+            _time_to_first_chunk({"router": sse_router, "direct": sse_backend}, sse_backend, 50)
+        )
+        print(f"time to first SSE chunk (median of 50): {ttfc}", file=sys.stderr)
         d, n, r = runs["direct"], runs["nginx"], runs["router"]
+        rd, rn, rr = runs["real_direct"], runs["real_nginx"], runs["real_router"]
         summary = {
             "direct_rps": round(d["rps"], 1),
             "nginx_rps": round(n["rps"], 1),
             "router_rps": round(r["rps"], 1),
             "router_vs_nginx": round(r["rps"] / n["rps"], 3),
-            "router_added_p50_ms": round(r["p50"] - d["p50"], 3),
-            "router_added_p99_ms": round(r["p99"] - d["p99"], 3),
+            "direct_p50_ms": round(d["p50"], 3),
+            "nginx_p50_ms": round(n["p50"], 3),
+            "router_p50_ms": round(r["p50"], 3),
+            "direct_p99_ms": round(d["p99"], 3),
+            "nginx_p99_ms": round(n["p99"], 3),
+            "router_p99_ms": round(r["p99"], 3),
+            "realistic_direct_rps": round(rd["rps"], 1),
+            "realistic_nginx_rps": round(rn["rps"], 1),
+            "realistic_router_rps": round(rr["rps"], 1),
+            "realistic_router_vs_nginx": round(rr["rps"] / rn["rps"], 3),
+            "realistic_nginx_p99_ms": round(rn["p99"], 3),
+            "realistic_router_p99_ms": round(rr["p99"], 3),
+            "realistic_candidate_share": round(share, 3),
             "classify_us_4k_tokens": round(us, 2),
-            "first_chunk_delay_ms": round(statistics.median(delays), 3),
+            "time_to_first_chunk_ms": round(ttfc["router"], 3),
+            "time_to_first_chunk_direct_ms": round(ttfc["direct"], 3),
+            "chunk_relay_delay_median_ms": round(statistics.median(delays), 3),
         }
     finally:
         for p in procs:

@@ -12,14 +12,17 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from controlplane.harness import free_port
 from tinct.api.routing import RoutingTable
-from tinct.router.app import Router, RouterConfig
+from tinct.router.app import Router
+from tinct.router.config import RouterConfig
 from tinct.router.table import TableHolder
 
 
@@ -29,12 +32,15 @@ class Seen:
     method: str
     headers: dict[str, str]
     body: bytes
+    #: The router's end of the connection the request came on (host, port).
+    peer: tuple[str, int] | None = None
 
 
 @dataclass
 class FakeScheduler:
     version: str
     #: ok | error | mismatch | stall | gated | die (one SSE event, then the connection drops)
+    #: | hang (one SSE event, then silence with the connection open until release_stall)
     mode: str = "ok"
     seen: list[Seen] = field(default_factory=list)
     release_stall: asyncio.Event = field(default_factory=asyncio.Event)
@@ -46,7 +52,10 @@ class FakeScheduler:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.seen.append(Seen(request.path, request.method, dict(request.headers), body))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.seen.append(
+            Seen(request.path, request.method, dict(request.headers), body, tuple(peer) if peer else None)
+        )
         if self.mode == "error":
             return web.json_response({"error": {"message": f"{self.version} broke"}}, status=503)
         if self.mode == "mismatch":
@@ -105,13 +114,16 @@ class FakeScheduler:
                 assert request.transport is not None
                 request.transport.close()
                 return resp
+            if self.mode == "hang":
+                await self.release_stall.wait()
+                return resp
         await resp.write(b"data: [DONE]\n\n")
         self.stream_done.set()
         await resp.write_eof()
         return resp
 
     async def start(self) -> FakeScheduler:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -141,9 +153,11 @@ def table_doc(
     cells: list[dict[str, Any]] | None = None,
     fallback: dict[str, Any] | None = None,
     release: str = "chat",
+    models: list[str] | None = None,
 ) -> dict[str, Any]:
     """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml."""
     return {
+        "models": models or [],
         "schema": "tinct.io/routing/v1",
         "release": release,
         "namespace": "llm",
@@ -177,6 +191,80 @@ def table_doc(
 
 def table(stable: str, candidate: str, **kw: Any) -> RoutingTable:
     return RoutingTable.model_validate(table_doc(stable, candidate, **kw))
+
+
+@dataclass
+class RouterProcess:
+    """A ``tinct router`` process started by :func:`router_process`."""
+
+    proc: asyncio.subprocess.Process
+    port: int
+    base: str
+    stderr: bytearray
+
+    def rss(self) -> int:
+        """Resident memory of the process, in bytes."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+
+async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) -> None:
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    async with aiohttp.ClientSession() as http:
+        while True:
+            assert proc.returncode is None, "router exited"
+            try:
+                async with http.get(f"{base}/readyz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            if loop.time() > deadline:
+                raise AssertionError("router never got ready")
+            await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def router_process(table_file: str, *args: str, wait: float = 60.0) -> AsyncIterator[RouterProcess]:
+    """``tinct router --table FILE`` as a child process on 127.0.0.1, ready; its stderr collected."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tinct.cli",
+        "router",
+        "--table",
+        table_file,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    err = bytearray()
+
+    async def collect() -> None:
+        assert proc.stderr is not None
+        while data := await proc.stderr.read(65536):
+            err.extend(data)
+
+    reader = asyncio.create_task(collect())
+    base = f"http://127.0.0.1:{port}"
+    try:
+        await _wait_ready(base, proc, wait)
+        yield RouterProcess(proc, port, base, err)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await reader
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,6 @@ Each subcommand is one ``_add_<name>`` function that registers its parser and se
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,79 +37,10 @@ def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_cmd_crds)
 
 
-def _cmd_router(args: argparse.Namespace) -> int:
-    import logging
-
-    from tinct.router.app import RouterConfig
-    from tinct.router.run import run
-    from tinct.router.trust import RoleTrust
-
-    if not args.table and not args.watch:
-        print("tinct router: give --table FILE or --watch", file=sys.stderr)
-        return 2
-    try:
-        RoleTrust(args.trust_role_from)
-    except ValueError as e:
-        print(f"tinct router: {e}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    run(
-        RouterConfig(
-            host=args.host,
-            port=args.port,
-            max_body_bytes=args.max_body_bytes,
-            shutdown_timeout=args.shutdown_timeout,
-            table_file=Path(args.table) if args.table else None,
-            watch=args.watch,
-            namespace=args.namespace,
-            selector=args.selector,
-            kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
-            trust_role_from=tuple(args.trust_role_from),
-        )
-    )
-    return 0
-
-
 def _add_router(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "router",
-        help="run the dye router: classify, choose stable/candidate, proxy, fall back",
-        description="Serve OpenAI-style traffic, routing each dye cell between stable and candidate "
-        "by the routing table from --table FILE or from ConfigMaps watched with --watch.",
-    )
-    p.add_argument("--table", metavar="FILE", help="routing table JSON; re-read on change and on SIGHUP")
-    p.add_argument("--watch", action="store_true", help="watch routing-table ConfigMaps through the API")
-    p.add_argument("--namespace", help="with --watch: namespace to watch (default: all namespaces)")
-    p.add_argument(
-        "--selector",
-        default="tinct.io/routing-table=true",
-        help="with --watch: label selector (default: %(default)s)",
-    )
-    p.add_argument("--kubeconfig", help="with --watch: kubeconfig (default: in-cluster or $KUBECONFIG)")
-    p.add_argument("--host", default="0.0.0.0", help="listen address (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8080, help="listen port (default: %(default)s)")
-    p.add_argument(
-        "--max-body-bytes", type=int, default=4 * 1024 * 1024, help="413 above this (default: %(default)s)"
-    )
-    p.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        default=30.0,
-        help="seconds to let streams finish (default: %(default)s)",
-    )
-    p.add_argument(
-        "--trust-role-from",
-        metavar="CIDR",
-        action="append",
-        default=[x for x in os.environ.get("TINCT_ROUTER_TRUST_ROLE_FROM", "").split(",") if x],
-        help="believe the dye role header only from these peers, e.g. the gateway's range "
-        "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
-        "every caller gets the default role",
-    )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.set_defaults(func=_cmd_router)
+    from tinct.router.cli import register
+
+    register(sub)
 
 
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

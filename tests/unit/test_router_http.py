@@ -8,7 +8,7 @@ import json
 import aiohttp
 
 from router_fakes import FakeScheduler, running_router, table
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 
 WAIT = 30.0  # bound on a socket read; never a measured figure
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
@@ -148,6 +148,19 @@ async def test_head_has_no_body_and_the_connection_goes_on(v1: FakeScheduler, v2
         status, _, body = await read_response(reader)
         assert (status, body) == (200, b"ok\n")
         writer.close()
+
+
+async def test_head_answers_keep_their_upstream_connection(v1: FakeScheduler, v2: FakeScheduler) -> None:
+    async with running_router(table(v1.url, v2.url)) as (base, _):
+        reader, writer = await _connect(base)
+        for method in (b"HEAD", b"HEAD", b"GET", b"HEAD"):
+            writer.write(b"%b /v1/models HTTP/1.1\r\nHost: r\r\n\r\n" % method)
+            status, _, _ = await read_response(reader, head_only=method == b"HEAD")
+            assert status == 200
+        writer.close()
+    assert [s.method for s in v1.seen] == ["HEAD", "HEAD", "GET", "HEAD"]
+    # One upstream connection carried them all: a HEAD answer does not end it.
+    assert len({s.peer for s in v1.seen}) == 1
 
 
 async def test_chunked_request_bodies_both_kinds_of_endpoint(v1: FakeScheduler, v2: FakeScheduler) -> None:

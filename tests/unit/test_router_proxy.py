@@ -12,7 +12,7 @@ import pytest
 
 from controlplane.harness import free_port
 from router_fakes import FakeScheduler, running_router, table
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
 LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token

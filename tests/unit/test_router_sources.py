@@ -10,7 +10,7 @@ import aiohttp
 from router_fakes import running_router, table_doc
 from tinct.api.routing import RoutingTable
 from tinct.cli import build_parser
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 from tinct.router.sources import FileTable
 from tinct.router.table import TableHolder
 
@@ -45,7 +45,7 @@ def test_file_table_reload_keeps_the_last_good_table(tmp_path: Path) -> None:
 async def test_router_reads_its_table_file_at_startup(tmp_path: Path) -> None:
     f = tmp_path / "table.json"
     f.write_text(json.dumps(table_doc("http://127.0.0.1:1", "http://127.0.0.1:2", version=3)))
-    async with running_router(None, RouterConfig(table_file=f)) as (base, app):
+    async with running_router(None, RouterConfig(table_files=(f,))) as (base, app):
         async with aiohttp.ClientSession() as http, http.get(f"{base}/readyz") as r:
             assert r.status == 200
             assert "version 3" in await r.text()
@@ -60,14 +60,20 @@ async def test_router_reads_its_table_file_at_startup(tmp_path: Path) -> None:
 
 
 def test_cli_registers_the_router_command() -> None:
-    args = build_parser().parse_args(["router", "--table", "t.json", "--port", "9000"])
+    from tinct.router.cli import config_from_args
+
+    args = build_parser().parse_args(["router", "--table", "a.json", "--table", "b.json", "--port", "9000"])
     assert args.command == "router"
-    assert args.table == "t.json"
-    assert args.port == 9000
+    cfg = config_from_args(args)
+    assert cfg.table_files == (Path("a.json"), Path("b.json"))
+    assert cfg.port == 9000
     args = build_parser().parse_args(["router", "--watch", "--namespace", "llm"])
-    assert args.watch
-    assert args.namespace == "llm"
-    assert args.selector == "tinct.io/routing-table=true"
+    cfg = config_from_args(args)
+    assert cfg.watch
+    assert cfg.namespace == "llm"
+    # Every other setting is RouterConfig's own default.
+    assert cfg == RouterConfig(watch=True, namespace="llm")
+    assert cfg.selector == "tinct.io/routing-table=true"
 
 
 async def test_watch_keeps_one_table_per_configmap_and_routes_with_the_first() -> None:

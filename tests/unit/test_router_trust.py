@@ -9,7 +9,7 @@ import pytest
 
 from router_fakes import FakeScheduler, running_router, table
 from tinct.cli import main
-from tinct.router.app import RouterConfig
+from tinct.router.config import RouterConfig
 from tinct.router.trust import RoleTrust
 
 

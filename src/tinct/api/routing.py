@@ -17,6 +17,7 @@ cell rules (:data:`~tinct.api.v1alpha1.grayrelease.CELL_RULES`) as its own (see
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -30,6 +31,7 @@ from tinct.api.v1alpha1.grayrelease import (
     Fallback,
     GrayRelease,
     GrayReleasePhase,
+    ModelName,
     Weight,
 )
 from tinct.api.v1alpha1.rules import Rule, cel
@@ -87,6 +89,11 @@ class RoutingTable(Model):
     step: int = Field(default=0, ge=0)
     stable: Endpoint
     candidate: Endpoint
+    models: list[ModelName] = Field(
+        default_factory=list,
+        max_length=32,
+        description="OpenAI model names whose requests this table routes; empty: any model.",
+    )
     dye: Dye
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)
     fallback: Fallback = Field(default_factory=Fallback)
@@ -141,6 +148,7 @@ def routing_table_from(
     *,
     version: int,
     cluster_domain: str = "cluster.local",
+    models: Sequence[str] = (),
 ) -> RoutingTable:
     """Build the table for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
 
@@ -153,6 +161,8 @@ def routing_table_from(
         state: the release phase the table is written for.
         version: the table version; must grow with every write for the same release.
         cluster_domain: DNS suffix of Services; empty to use the bare Service name.
+        models: the ``model`` of the release's ModelVersions, the table's model names when
+            the GrayRelease lists none.
     """
     spec = release.spec
     namespace = release.metadata.namespace or "default"
@@ -174,6 +184,7 @@ def routing_table_from(
             "step": step,
             "stable": _endpoint(spec.stable, namespace, cluster_domain),
             "candidate": _endpoint(spec.candidate, namespace, cluster_domain),
+            "models": list(spec.models) or sorted(set(models)),
             "dye": spec.dye,
             "cells": cells,
             "fallback": spec.fallback,

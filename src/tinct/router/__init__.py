@@ -4,7 +4,8 @@
 ``tinct router`` runs it.
 """
 
-from tinct.router.app import Router, RouterConfig, RouterState
+from tinct.router.app import Router
+from tinct.router.config import RouterConfig, RouterState
 from tinct.router.table import CompiledTable, Route, TableHolder
 
 __all__ = ["CompiledTable", "Route", "Router", "RouterConfig", "RouterState", "TableHolder"]

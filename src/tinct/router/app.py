@@ -2,13 +2,15 @@
 
 Endpoints:
 
-- ``POST /v1/chat/completions``, ``POST /v1/completions``: classified, then proxied to the
+- ``POST /v1/chat/completions``, ``POST /v1/completions``: the body's ``model`` picks the
+  table (:meth:`TableHolder.for_model`), then the request is classified and proxied to the
   side the sticky choice and the fallback rules give. A body that is not a JSON object of
-  the endpoint's shape gets a 400, one over ``max_body_bytes`` a 413, both as OpenAI-style
-  JSON errors and without reaching a backend.
+  the endpoint's shape gets a 400, one over ``max_body_bytes`` a 413, a model no table
+  serves a 404, all as OpenAI-style JSON errors and without reaching a backend.
 - ``GET``/``HEAD`` ``/healthz``: the process serves. ``/readyz``: a routing table is in
   force and the router is not draining. ``/metrics``: Prometheus text.
-- anything else: passed to stable unclassified (request body streamed), dye tag ``none``.
+- anything else: passed to the default table's stable unclassified (request body
+  streamed), dye tag ``none``.
 
 Without a table every proxied request gets a 503.
 
@@ -21,63 +23,21 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tinct.router.choose import sticky_key, to_candidate
-from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify
-from tinct.router.metrics import UNCLASSIFIED, RouterMetrics
+from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify_doc, parse_body
+from tinct.router.config import RouterConfig, RouterState
+from tinct.router.exchange import Exchange
+from tinct.router.metrics import RouterMetrics
 from tinct.router.proxy import Proxy
-from tinct.router.request import BodyTooLargeError, Request
+from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer, ServerConnection
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
 from tinct.router.wire import RawHeaders, error_response, json_response, simple_response, text_response
-
-
-@dataclass
-class RouterConfig:
-    """How the router runs; the routing itself comes from the table."""
-
-    host: str = "0.0.0.0"
-    port: int = 8080
-    #: Largest classified request body; larger ones get a 413.
-    max_body_bytes: int = 4 * 1024 * 1024
-    #: Connect timeout towards either backend (the candidate also has the table's latencyMs).
-    connect_timeout: float = 5.0
-    #: Idle upstream keep-alive connections kept per backend (0: unlimited).
-    pool_per_host: int = 0
-    #: Seconds an idle upstream connection is kept.
-    keepalive_timeout: float = 60.0
-    #: Seconds an idle client connection is kept.
-    client_keepalive_timeout: float = 75.0
-    #: Seconds a shutdown waits for in-flight requests and streams.
-    shutdown_timeout: float = 30.0
-    table_file: Path | None = None
-    watch: bool = False
-    namespace: str | None = None
-    selector: str = "tinct.io/routing-table=true"
-    kubeconfig: Path | None = None
-    #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
-    trust_role_from: tuple[str, ...] = ()
-
-
-@dataclass
-class RouterState:
-    """Everything the handlers share; one per router."""
-
-    config: RouterConfig
-    holder: TableHolder
-    metrics: RouterMetrics
-    proxy: Proxy | None = None
-    role_trust: RoleTrust = field(default_factory=RoleTrust)
-    draining: bool = False
-    #: Called on SIGHUP: re-read file tables now.
-    reloaders: list[Callable[[], None]] = field(default_factory=list)
-
 
 Answer = tuple[int, RawHeaders, bytes]
 
@@ -92,6 +52,9 @@ def _readyz(st: RouterState) -> Answer:
         return text_response(503, "draining\n")
     if table is None:
         return text_response(503, "no routing table loaded\n")
+    n = len(st.holder.tables)
+    if n > 1:
+        return text_response(200, f"ready: {n} tables, default {table.release} version {table.version}\n")
     return text_response(200, f"ready: {table.release} table version {table.version}\n")
 
 
@@ -131,7 +94,7 @@ class Router:
     def __init__(self, config: RouterConfig, holder: TableHolder | None = None) -> None:
         self.state = RouterState(
             config=config,
-            holder=holder or TableHolder(),
+            holder=holder or TableHolder(default_release=config.default_release),
             metrics=RouterMetrics(),
             role_trust=RoleTrust(config.trust_role_from),
         )
@@ -159,15 +122,24 @@ class Router:
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)
-        if cfg.table_file is not None:
+        if cfg.table_files:
             from tinct.router.sources import file_source
 
-            await self._sources.enter_async_context(file_source(st))
+            await self._sources.enter_async_context(file_source(cfg.table_files, st.holder, st.reloaders))
         if cfg.watch:
             from tinct.router.watch import watch_source
 
-            await self._sources.enter_async_context(watch_source(st))
-        self._server = HttpServer(self.handle, keepalive_timeout=cfg.client_keepalive_timeout)
+            await self._sources.enter_async_context(
+                watch_source(
+                    st.holder, namespace=cfg.namespace, selector=cfg.selector, kubeconfig=cfg.kubeconfig
+                )
+            )
+        self._server = HttpServer(
+            self.handle,
+            keepalive_timeout=cfg.client_keepalive_timeout,
+            head_timeout=cfg.head_timeout,
+            body_timeout=cfg.body_timeout,
+        )
         await self._server.start(cfg.host, cfg.port)
 
     async def stop(self) -> None:
@@ -195,49 +167,62 @@ class Router:
         if table is None or proxy is None:
             conn.respond(_NO_TABLE)
             return
+        ex = Exchange(conn, request, table, started)
         if method == "POST" and request.path in CLASSIFIED_PATHS:
-            await self._classified(request, conn, table, proxy, started)
+            await self._classified(ex, proxy)
         else:
-            await proxy.forward(conn, request, None, table, UNCLASSIFIED, False, started)
+            await proxy.forward(ex)
 
-    async def _classified(
-        self, request: Request, conn: ServerConnection, table: CompiledTable, proxy: Proxy, started: float
-    ) -> None:
+    def _refuse(self, ex: Exchange, answer: Answer, *, close: bool = True) -> None:
+        """Answer a classified request the router will not pass on, and count it."""
+        ex.status = answer[0]
+        self.state.metrics.request(ex)
+        if close:
+            ex.conn.close_after_response = True
+        ex.conn.respond(answer)
+
+    async def _classified(self, ex: Exchange, proxy: Proxy) -> None:
         st = self.state
+        request = ex.request
         limit = st.config.max_body_bytes
         try:
             body = await request.body.read_all(limit)
         except BodyTooLargeError:
-            st.metrics.request(
-                table.release, "router", "", UNCLASSIFIED, 413, None, time.perf_counter() - started
-            )
-            conn.close_after_response = True
-            conn.respond(
-                error_response(413, "request_too_large", f"request body over the limit of {limit} bytes")
-            )
+            msg = f"request body over the limit of {limit} bytes"
+            self._refuse(ex, error_response(413, "request_too_large", msg))
+            return
+        except BodyTimeoutError as e:
+            self._refuse(ex, error_response(408, "request_timeout", str(e)))
             return
         except ValueError as e:  # a malformed body framing
-            conn.close_after_response = True
-            conn.respond(error_response(400, "bad_request", str(e)))
+            ex.conn.close_after_response = True
+            ex.conn.respond(error_response(400, "bad_request", str(e)))
             return
         try:
-            route = classify(
-                request.path, body, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
+            doc = parse_body(body)
+            model = doc.get("model")
+            table = st.holder.for_model(model)
+            if table is None:
+                raise ClassifyError(
+                    404, "model_not_found", f"the model {model!r} does not exist or is not served here"
+                )
+            ex.table = table
+            route = classify_doc(
+                request.path, doc, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
             )
         except ClassifyError as e:
-            st.metrics.request(
-                table.release, "router", "", UNCLASSIFIED, e.status, None, time.perf_counter() - started
-            )
-            conn.respond(json_response(e.status, e.body()))
+            self._refuse(ex, json_response(e.status, e.body()), close=False)
             return
         weight = route.weight
+        ex.body = body
+        ex.tag = route.tag
         # The sticky key matters only between 0 and 100 (and may cost a random draw).
-        candidate = (
+        ex.candidate = (
             weight >= 100.0
             if weight <= 0.0 or weight >= 100.0
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
-        await proxy.forward(conn, request, body, table, route.tag, candidate, started)
+        await proxy.forward(ex)
 
 
-__all__ = ["Router", "RouterConfig", "RouterState"]
+__all__ = ["Router"]

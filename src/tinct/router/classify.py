@@ -92,7 +92,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
         raise ClassifyError(400, "empty_body", "the request body is empty; send a JSON object")
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise ClassifyError(400, "invalid_json", "the request body is not valid JSON") from None
     if not isinstance(doc, dict):
         raise ClassifyError(400, "invalid_json", "the request body must be a JSON object")
@@ -110,7 +110,13 @@ def classify(
     Raises:
         ClassifyError: the body is not a JSON object of the endpoint's shape.
     """
-    doc = parse_body(body)
+    return classify_doc(path, parse_body(body), headers, table, role_trusted=role_trusted)
+
+
+def classify_doc(
+    path: str, doc: Mapping[str, Any], headers: Mapping[str, str], table: CompiledTable, *, role_trusted: bool
+) -> Route:
+    """:func:`classify` of a body already parsed by :func:`parse_body`."""
     if path == CHAT_PATH:
         estimate = chat_chars(doc) / table.chars_per_token
     else:
@@ -142,6 +148,7 @@ __all__ = [
     "ClassifyError",
     "chat_chars",
     "classify",
+    "classify_doc",
     "completion_size",
     "parse_body",
 ]

@@ -13,12 +13,17 @@ ejections, table changes) use ordinary ``prometheus_client`` metrics.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from tinct.router.exchange import Exchange
 
 #: Tag label of requests that are not classified (other endpoints, rejected requests).
 UNCLASSIFIED = "none"
@@ -109,6 +114,13 @@ class RouterMetrics:
             ["release"],
             registry=r,
         )
+        self.truncated = Counter(
+            "tinct_router_truncated_responses",
+            "Answers cut mid-body because the backend failed (upstream_error) or went silent "
+            "for fallback.idleTimeoutMs (idle_timeout); the client saw a truncated answer.",
+            ["release", "side", "reason"],
+            registry=r,
+        )
         self.table_version = Gauge(
             "tinct_router_table_version",
             "Version of the routing table in force.",
@@ -121,28 +133,21 @@ class RouterMetrics:
             registry=r,
         )
 
-    def request(
-        self,
-        release: str,
-        side: str,
-        scheduler_version: str,
-        tag: str,
-        code: int,
-        ttfb: float | None,
-        total: float,
-    ) -> None:
-        """Record one answered request."""
-        key = (release, side, scheduler_version, tag, code)
+    def request(self, ex: Exchange) -> None:
+        """Record one answered request (its outcome as ``ex`` says), ending now."""
+        total = time.perf_counter() - ex.started
+        release = ex.table.release
+        key = (release, ex.side, ex.scheduler_version, ex.tag, ex.status)
         counts = self.counts
         counts[key] = counts.get(key, 0) + 1
-        hkey = (release, side, tag)
+        hkey = (release, ex.side, ex.tag)
         d = self.duration_series.get(hkey)
         if d is None:
             d = self.duration_series[hkey] = _Histogram()
             self.ttfb_series[hkey] = _Histogram()
         d.observe(total)
-        if ttfb is not None:
-            self.ttfb_series[hkey].observe(ttfb)
+        if ex.ttfb is not None:
+            self.ttfb_series[hkey].observe(ex.ttfb)
 
     def fallback(self, release: str, reason: str, tag: str) -> None:
         self.fallbacks.labels(release, reason, tag).inc()

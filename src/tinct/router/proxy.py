@@ -25,12 +25,18 @@ import asyncio
 import logging
 import time
 
+from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
 from tinct.router.metrics import RouterMetrics
-from tinct.router.request import Request
-from tinct.router.server import ServerConnection
+from tinct.router.request import Body
 from tinct.router.table import CompiledTable, Upstream
-from tinct.router.upstream import Response, UpstreamConnectError, UpstreamError, UpstreamPool
+from tinct.router.upstream import (
+    Response,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamIdleError,
+    UpstreamPool,
+)
 from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
 _log = logging.getLogger(__name__)
@@ -105,42 +111,32 @@ class Proxy:
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
-    async def _send(self, up: Upstream, request: Request, headers: bytes, body: bytes | None) -> Response:
-        head = b"%b %b%b HTTP/1.1\r\nHost: %b\r\n%bX-Scheduler-Version: %b\r\n" % (
-            request.method.encode(),
-            up.prefix,
-            request.target,
-            up.authority,
-            headers,
-            up.version_b,
-        )
+    async def _send(self, up: Upstream, ex: Exchange, headers: bytes) -> Response:
+        request = ex.request
         head_only = request.method == "HEAD"
-        if body is not None:
-            return await self.pool.request(
-                up.origin, head + b"Content-Length: %d\r\n\r\n" % len(body), body, head_only=head_only
-            )
-        rb = request.body
-        if rb.done:  # the whole body (or none) is in already: one write, and replayable
-            data = await rb.read_all(1 << 62)
-            if data or request.has_body:
-                head += b"Content-Length: %d\r\n" % len(data)
-            return await self.pool.request(up.origin, head + b"\r\n", data, head_only=head_only)
-        if request.chunked:
-            head += b"Transfer-Encoding: chunked\r\n\r\n"
-        else:
-            head += b"Content-Length: %d\r\n\r\n" % (rb.declared or 0)
-        return await self.pool.request(up.origin, head, rb, chunked=request.chunked, head_only=head_only)
+        lines = b"Host: %b\r\n%bX-Scheduler-Version: %b\r\n" % (up.authority, headers, up.version_b)
+        target = up.prefix + request.target
+        body: bytes | Body | None = ex.body
+        if body is None:
+            rb = request.body
+            if rb.done:  # the whole body (or none) is in already: one write, and replayable
+                data = await rb.read_all(1 << 62)
+                body = data if data or request.has_body else None
+            else:
+                body = rb
+        return await self.pool.request(
+            up.origin, request.method, target, lines, body, chunked=request.chunked, head_only=head_only
+        )
 
-    async def _try_candidate(
-        self, table: CompiledTable, request: Request, headers: bytes, body: bytes
-    ) -> tuple[Response | None, Reason | None]:
+    async def _try_candidate(self, ex: Exchange, headers: bytes) -> tuple[Response | None, Reason | None]:
+        table = ex.table
         health = self.health(table)
         if health.ejected():
             return None, "ejected"
         timeout = asyncio.timeout(table.latency_limit)
         try:
             async with timeout:
-                resp = await self._send(table.candidate, request, headers, body)
+                resp = await self._send(table.candidate, ex, headers)
         except (UpstreamError, TimeoutError, OSError) as e:
             reason: Reason = (
                 "latency_too_high"
@@ -169,72 +165,53 @@ class Proxy:
             )
         return None, reason
 
-    async def forward(
-        self,
-        conn: ServerConnection,
-        request: Request,
-        body: bytes | None,
-        table: CompiledTable,
-        tag: str,
-        candidate: bool,
-        started: float,
-    ) -> None:
-        """Answer ``request`` from the chosen side, falling back to stable as documented.
+    async def forward(self, ex: Exchange) -> None:
+        """Answer ``ex.request`` from the chosen side, falling back to stable as documented.
 
-        ``body`` is the already-read body of a classified request, or None to stream the
+        ``ex.body`` is the already-read body of a classified request, or None to stream the
         client's body through (other endpoints, which only go to stable).
         """
+        request = ex.request
+        table = ex.table
         headers = forward_headers(request.fields, request.hops, request.remote)
         resp: Response | None = None
         reason: Reason | None = None
         up = table.stable
-        if candidate and body is not None:
-            resp, reason = await self._try_candidate(table, request, headers, body)
+        if ex.candidate and ex.body is not None:
+            resp, reason = await self._try_candidate(ex, headers)
             if resp is not None:
                 up = table.candidate
             else:
-                self.metrics.fallback(table.release, reason or "upstream_error", tag)
+                self.metrics.fallback(table.release, reason or "upstream_error", ex.tag)
+        ex.side = up.side
+        ex.scheduler_version = up.scheduler_version
         if resp is None:
             try:
-                resp = await self._send(up, request, headers, body)
+                resp = await self._send(up, ex, headers)
             except (UpstreamError, TimeoutError, OSError) as e:
                 _log.warning("stable %s failed: %r", up.url, e)
                 extra = [(FALLBACK_REASON.encode(), reason.encode())] if reason else []
-                conn.respond(
+                ex.conn.respond(
                     error_response(502, "stable_unavailable", f"stable backend failed: {e!r}", extra)
                 )
-                self.metrics.request(
-                    table.release,
-                    up.side,
-                    up.scheduler_version,
-                    tag,
-                    502,
-                    None,
-                    time.perf_counter() - started,
-                )
+                ex.status = 502
+                self.metrics.request(ex)
                 return
-        await self._stream(conn, resp, table, up, tag, reason, started)
+        await self._stream(ex, resp, up, reason)
 
-    async def _stream(
-        self,
-        conn: ServerConnection,
-        resp: Response,
-        table: CompiledTable,
-        up: Upstream,
-        tag: str,
-        reason: Reason | None,
-        started: float,
-    ) -> None:
+    async def _stream(self, ex: Exchange, resp: Response, up: Upstream, reason: Reason | None) -> None:
+        conn = ex.conn
+        table = ex.table
         headers, has_date = _answer_headers(resp)
         headers.append((b"X-Scheduler-Active", up.version_b))
         if reason is not None:
             headers.append((b"X-Fallback-Reason", reason.encode()))
-        ttfb: float | None = None
+        ex.status = resp.status
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
-            ttfb = time.perf_counter() - started
+            ex.ttfb = time.perf_counter() - ex.started
             conn.source = resp
-            done = resp.stream(conn.write)
+            done = resp.stream(conn.write, table.idle_timeout)
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
                 await done
@@ -242,22 +219,16 @@ class Proxy:
         except UpstreamError as e:
             # Bytes may already be with the client: no retry. Cut the connection so the
             # client sees a truncated answer instead of a well-formed short one.
-            _log.warning("%s failed mid-answer, no retry possible: %r", up.url, e)
+            why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
+            _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
+            self.metrics.truncated.labels(table.release, up.side, why).inc()
             if up.side == "candidate" and self.health(table).failure():
                 self.metrics.ejection(table.release)
             conn.abort()
         finally:
             conn.source = None
             resp.close()
-            self.metrics.request(
-                table.release,
-                up.side,
-                up.scheduler_version,
-                tag,
-                resp.status,
-                ttfb,
-                time.perf_counter() - started,
-            )
+            self.metrics.request(ex)
 
 
 __all__ = [

@@ -30,6 +30,10 @@ class BodyTooLargeError(Exception):
     """The body is over the limit given to :meth:`Body.read_all`."""
 
 
+class BodyTimeoutError(Exception):
+    """The client did not send its body in time (:attr:`Body.timeout`)."""
+
+
 class BodySource(Protocol):
     """The connection a body comes from."""
 
@@ -46,6 +50,7 @@ class Body:
         "_chunks",
         "_discard",
         "_error",
+        "_high",
         "_paused",
         "_source",
         "_waiter",
@@ -53,9 +58,10 @@ class Body:
         "done",
         "expect_continue",
         "received",
+        "timeout",
     )
 
-    def __init__(self, source: BodySource) -> None:
+    def __init__(self, source: BodySource, timeout: float | None = None) -> None:
         self._source = source
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -63,6 +69,10 @@ class Body:
         self._discard = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        #: Buffered bytes above which reading from the client pauses.
+        self._high = HIGH_WATER
+        #: Seconds :meth:`read_all` may take in all, and :meth:`read` may wait for a piece.
+        self.timeout = timeout
         #: Content-Length the client declared, if any.
         self.declared: int | None = None
         self.expect_continue = False
@@ -77,7 +87,7 @@ class Body:
         self._chunks.append(data)
         self._buffered += len(data)
         self.received += len(data)
-        if self._buffered > HIGH_WATER and not self._paused:
+        if self._buffered > self._high and not self._paused:
             self._paused = True
             self._source.pause_reading()
         self._wake()
@@ -116,6 +126,11 @@ class Body:
         w = self._waiter = asyncio.get_running_loop().create_future()
         await w
 
+    def _resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._source.resume_reading()
+
     # --- read by the handler -----------------------------------------------------------
 
     @property
@@ -128,35 +143,50 @@ class Body:
         while not self._chunks:
             if self.done:
                 return b""
-            await self._wait()
+            if self.timeout is None:
+                await self._wait()
+            else:
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        await self._wait()
+                except TimeoutError:
+                    raise BodyTimeoutError(f"no request body bytes for {self.timeout:g}s") from None
         data = self._chunks.popleft()
         self._buffered -= len(data)
         if self._paused and self._buffered < LOW_WATER:
-            self._paused = False
-            self._source.resume_reading()
+            self._resume()
         return data
 
     async def read_all(self, limit: int) -> bytes:
-        """The whole body.
+        """The whole body, read within :attr:`timeout` seconds.
+
+        Reading does not pause below ``limit``: the limit bounds what is buffered, and a body
+        over it is refused as soon as its first byte past the limit arrives.
 
         Raises:
             BodyTooLargeError: it is (or is declared) longer than ``limit`` bytes; nothing more is
                 read then (the connection drops the rest).
+            BodyTimeoutError: it did not arrive whole within :attr:`timeout`.
         """
         if self.declared is not None and self.declared > limit:
             raise BodyTooLargeError
-        while not self.done:
-            if self.received > limit:
-                raise BodyTooLargeError
-            await self._wait()
+        if not self.done:
+            self._high = max(HIGH_WATER, limit)
+            self._resume()
+            try:
+                async with asyncio.timeout(self.timeout):
+                    while not self.done:
+                        if self.received > limit:
+                            raise BodyTooLargeError
+                        await self._wait()
+            except TimeoutError:
+                raise BodyTimeoutError(f"the request body did not arrive within {self.timeout:g}s") from None
         if self.received > limit:
             raise BodyTooLargeError
         data = b"".join(self._chunks)
         self._chunks.clear()
         self._buffered = 0
-        if self._paused:
-            self._paused = False
-            self._source.resume_reading()
+        self._resume()
         return data
 
 
@@ -281,6 +311,7 @@ __all__ = [
     "LOW_WATER",
     "Body",
     "BodySource",
+    "BodyTimeoutError",
     "BodyTooLargeError",
     "HeaderView",
     "Request",

@@ -1,9 +1,9 @@
 """Run the router process: event loop (uvloop when installed), signals, graceful shutdown.
 
 SIGTERM/SIGINT: ``/readyz`` turns 503 at once so the Service stops sending new requests, the
-listener closes, and in-flight requests — SSE streams included — get up to
-``shutdown_timeout`` seconds to finish before the upstream connections close. SIGHUP re-reads
-a table file.
+listener closes, idle connections and those still sending their request close at once, and
+in-flight requests — SSE streams included — get up to ``shutdown_timeout`` seconds (the grace
+period) to finish before the upstream connections close. SIGHUP re-reads a table file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import asyncio
 import logging
 import signal
 
-from tinct.router.app import Router, RouterConfig
+from tinct.router.app import Router
+from tinct.router.config import RouterConfig
 
 _log = logging.getLogger(__name__)
 

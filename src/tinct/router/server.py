@@ -41,6 +41,9 @@ _log = logging.getLogger(__name__)
 
 MAX_TARGET = 8190
 MAX_HEAD = 64 * 1024
+#: Bytes a request head (request line and header section) may take on the wire; counted as
+#: they arrive, so a header value sent without end is cut here, not when it completes.
+MAX_HEAD_BYTES = MAX_TARGET + MAX_HEAD + 1024
 #: Seconds an answered connection keeps reading (and dropping) an unread request body.
 LINGER = 2.0
 
@@ -78,6 +81,10 @@ class ServerConnection(asyncio.Protocol):
         self._target = b""
         self._headers: RawHeaders = []
         self._head_size = 0
+        #: Reading a request head: bytes of it seen so far, and since when.
+        self._in_head = True
+        self._head_seen = 0
+        self._head_since = 0.0
         self.request: Request | None = None
         self._task: asyncio.Task[None] | None = None
         self._message_done = False
@@ -145,6 +152,10 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._ignore_input:
             return
+        if self._in_head:
+            if not self._head_seen:
+                self._head_since = self.loop.time()
+            self._head_seen += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -161,6 +172,9 @@ class ServerConnection(asyncio.Protocol):
                 self._bad_input(400, "the request could not be parsed")
         except httptools.HttpParserError as e:
             self._bad_input(400, f"malformed HTTP request: {e}")
+        else:
+            if self._in_head and self._head_seen > MAX_HEAD_BYTES and not self._ignore_input:
+                self._bad_input(431, "the request header section is too large")
 
     def _refuse_more(self) -> None:
         self._ignore_input = True
@@ -184,7 +198,17 @@ class ServerConnection(asyncio.Protocol):
         head += header_block([*headers, (b"Content-Length", b"%d" % len(body)), (b"Connection", b"close")])
         if self.transport is not None:
             self.transport.write(head + b"\r\n" + body)
-        self.close()
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        # Closing with unread input would reset the connection, and a reset can destroy the
+        # answer before the client reads it: end the write side, drop input for a moment.
+        t = self.transport
+        if t is None or self._closed or not t.can_write_eof():
+            self.close()
+            return
+        t.write_eof()
+        self._lingering = self.loop.call_later(LINGER, self.close)
 
     # --- parser callbacks ----------------------------------------------------------------
 
@@ -207,6 +231,8 @@ class ServerConnection(asyncio.Protocol):
             raise _RejectError(431, "the request header section is too large")
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_seen = 0
         p = self._parser
         target = self._target
         path = target_path(target)
@@ -223,7 +249,7 @@ class ServerConnection(asyncio.Protocol):
             self._headers,
             p.should_keep_alive(),
             self.remote,
-            Body(self),
+            Body(self, self.server.body_timeout),
         )
         self.request = req
         self._message_done = False
@@ -340,6 +366,7 @@ class ServerConnection(asyncio.Protocol):
                 self._linger()
             return
         self.request = None
+        self._in_head = True
         self.last_active = self.loop.time()
         if self.server.draining:
             self.close()
@@ -410,10 +437,19 @@ class ServerConnection(asyncio.Protocol):
         """No request in progress."""
         return self.request is None
 
+    def head_overdue(self, since: float) -> bool:
+        """A request head started arriving before ``since`` and is still not complete."""
+        return self.request is None and self._head_seen > 0 and self._head_since < since
+
+    @property
+    def receiving(self) -> bool:
+        """A request is still arriving and no answer has begun: nothing is in flight yet."""
+        return self.request is None or (not self._message_done and not self._started)
+
     def shut_down(self) -> None:
-        """For a drain: close now when idle, else after the answer in progress."""
-        if self.idle:
-            self.close()
+        """For a drain: close now when idle or still receiving, else after the answer in progress."""
+        if self.receiving:
+            self.cancel()
         else:
             self.close_after_response = True
 
@@ -427,9 +463,20 @@ class ServerConnection(asyncio.Protocol):
 class HttpServer:
     """Listens, tracks connections, closes idle ones, and drains on shutdown."""
 
-    def __init__(self, handler: Handler, *, keepalive_timeout: float = 75.0) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        keepalive_timeout: float = 75.0,
+        head_timeout: float = 10.0,
+        body_timeout: float | None = 30.0,
+    ) -> None:
         self.handler = handler
         self.keepalive_timeout = keepalive_timeout
+        #: Seconds a request head may take to arrive whole.
+        self.head_timeout = head_timeout
+        #: Seconds a classified body may take in all; a streamed one may pause between pieces.
+        self.body_timeout = body_timeout
         self.loop = asyncio.get_running_loop()
         self.connections: set[ServerConnection] = set()
         self.draining = False
@@ -454,11 +501,17 @@ class HttpServer:
             self._empty.set()
 
     async def _sweep(self) -> None:
-        every = min(5.0, self.keepalive_timeout / 2)
+        every = min(5.0, self.keepalive_timeout / 2, self.head_timeout / 2)
         while True:
             await asyncio.sleep(every)
-            deadline = self.loop.time() - self.keepalive_timeout
-            for c in [c for c in self.connections if c.idle and c.last_active < deadline]:
+            now = self.loop.time()
+            deadline = now - self.keepalive_timeout
+            head_deadline = now - self.head_timeout
+            for c in [
+                c
+                for c in self.connections
+                if c.idle and (c.last_active < deadline or c.head_overdue(head_deadline))
+            ]:
                 c.close()
 
     async def shutdown(self, timeout: float) -> None:
@@ -483,4 +536,4 @@ class HttpServer:
         await asyncio.sleep(0)
 
 
-__all__ = ["LINGER", "Handler", "HttpServer", "Pausable", "ServerConnection"]
+__all__ = ["LINGER", "MAX_HEAD_BYTES", "Handler", "HttpServer", "Pausable", "ServerConnection"]

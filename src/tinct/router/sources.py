@@ -1,7 +1,8 @@
-"""Routing tables from a file, for running outside a cluster.
+"""Routing tables from files, for running outside a cluster.
 
-The file is read at startup, again on SIGHUP, and whenever its modification time or size
-changes (checked every ``poll`` seconds). A file that does not parse or validate is rejected
+Each file holds one table; earlier files on the command line count as older (they keep a
+model two tables claim). A file is read at startup, again on SIGHUP, and whenever its
+modification time or size changes (checked every second). A file that does not parse or validate is rejected
 like any table: logged, counted, and the table in force stays.
 """
 
@@ -11,15 +12,11 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tinct.api.routing import RoutingTableError, parse_table
 from tinct.router.table import TableHolder
-
-if TYPE_CHECKING:
-    from tinct.router.app import RouterState
 
 _log = logging.getLogger(__name__)
 
@@ -27,9 +24,11 @@ _log = logging.getLogger(__name__)
 class FileTable:
     """Loads one table file into a holder, when it changed or when asked."""
 
-    def __init__(self, path: Path, holder: TableHolder) -> None:
+    def __init__(self, path: Path, holder: TableHolder, order: int = 0) -> None:
         self.path = path
         self.holder = holder
+        #: Position on the command line: earlier files count as older tables.
+        self.order = order
         self._seen: tuple[int, int] | None = None
 
     def _stamp(self) -> tuple[int, int] | None:
@@ -53,32 +52,36 @@ class FileTable:
         except RoutingTableError as e:
             self.holder.reject(source, e.reason)
             return False
-        self.holder.swap(table, source)
+        self.holder.put(source, table, created=float(self.order))
         return True
 
     def changed(self) -> bool:
         return self._stamp() != self._seen
 
-    async def poll(self, every: float) -> None:
-        while True:
-            await asyncio.sleep(every)
-            if self.changed():
-                self.load()
-
 
 @contextlib.asynccontextmanager
-async def file_source(st: RouterState) -> AsyncIterator[None]:
-    """Load ``config.table_file``, poll it and reload on SIGHUP while the context is open."""
-    path = st.config.table_file
-    assert path is not None
-    ft = FileTable(path, st.holder)
-    ft.load()
-
-    def reload() -> None:
+async def file_source(
+    paths: Sequence[Path], holder: TableHolder, reloaders: list[Callable[[], None]]
+) -> AsyncIterator[None]:
+    """Load each of ``paths`` into ``holder``, poll them, and add their reload (for SIGHUP) to
+    ``reloaders`` while the context is open."""
+    files = [FileTable(path, holder, i) for i, path in enumerate(paths)]
+    for ft in files:
         ft.load()
 
-    st.reloaders.append(reload)
-    task = asyncio.create_task(ft.poll(1.0), name="tinct-table-file-poll")
+    def reload() -> None:
+        for ft in files:
+            ft.load()
+
+    async def poll(every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            for ft in files:
+                if ft.changed():
+                    ft.load()
+
+    reloaders.append(reload)
+    task = asyncio.create_task(poll(1.0), name="tinct-table-file-poll")
     try:
         yield
     finally:

@@ -99,6 +99,7 @@ class CompiledTable:
         self.stable = _upstream("stable", table.stable)
         self.candidate = _upstream("candidate", table.candidate)
         self.latency_limit = table.fallback.latency_ms / 1000.0
+        self.idle_timeout = table.fallback.idle_timeout_ms / 1000.0
         self.consecutive_failures = table.fallback.consecutive_failures
         self.cooldown = float(table.fallback.cooldown_seconds)
         salt = hashlib.blake2b(digest_size=8)
@@ -128,43 +129,92 @@ def _upstream(side: str, ep: Endpoint) -> Upstream:
 
 @dataclass
 class TableHolder:
-    """The table in force. Mutated only on the event loop thread.
+    """The tables in force, by source key, and which serves which model. Mutated on the loop only.
 
-    ``on_change`` callbacks run after every accepted swap, ``on_reject`` after a rejection
+    Each table names the OpenAI ``model`` values it serves; two tables claiming one model:
+    the older (by ``created``, then key) keeps it. :attr:`current` is the *default* table: the
+    one ``default_release`` names, else the oldest; it takes the paths that carry no model
+    and, when it names no models itself, the models no table claims. A router with one table
+    that names no models therefore routes everything by it.
+
+    ``on_change`` callbacks run after every accepted table, ``on_reject`` after a rejection
     (source, reason); the metrics and readiness hang off them.
     """
 
+    default_release: str | None = None
     current: CompiledTable | None = None
     source: str | None = None
     on_change: list[Callable[[CompiledTable], None]] = field(default_factory=list)
     on_reject: list[Callable[[str, str], None]] = field(default_factory=list)
+    #: key -> (created, table)
+    tables: dict[str, tuple[float, CompiledTable]] = field(default_factory=dict)
+    by_model: dict[str, CompiledTable] = field(default_factory=dict)
 
     def swap(self, table: RoutingTable, source: str) -> CompiledTable:
+        """Put ``table`` in force as the only table."""
+        for key in [k for k in self.tables if k != source]:
+            del self.tables[key]
+        compiled, _ = self.put(source, table)
+        return compiled
+
+    def put(self, key: str, table: RoutingTable, created: float = 0.0) -> tuple[CompiledTable, list[str]]:
+        """Put the table of source ``key`` in force (replacing that source's previous one).
+
+        Returns the compiled table and the models it claims that an older table keeps.
+        """
         compiled = CompiledTable(table)
-        old = self.current
-        if old is not None and old.release == table.release and table.version < old.version:
+        old = self.tables.get(key)
+        if old is not None and old[1].release == table.release and table.version < old[1].version:
             _log.warning(
                 "routing table from %s goes back from version %d to %d; taking it",
-                source,
-                old.version,
+                key,
+                old[1].version,
                 table.version,
             )
-        self.current = compiled
-        self.source = source
+        self.tables[key] = (created, compiled)
+        self._index()
         _log.info(
-            "routing table in force: release=%s version=%d state=%s step=%d from %s",
+            "routing table in force: release=%s version=%d state=%s step=%d models=%s from %s",
             table.release,
             table.version,
             table.state,
             table.step,
-            source,
+            ",".join(table.models) or "*",
+            key,
         )
         for cb in self.on_change:
             cb(compiled)
-        return compiled
+        return compiled, [m for m in table.models if self.by_model.get(m) is not compiled]
+
+    def remove(self, key: str) -> None:
+        """Take the table of source ``key`` out of force, unless it is the last one."""
+        if key in self.tables and len(self.tables) > 1:
+            del self.tables[key]
+            self._index()
+
+    def _index(self) -> None:
+        by_model: dict[str, CompiledTable] = {}
+        default: tuple[str, CompiledTable] | None = None
+        for key, (_, t) in sorted(self.tables.items(), key=lambda kv: (kv[1][0], kv[0])):
+            for m in t.table.models:
+                by_model.setdefault(m, t)
+            if default is None or t.release == self.default_release != default[1].release:
+                default = (key, t)
+        self.by_model = by_model
+        self.source, self.current = default if default is not None else (None, None)
+
+    def for_model(self, model: object) -> CompiledTable | None:
+        """The table that routes requests for ``model``; None: no table serves it."""
+        if isinstance(model, str):
+            t = self.by_model.get(model)
+            if t is not None:
+                return t
+        d = self.current
+        return d if d is not None and not d.table.models else None
 
     def reject(self, source: str, reason: str) -> None:
-        kept = f"version {self.current.version}" if self.current else "no table"
+        entry = self.tables.get(source)
+        kept = f"version {entry[1].version}" if entry else "no table"
         _log.error("routing table from %s rejected (%s stays in force): %s", source, kept, reason)
         for cb in self.on_reject:
             cb(source, reason)

@@ -1,7 +1,7 @@
 """The router's upstream HTTP/1.1 client: a keep-alive connection pool, parsed by httptools.
 
-:meth:`UpstreamPool.request` writes a request on an idle connection (or a new one) and
-returns the :class:`Response` once its head arrived. The body then goes straight from the
+:meth:`UpstreamPool.request` writes a request (request line, the caller's header lines, the
+body's framing, the body) on an idle connection (or a new one) and returns the :class:`Response` once its head arrived. The body then goes straight from the
 connection's ``data_received`` to a sink (the client's connection) chunk by chunk, with no
 task in between; bytes that arrive before the sink is attached are held until it is.
 
@@ -10,8 +10,8 @@ it alive and the request was sent whole. A request that fails on a *reused* conn
 before any response byte came back (the backend closed an idle connection as it was being
 reused) is sent once more on a new connection when its body can be replayed.
 
-Responses to ``HEAD`` end at their head (httptools cannot be told to skip the body a
-``Content-Length`` announces), so those connections are not reused.
+Responses to ``HEAD`` end at their head; httptools cannot be told to skip the body a
+``Content-Length`` announces, so the connection gets a fresh parser and stays in the pool.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TypeAlias, cast
 
 import httptools
 
-from tinct.router.request import Body
+from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, Fields, chunk, connection_tokens
 
 _log = logging.getLogger(__name__)
@@ -42,6 +42,10 @@ class UpstreamConnectError(UpstreamError):
     """The backend could not be connected."""
 
 
+class UpstreamIdleError(UpstreamError):
+    """The backend sent nothing of its answer's body for the idle timeout."""
+
+
 class _StaleError(UpstreamError):
     """Closed before any response byte: the request may be sent again."""
 
@@ -54,8 +58,10 @@ class Response:
         "_done",
         "_error",
         "_held",
+        "_idle",
         "_informational",
         "_sink",
+        "_timer",
         "chunked",
         "closing",
         "complete",
@@ -94,6 +100,8 @@ class Response:
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
+        self._idle = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     # --- fed by the connection ---------------------------------------------------------
 
@@ -115,12 +123,14 @@ class Response:
     def _complete(self) -> None:
         self.complete = True
         self._conn = None
+        self._stop_timer()
         d = self._done
         if d is not None and not d.done():
             d.set_result(None)
 
     def _fail(self, exc: UpstreamError) -> None:
         self._conn = None
+        self._stop_timer()
         if not self.head.done():
             self.head.set_exception(exc)
             return
@@ -142,11 +152,33 @@ class Response:
 
     # --- used by the proxy -------------------------------------------------------------
 
-    def stream(self, sink: Sink) -> Awaitable[None] | None:
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        conn = self._conn
+        if conn is None or self.complete:
+            return
+        loop = conn.loop
+        quiet = loop.time() - conn.last_data
+        if conn.paused or quiet < self._idle:
+            # Paused, the backend waits for the client (flow control), not the other way round.
+            delay = self._idle if conn.paused else self._idle - quiet
+            self._timer = loop.call_later(delay, self._check_idle)
+            return
+        conn.resp = None
+        self._fail(UpstreamIdleError(f"the backend sent nothing for {self._idle:g}s mid-answer"))
+        conn.close()
+
+    def stream(self, sink: Sink, idle_timeout: float | None = None) -> Awaitable[None] | None:
         """Send the body to ``sink`` as it arrives; None when it is already all sent.
 
         The awaitable ends when the body is complete, or raises :class:`UpstreamError` when
-        the backend failed mid-answer.
+        the backend failed mid-answer (:class:`UpstreamIdleError` when it sent nothing for
+        ``idle_timeout`` seconds while the client was keeping up).
         """
         held, self._held = self._held, []
         for data in held:
@@ -156,7 +188,11 @@ class Response:
         if self.complete:
             return None
         self._sink = sink
-        self._done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        if idle_timeout is not None and self._conn is not None:
+            self._idle = idle_timeout
+            self._timer = loop.call_later(idle_timeout, self._check_idle)
         return self._done
 
     def pause_reading(self) -> None:
@@ -170,6 +206,7 @@ class Response:
     def close(self) -> None:
         """Done with this answer: an unfinished one takes its connection down with it."""
         self._sink = None
+        self._stop_timer()
         if self.pump is not None and not self.pump.done():
             self.pump.cancel()
         conn = self._conn
@@ -192,7 +229,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.last_used = 0.0
-        self._paused = False
+        #: Loop time of the last bytes from the backend (for the idle timeout).
+        self.last_data = 0.0
+        self.paused = False
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
 
@@ -238,6 +277,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.close()  # nothing was asked: the connection is out of step
             return
         r.started = True
+        self.last_data = self.loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
@@ -250,13 +290,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.close()
 
     def pause_reading(self) -> None:
-        if not self._paused and self.transport is not None and not self.closed:
-            self._paused = True
+        if not self.paused and self.transport is not None and not self.closed:
+            self.paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._paused and self.transport is not None and not self.closed:
-            self._paused = False
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.last_data = self.loop.time()
             self.transport.resume_reading()
 
     def close(self) -> None:
@@ -301,11 +342,18 @@ class UpstreamConnection(asyncio.Protocol):
             r.chunked = r.closing = False
             r.hops = frozenset()
             return
-        r._got_head(status, self._parser.should_keep_alive() and not r.head_only)
+        r._got_head(status, self._parser.should_keep_alive())
         if r.head_only:
+            # The answer ends at its head, but the parser expects the body its length
+            # announces: a fresh parser takes the connection's next answer.
             self.resp = None
+            keep = r.keep_alive and self.request_sent and not self.closed
             r._complete()
-            self.close()
+            if keep:
+                self._parser = httptools.HttpResponseParser(self)
+                self.pool.release(self)
+            else:
+                self.close()
 
     def on_body(self, body: bytes) -> None:
         if self.resp is not None:
@@ -345,21 +393,36 @@ class UpstreamPool:
     async def request(
         self,
         origin: Origin,
-        head: bytes,
+        method: str,
+        target: bytes,
+        headers: bytes,
         body: bytes | Body | None,
         *,
         chunked: bool = False,
         head_only: bool = False,
     ) -> Response:
-        """Send ``head`` (request line and headers, ending in the blank line) and ``body``.
+        """Send ``method target`` with the header lines ``headers`` (each ending in CRLF) and ``body``.
 
-        ``body`` is sent as is when it is bytes; a :class:`Body` is streamed by a task, framed
-        as chunks when ``chunked``. Returns when the response head is in.
+        The pool writes the request line and the body's framing: ``Content-Length`` for bytes
+        (none at all for None), and for a streamed :class:`Body` chunks when ``chunked``, else
+        its declared length. A streamed body is sent by a task. Returns when the response head
+        is in.
 
         Raises:
             UpstreamConnectError: no connection could be made.
             UpstreamError: the backend failed before its response head.
         """
+        if isinstance(body, Body):
+            framing = (
+                b"Transfer-Encoding: chunked\r\n"
+                if chunked
+                else b"Content-Length: %d\r\n" % (body.declared or 0)
+            )
+        elif body is not None:
+            framing = b"Content-Length: %d\r\n" % len(body)
+        else:
+            framing = b""
+        head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (method.encode("ascii"), target, headers, framing)
         for attempt in range(2):
             conn = await self._acquire(origin)
             resp = Response(conn, head_only)
@@ -401,7 +464,7 @@ class UpstreamPool:
                 assert conn.transport is not None
                 conn.transport.write(LAST_CHUNK)
             conn.request_sent = True
-        except (ConnectionError, ValueError) as e:
+        except (ConnectionError, ValueError, BodyTimeoutError) as e:
             _log.debug("request body from the client failed: %r", e)
             r = conn.resp
             conn.resp = None
@@ -477,5 +540,6 @@ __all__ = [
     "UpstreamConnectError",
     "UpstreamConnection",
     "UpstreamError",
+    "UpstreamIdleError",
     "UpstreamPool",
 ]

@@ -8,14 +8,14 @@ nothing on the data path. The thread parses and validates each table (pydantic w
 off the event loop) and hands the result to the loop with ``call_soon_threadsafe``; the
 swap itself is one assignment on the loop.
 
-Several ConfigMaps may match the selector (e.g. cluster-wide): the router keeps the valid
-table of each and puts the one of the first ConfigMap by ``namespace/name`` in force,
-logging a warning; point each router deployment at one release with a selector such as
-``tinct.io/routing-table=true,tinct.io/release=chat``. An invalid table is rejected (log
+Several ConfigMaps may match the selector (e.g. cluster-wide): one router serves them all,
+each table the OpenAI ``model`` names it lists (:class:`~tinct.router.table.TableHolder`).
+Two tables claiming one model: the older ConfigMap (by creation time) keeps it, and the
+newer gets a Warning Event ``ModelConflict``. An invalid table is rejected (log
 line, counter, and a Warning Event ``InvalidRoutingTable`` on the ConfigMap when RBAC lets
-the router create events); the ConfigMap's last valid table stays. When a ConfigMap is
-deleted and no other matches, the last table stays in force: a router without a table could
-only answer 503.
+the router create events); the ConfigMap's last valid table stays. A deleted ConfigMap's
+table leaves force, except the last one, which stays: a router without a table could only
+answer 503.
 """
 
 from __future__ import annotations
@@ -29,18 +29,17 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, parse_table
 from tinct.kubeconfig import api_client
 from tinct.router.table import TableHolder
 
-if TYPE_CHECKING:
-    from tinct.router.app import RouterState
-
 _log = logging.getLogger(__name__)
 
 EVENT_REASON = "InvalidRoutingTable"
+#: Event reason on a table whose models an older table already serves.
+CONFLICT_REASON = "ModelConflict"
 _WATCH_SECONDS = 60
 
 
@@ -65,7 +64,6 @@ class ConfigMapWatch:
         self.tables: dict[str, RoutingTable] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tinct-table-watch", daemon=True)
-        self._warned_many = False
         self._api: Any = None
 
     def start(self) -> None:
@@ -76,27 +74,21 @@ class ConfigMapWatch:
 
     # --- on the loop -------------------------------------------------------------------
 
-    def _settle(self) -> None:
-        if not self.tables:
-            return
-        keys = sorted(self.tables)
-        if len(keys) > 1 and not self._warned_many:
-            self._warned_many = True
-            _log.warning(
-                "%d ConfigMaps match %r (%s); routing with %s. Narrow the selector to one release.",
-                len(keys),
-                self.selector,
-                ", ".join(keys),
-                keys[0],
-            )
-        table = self.tables[keys[0]]
-        current = self.holder.current
-        if current is None or current.table != table:
-            self.holder.swap(table, f"configmap {keys[0]}")
-
-    def _put(self, key: str, table: RoutingTable) -> None:
+    def _put(self, key: str, table: RoutingTable, created: float = 0.0, cm: Any = None) -> None:
         self.tables[key] = table
-        self._settle()
+        source = f"configmap {key}"
+        entry = self.holder.tables.get(source)
+        if entry is not None and entry[1].table == table:
+            return  # a relist or resync: nothing changed
+        _, lost = self.holder.put(source, table, created)
+        if lost:
+            message = (
+                f"models {', '.join(lost)} are already served by an older routing table; "
+                "this table does not serve them"
+            )
+            _log.warning("routing table %s: %s", key, message)
+            if cm is not None:
+                self.loop.run_in_executor(None, self._event, cm, CONFLICT_REASON, message)
 
     def _reject(self, key: str, reason: str) -> None:
         self.holder.reject(f"configmap {key}", reason)
@@ -104,7 +96,7 @@ class ConfigMapWatch:
     def _delete(self, key: str) -> None:
         if self.tables.pop(key, None) is not None:
             _log.info("routing table ConfigMap %s deleted", key)
-        self._settle()
+        self.holder.remove(f"configmap {key}")
 
     def _sync(self, keys: set[str]) -> None:
         for gone in set(self.tables) - keys:
@@ -129,14 +121,17 @@ class ConfigMapWatch:
             reason = f"no {DATA_KEY!r} key in data"
         else:
             try:
-                self._post(self._put, key, parse_table(data, f"configmap {key}"))
-                return
+                table = parse_table(data, f"configmap {key}")
             except RoutingTableError as e:
                 reason = e.reason
+            else:
+                created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
+                self._post(self._put, key, table, created, cm)
+                return
         self._post(self._reject, key, reason)
-        self._event(cm, reason)
+        self._event(cm, EVENT_REASON, f"routing table rejected, the last valid one stays in force: {reason}")
 
-    def _event(self, cm: Any, reason: str) -> None:
+    def _event(self, cm: Any, event_reason: str, message: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
         meta = cm.metadata
@@ -153,8 +148,8 @@ class ConfigMapWatch:
                 "uid": meta.uid,
                 "resourceVersion": meta.resource_version,
             },
-            "reason": EVENT_REASON,
-            "message": f"routing table rejected, the last valid one stays in force: {reason}"[:1024],
+            "reason": event_reason,
+            "message": message[:1024],
             "type": "Warning",
             "source": {"component": "tinct-router", "host": socket.gethostname()},
             "reportingComponent": "tinct-router",
@@ -167,10 +162,10 @@ class ConfigMapWatch:
             self._core().create_namespaced_event(meta.namespace, body)
         except ApiException as e:
             _log.info(
-                "could not post the %s event on %s/%s: %s", EVENT_REASON, meta.namespace, meta.name, e.status
+                "could not post the %s event on %s/%s: %s", event_reason, meta.namespace, meta.name, e.status
             )
         except Exception as e:  # an event is a courtesy; never let it stop the watch
-            _log.info("could not post the %s event: %r", EVENT_REASON, e)
+            _log.info("could not post the %s event: %r", event_reason, e)
 
     def _core(self) -> Any:
         from kubernetes import client
@@ -235,15 +230,16 @@ class ConfigMapWatch:
 
 
 @contextlib.asynccontextmanager
-async def watch_source(st: RouterState) -> AsyncIterator[None]:
-    """Watch the ConfigMaps named by the config's namespace and selector while open."""
-    cfg = st.config
+async def watch_source(
+    holder: TableHolder, *, namespace: str | None, selector: str, kubeconfig: Path | None = None
+) -> AsyncIterator[None]:
+    """Keep ``holder`` on the ConfigMaps ``namespace`` and ``selector`` name while open."""
     w = ConfigMapWatch(
-        st.holder,
+        holder,
         asyncio.get_running_loop(),
-        namespace=cfg.namespace,
-        selector=cfg.selector,
-        kubeconfig=cfg.kubeconfig,
+        namespace=namespace,
+        selector=selector,
+        kubeconfig=kubeconfig,
     )
     w.start()
     try:
@@ -252,4 +248,4 @@ async def watch_source(st: RouterState) -> AsyncIterator[None]:
         w.stop()
 
 
-__all__ = ["EVENT_REASON", "ConfigMapWatch", "watch_source"]
+__all__ = ["CONFLICT_REASON", "EVENT_REASON", "ConfigMapWatch", "watch_source"]

@@ -22,6 +22,10 @@ Weight = Annotated[float, Field(ge=0, le=100)]
 Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
 
 
+#: An OpenAI ``model`` value as clients send it.
+ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
+
+
 class Backend(Model):
     """One side of the release: a scheduler behind a Service."""
 
@@ -254,6 +258,14 @@ class Fallback(Model):
     consecutive_failures: int = Field(default=3, ge=1, le=1000)
     latency_ms: int = Field(default=800, ge=1, le=600000)
     cooldown_seconds: int = Field(default=30, ge=0, le=86400)
+    idle_timeout_ms: int = Field(
+        default=60000,
+        ge=100,
+        le=3600000,
+        description="Longest silence of a backend mid-answer (after its headers) before the "
+        "router cuts the client connection and counts a failure. Generous by default: tokens "
+        "stream every few ms, but a long prompt's prefill may come after the headers.",
+    )
 
 
 class ScaleMetric(Model):
@@ -293,6 +305,13 @@ class GrayReleaseSpec(Model):
 
     stable: Backend
     candidate: Backend
+    models: list[ModelName] = Field(
+        default_factory=list,
+        max_length=32,
+        description="OpenAI model names (the request's 'model') this release serves; default: "
+        "the model of its ModelVersions. A router fronting several releases picks the "
+        "release by it.",
+    )
     dye: Dye
     cells: list[Cell] = Field(min_length=1, max_length=64)
     analysis: Analysis | None = None

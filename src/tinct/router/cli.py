@@ -1,0 +1,131 @@
+"""``tinct router``: serve OpenAI-style traffic by the routing table.
+
+Every default comes from :class:`~tinct.router.config.RouterConfig`, so the command, the
+library and the docs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tinct.router.config import RouterConfig
+
+__all__ = ["config_from_args", "register"]
+
+_D = RouterConfig()
+
+
+def config_from_args(args: argparse.Namespace) -> RouterConfig:
+    """The :class:`RouterConfig` the parsed flags describe."""
+    return RouterConfig(
+        host=args.host,
+        port=args.port,
+        max_body_bytes=args.max_body_bytes,
+        head_timeout=args.head_timeout,
+        body_timeout=args.body_timeout,
+        shutdown_timeout=args.shutdown_timeout,
+        table_files=tuple(Path(t) for t in args.table or ()),
+        default_release=args.default_release,
+        watch=args.watch,
+        namespace=args.namespace,
+        selector=args.selector,
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        trust_role_from=tuple(args.trust_role_from),
+    )
+
+
+def _cmd_router(args: argparse.Namespace) -> int:
+    import logging
+
+    from tinct.router.run import run
+    from tinct.router.trust import RoleTrust
+
+    if not args.table and not args.watch:
+        print("tinct router: give --table FILE or --watch", file=sys.stderr)
+        return 2
+    try:
+        RoleTrust(args.trust_role_from)
+    except ValueError as e:
+        print(f"tinct router: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    run(config_from_args(args))
+    return 0
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "router",
+        help="run the dye router: classify, choose stable/candidate, proxy, fall back",
+        description="Serve OpenAI-style traffic, routing each dye cell between stable and candidate "
+        "by the routing table from --table FILE or from ConfigMaps watched with --watch.",
+    )
+    p.add_argument(
+        "--table",
+        metavar="FILE",
+        action="append",
+        help="routing table JSON; re-read on change and on SIGHUP (repeatable: one table per "
+        "release, picked by the request's model)",
+    )
+    p.add_argument("--watch", action="store_true", help="watch routing-table ConfigMaps through the API")
+    p.add_argument("--namespace", help="with --watch: namespace to watch (default: all namespaces)")
+    p.add_argument(
+        "--selector", default=_D.selector, help="with --watch: label selector (default: %(default)s)"
+    )
+    p.add_argument("--kubeconfig", help="with --watch: kubeconfig (default: in-cluster or $KUBECONFIG)")
+    p.add_argument(
+        "--default-release",
+        metavar="NAME",
+        help="release whose table takes requests that name no model (default: the oldest table)",
+    )
+    p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=_D.max_body_bytes,
+        help="classified request bodies over this get a 413 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=_seconds,
+        default=_D.head_timeout,
+        help="seconds a request head may take to arrive; slower clients are closed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=_D.body_timeout,
+        help="seconds a classified request body may take to arrive whole, and the longest pause in "
+        "a streamed one; slower clients get a 408 and are closed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=_D.shutdown_timeout,
+        help="grace period on SIGTERM: seconds requests in flight get to finish; connections that "
+        "are idle or still sending their request are closed at once (default: %(default)s)",
+    )
+    p.add_argument(
+        "--trust-role-from",
+        metavar="CIDR",
+        action="append",
+        default=[x for x in os.environ.get("TINCT_ROUTER_TRUST_ROLE_FROM", "").split(",") if x],
+        help="believe the dye role header only from these peers, e.g. the gateway's range "
+        "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
+        "every caller gets the default role",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_cmd_router)

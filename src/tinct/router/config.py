@@ -1,0 +1,77 @@
+"""How a router runs (:class:`RouterConfig`) and what its request handlers share (:class:`RouterState`).
+
+The routing itself comes from the table; this is the process's side: where it listens, the
+limits it enforces on clients and backends, and where its tables come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tinct.api.routing import TABLE_LABEL
+from tinct.router.metrics import RouterMetrics
+from tinct.router.table import TableHolder
+from tinct.router.trust import RoleTrust
+
+if TYPE_CHECKING:
+    from tinct.router.proxy import Proxy
+
+#: Label selector of routing-table ConfigMaps when none is given.
+DEFAULT_SELECTOR = f"{TABLE_LABEL}=true"
+
+
+@dataclass
+class RouterConfig:
+    """How the router runs; the routing itself comes from the table."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    #: Largest classified request body; larger ones get a 413.
+    max_body_bytes: int = 4 * 1024 * 1024
+    #: Connect timeout towards either backend (the candidate also has the table's latencyMs).
+    connect_timeout: float = 5.0
+    #: Idle upstream keep-alive connections kept per backend (0: unlimited).
+    pool_per_host: int = 0
+    #: Seconds an idle upstream connection is kept.
+    keepalive_timeout: float = 60.0
+    #: Seconds an idle client connection is kept.
+    client_keepalive_timeout: float = 75.0
+    #: Seconds a request head may take to arrive whole.
+    head_timeout: float = 10.0
+    #: Seconds a classified request body may take to arrive whole (a streamed one: the
+    #: longest pause between two pieces); the client gets a 408.
+    body_timeout: float = 30.0
+    #: Seconds a shutdown waits for in-flight requests and streams (Kubernetes' default
+    #: termination grace is 30 s: stay under it).
+    shutdown_timeout: float = 20.0
+    #: Routing-table files (one table each; earlier ones count as older).
+    table_files: tuple[Path, ...] = ()
+    #: Release whose table takes requests without a model (and, if it names no models, the
+    #: models no table claims); default: the oldest table.
+    default_release: str | None = None
+    watch: bool = False
+    namespace: str | None = None
+    selector: str = DEFAULT_SELECTOR
+    kubeconfig: Path | None = None
+    #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
+    trust_role_from: tuple[str, ...] = ()
+
+
+@dataclass
+class RouterState:
+    """Everything the handlers share; one per router."""
+
+    config: RouterConfig
+    holder: TableHolder
+    metrics: RouterMetrics
+    proxy: Proxy | None = None
+    role_trust: RoleTrust = field(default_factory=RoleTrust)
+    draining: bool = False
+    #: Called on SIGHUP: re-read file tables now.
+    reloaders: list[Callable[[], None]] = field(default_factory=list)
+
+
+__all__ = ["DEFAULT_SELECTOR", "RouterConfig", "RouterState"]

@@ -1,0 +1,45 @@
+"""One request on its way through the router, and what became of it.
+
+The handler makes an :class:`Exchange` when a request's head is in; classification, the
+proxy and the metrics fill in and read the same object instead of passing its parts along
+one by one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tinct.router.metrics import UNCLASSIFIED
+
+if TYPE_CHECKING:
+    from tinct.router.request import Request
+    from tinct.router.server import ServerConnection
+    from tinct.router.table import CompiledTable
+
+
+@dataclass(slots=True)
+class Exchange:
+    """A request, the table it is routed by, and its outcome as far as it got."""
+
+    conn: ServerConnection
+    request: Request
+    table: CompiledTable
+    #: ``time.perf_counter()`` when the request's head was in.
+    started: float
+    #: Dye tag; :data:`~tinct.router.metrics.UNCLASSIFIED` for other endpoints and refusals.
+    tag: str = UNCLASSIFIED
+    #: The whole body of a classified request; None streams the client's body through.
+    body: bytes | None = None
+    #: The sticky choice sent it to the candidate.
+    candidate: bool = False
+    # --- the outcome --------------------------------------------------------------------
+    #: Who answered: ``stable``, ``candidate`` or ``router`` (refused before any backend).
+    side: str = "router"
+    scheduler_version: str = ""
+    status: int = 0
+    #: Seconds from ``started`` to the answer's head; None when there was no upstream answer.
+    ttfb: float | None = None
+
+
+__all__ = ["Exchange"]
