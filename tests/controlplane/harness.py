@@ -187,6 +187,8 @@ class ControlPlane(_Clients):
         self._apiserver: _Process | None = None
         self._controller_manager: _Process | None = None
         self.controller_manager_url = ""
+        # Seconds from starting each process until it answered healthy.
+        self.ready_after: dict[str, float] = {}
         self._stopped = False
 
     @property
@@ -381,12 +383,13 @@ class ControlPlane(_Clients):
             data: dict[str, str] = json.load(r)
             return data
 
-    @staticmethod
-    def _wait(check: Any, proc: _Process, what: str, deadline: float) -> None:
+    def _wait(self, check: Any, proc: _Process, what: str, deadline: float) -> None:
+        started = time.monotonic()
         while time.monotonic() < deadline:
             if not proc.alive():
                 raise ControlPlaneError(f"{what} exited with code {proc.proc.returncode}", proc.log)
             if check():
+                self.ready_after[what] = round(time.monotonic() - started, 2)
                 return
             time.sleep(0.1)
         raise ControlPlaneError(f"{what} was not ready in time", proc.log)
