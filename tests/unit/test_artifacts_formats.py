@@ -28,9 +28,21 @@ def test_valid_files_pass(tmp_path: Path) -> None:
     validate((tmp_path / "k.ptx").as_uri(), "ptx")
 
 
-def test_onnx_wire_walk_without_full_parse(tmp_path: Path) -> None:
-    path = make_onnx(tmp_path / "m.onnx", dim=1000)
-    validate(path.as_uri(), "onnx", onnx_parse_limit=0)
+def test_onnx_parse_limit_decides_whether_the_checker_runs(tmp_path: Path) -> None:
+    import onnx
+    from onnx import helper
+
+    # Well formed on the wire (ir_version, graph, opset) but an operator no opset has.
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["X"], ["Y"])], "g", [], [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "unknown-op.onnx"
+    path.write_bytes(model.SerializeToString())
+    size = path.stat().st_size
+    validate(path.as_uri(), "onnx", onnx_parse_limit=0)  # walked only: accepted
+    validate(path.as_uri(), "onnx", onnx_parse_limit=size - 1)  # just over the limit
+    with pytest.raises(FormatError, match="onnx rejects the model"):
+        validate(path.as_uri(), "onnx", onnx_parse_limit=size)
+    assert onnx.load_model_from_string(path.read_bytes()).graph.node[0].op_type == "NoSuchOp"
 
 
 @pytest.mark.parametrize("limit", [0, 1 << 30])
