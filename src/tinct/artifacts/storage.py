@@ -33,6 +33,7 @@ __all__ = [
     "StorageConfig",
     "StorageError",
     "StorageUnavailableError",
+    "UriError",
     "confine",
     "delta_storage_options",
     "resolve",
@@ -40,8 +41,8 @@ __all__ = [
 ]
 
 
-class StorageError(Exception):
-    """A storage operation on ``uri`` failed."""
+class UriError(Exception):
+    """Something about ``uri``; ``detail`` says what."""
 
     def __init__(self, uri: str, detail: str) -> None:
         super().__init__(uri, detail)
@@ -50,6 +51,10 @@ class StorageError(Exception):
 
     def __str__(self) -> str:
         return f"{self.uri}: {self.detail}"
+
+
+class StorageError(UriError):
+    """A storage operation on ``uri`` failed."""
 
 
 class ArtifactNotFoundError(StorageError):
@@ -60,16 +65,8 @@ class StorageUnavailableError(StorageError):
     """The store could not be reached or refused for a reason that may pass."""
 
 
-class ArtifactRefusedError(Exception):
-    """The operator will not read ``uri``; ``detail`` says why and what to change."""
-
-    def __init__(self, uri: str, detail: str) -> None:
-        super().__init__(uri, detail)
-        self.uri = uri
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.uri}: {self.detail}"
+class ArtifactRefusedError(UriError):
+    """The operator will not read ``uri`` (not a storage fault: never retried)."""
 
 
 def confine(uri: str, roots: Sequence[str]) -> str:
