@@ -139,6 +139,12 @@ def test_without_an_artifact_root_file_uris_are_refused(
     assert "TINCT_ARTIFACT_ROOTS" in obj["status"]["message"]
 
 
+def _apply_big(cluster: Cluster, ns: str, name: str, shards: list[Path]) -> None:
+    """Apply a version of ``shards`` and return once it is hashing."""
+    apply(cluster, ns, mv_doc(name, [{"format": "safetensors", "uri": p.as_uri()} for p in shards]))
+    wait(f"{name} hashing", lambda: hashing(cluster, ns, name))
+
+
 def test_small_version_does_not_wait_and_a_new_generation_stops_hashing(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -149,12 +155,7 @@ def test_small_version_does_not_wait_and_a_new_generation_stops_hashing(
     opens = FileOpens(*shards)
     try:
         with operator(namespace, root, tmp_path, TINCT_HASH_WORKERS="2"):
-            apply(
-                cluster,
-                namespace,
-                mv_doc("big", [{"format": "safetensors", "uri": p.as_uri()} for p in shards]),
-            )
-            wait("big hashing", lambda: hashing(cluster, namespace, "big"))
+            _apply_big(cluster, namespace, "big", shards)
             start_done, total = _progress(cluster, namespace, "big")
             t0 = time.monotonic()
             apply(cluster, namespace, mv_doc("small", small))
@@ -191,12 +192,7 @@ def test_delete_stops_hashing(cluster: Cluster, namespace: str, tmp_path: Path) 
     opens = FileOpens(*shards)
     try:
         with operator(namespace, root, tmp_path, TINCT_HASH_WORKERS="2"):
-            apply(
-                cluster,
-                namespace,
-                mv_doc("doomed", [{"format": "safetensors", "uri": p.as_uri()} for p in shards]),
-            )
-            wait("hashing", lambda: hashing(cluster, namespace, "doomed"))
+            _apply_big(cluster, namespace, "doomed", shards)
             t0 = time.monotonic()
             cluster.kubectl("delete", "modelversion", "doomed", "-n", namespace, "--wait=false")
             wait("deletion", lambda: get(cluster, namespace, "doomed") is None)
