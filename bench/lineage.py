@@ -438,7 +438,12 @@ def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
         cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/modelversions.tinct.io")
         for ns in ("bench-shared", "bench-distinct"):
             cp.kubectl("create", "namespace", ns)
-        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig), "TINCT_LINEAGE_ROOT": str(root)}
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cp.kubeconfig),
+            "TINCT_LINEAGE_ROOT": str(root),
+            "TINCT_ARTIFACT_ROOTS": str(tmp),
+        }
         log = (tmp / "operator.log").open("w")
         op = subprocess.Popen(
             [sys.executable, "-m", "tinct.cli", "operator", "-n", "bench-shared", "-n", "bench-distinct"],

@@ -150,9 +150,21 @@ def main() -> int:
         v140 = make_artifact_set(work / "models" / "1.4.0")
         v200 = make_artifact_set(work / "models" / "2.0.0")
 
-        say(f"tinct operator --namespace {NS} --lineage-root {lineage}")
+        models = work / "models"
+        say(f"tinct operator --namespace {NS} --lineage-root {lineage} --artifact-root {models}")
         with process(
-            [TINCT, "operator", "--namespace", NS, "--lineage-root", str(lineage)], work / "operator.log", env
+            [
+                TINCT,
+                "operator",
+                "--namespace",
+                NS,
+                "--lineage-root",
+                str(lineage),
+                "--artifact-root",
+                str(models),
+            ],
+            work / "operator.log",
+            env,
         ) as op:
             docs = [
                 modelversion("llama3-8b-1-4-0", "1.4.0", v140),

@@ -12,91 +12,31 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kopf.testing import KopfRunner
 
-from controlplane.environ import patched_environ
 from controlplane.harness import Cluster
 from lineage_artifacts import S3, make_artifact_set, make_onnx, s3, s3_server, sha256_file
+from modelversion_cluster import (
+    FileOpens,
+    apply,
+    cond,
+    get,
+    hashing,
+    mv_doc,
+    operator,
+    rows,
+    sparse_file,
+    wait,
+    wait_phase,
+)
 from tinct.artifacts.hashing import manifest_digest
-from tinct.lineage.sql import query
 
 __all__ = ["s3", "s3_server"]
 
 pytestmark = pytest.mark.usefixtures("crds")
-
-WAIT = 120.0
-
-
-def _mv(name: str, artifacts: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": name},
-        "spec": {"model": spec.pop("model", "llama3-8b"), "version": "1.0.0", "artifacts": artifacts, **spec},
-    }
-
-
-def _apply(cluster: Cluster, ns: str, doc: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
-
-
-def _get(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
-    proc = cluster.kubectl("get", "modelversion", name, "-n", ns, "-o", "json", check=False)
-    if proc.returncode != 0:
-        return None
-    obj: dict[str, Any] = json.loads(proc.stdout)
-    return obj
-
-
-def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
-def _wait_phase(cluster: Cluster, ns: str, name: str, *phases: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        obj = _get(cluster, ns, name)
-        st = (obj or {}).get("status") or {}
-        gen = (obj or {}).get("metadata", {}).get("generation")
-        if st.get("phase") in phases and st.get("observedGeneration") == gen:
-            return obj
-        return None
-
-    obj: dict[str, Any] = _wait(f"{name} in {phases}", check)
-    return obj
-
-
-def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
-
-
-@contextmanager
-def _operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
-    with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_PROGRESS_INTERVAL="0.3", **env):
-        args = ["run", "-m", "tinct.operator.modelversion", "--standalone", "--namespace", ns]
-        with KopfRunner(args, timeout=60) as runner:
-            yield runner
-        assert runner.exception is None, runner.output
-        assert runner.exit_code == 0, runner.output
-
-
-def _rows(root: Path, sql: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = query(sql, str(root)).to_pylist()
-    return rows
 
 
 def test_local_and_s3_artifacts_become_ready_and_queryable(
@@ -106,7 +46,7 @@ def test_local_and_s3_artifacts_become_ready_and_queryable(
     s3.bucket("models")
     shard_uris = [s3.put("models", f"llama/{p.name}", p) for p in files.shards]
     ptx_uri = s3.put("models", "llama/kernels.ptx", files.ptx)
-    doc = _mv(
+    doc = mv_doc(
         "llama-1-0-0",
         [
             {"format": "onnx", "uri": files.onnx.as_uri(), "sha256": sha256_file(files.onnx)},
@@ -119,9 +59,9 @@ def test_local_and_s3_artifacts_become_ready_and_queryable(
         runtime="vllm",
     )
     root = tmp_path / "lineage"
-    with _operator(namespace, root):
-        _apply(cluster, namespace, doc)
-        obj = _wait_phase(cluster, namespace, "llama-1-0-0", "Ready")
+    with operator(namespace, root, tmp_path):
+        apply(cluster, namespace, doc)
+        obj = wait_phase(cluster, namespace, "llama-1-0-0", "Ready")
 
     st = obj["status"]
     assert st["digests"] == {
@@ -172,22 +112,22 @@ def test_bad_inputs_fail_with_actionable_reasons(cluster: Cluster, namespace: st
     corrupt.write_bytes(good.read_bytes()[:-20])
     cases = {
         "missing": (
-            _mv("missing", [{"format": "onnx", "uri": (tmp_path / "absent.onnx").as_uri()}]),
+            mv_doc("missing", [{"format": "onnx", "uri": (tmp_path / "absent.onnx").as_uri()}]),
             "Verified",
             "ArtifactMissing",
         ),
         "mismatch": (
-            _mv("mismatch", [{"format": "onnx", "uri": good.as_uri(), "sha256": "0" * 64}]),
+            mv_doc("mismatch", [{"format": "onnx", "uri": good.as_uri(), "sha256": "0" * 64}]),
             "Verified",
             "DigestMismatch",
         ),
         "corrupt": (
-            _mv("corrupt", [{"format": "onnx", "uri": corrupt.as_uri()}]),
+            mv_doc("corrupt", [{"format": "onnx", "uri": corrupt.as_uri()}]),
             "Verified",
             "InvalidFormat",
         ),
         "incompatible": (
-            _mv(
+            mv_doc(
                 "incompatible",
                 [{"format": "onnx", "uri": good.as_uri()}],
                 quantization={"method": "awq", "bits": 4, "symmetric": False, "groupSize": 128},
@@ -198,11 +138,11 @@ def test_bad_inputs_fail_with_actionable_reasons(cluster: Cluster, namespace: st
         ),
     }
     root = tmp_path / "lineage"
-    with _operator(namespace, root):
+    with operator(namespace, root, tmp_path):
         for doc, _, _ in cases.values():
-            _apply(cluster, namespace, doc)
-        results = {name: _wait_phase(cluster, namespace, name, "Failed", "Ready") for name in cases}
-        events = _wait(
+            apply(cluster, namespace, doc)
+        results = {name: wait_phase(cluster, namespace, name, "Failed", "Ready") for name in cases}
+        events = wait(
             "warning events",
             lambda: (
                 json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout).get(
@@ -214,14 +154,14 @@ def test_bad_inputs_fail_with_actionable_reasons(cluster: Cluster, namespace: st
     for name, (_, cond_type, reason) in cases.items():
         st = results[name]["status"]
         assert st["phase"] == "Failed", (name, st)
-        cond = _cond(results[name], cond_type)
-        assert (cond["status"], cond["reason"]) == ("False", reason), (name, cond)
+        c = cond(results[name], cond_type)
+        assert (c["status"], c["reason"]) == ("False", reason), (name, c)
         assert st["message"]
     assert "spec.artifacts[0].sha256" in results["mismatch"]["status"]["message"]
     assert "upload it or fix spec.artifacts[0].uri" in results["missing"]["status"]["message"]
     assert any(e.get("reason") == "DigestMismatch" for e in events)
-    rows = _rows(root, "SELECT name, event, reason FROM model_versions ORDER BY name")
-    assert rows == sorted(
+    recorded = rows(root, "SELECT name, event, reason FROM model_versions ORDER BY name")
+    assert recorded == sorted(
         ({"name": n, "event": "failed", "reason": r} for n, (_, _, r) in cases.items()),
         key=lambda r: r["name"],
     )
@@ -233,44 +173,55 @@ def test_spec_change_rehashes_resync_does_not_and_delete_retires(
     a = make_onnx(tmp_path / "a.onnx", dim=4)
     b = make_onnx(tmp_path / "b.onnx", dim=8)
     root = tmp_path / "lineage"
-    with _operator(namespace, root):
-        _apply(cluster, namespace, _mv("m", [{"format": "onnx", "uri": a.as_uri()}]))
-        first = _wait_phase(cluster, namespace, "m", "Ready")
-        _apply(cluster, namespace, _mv("m", [{"format": "onnx", "uri": b.as_uri()}]))
-        second = _wait_phase(cluster, namespace, "m", "Ready")
+    with operator(namespace, root, tmp_path):
+        apply(cluster, namespace, mv_doc("m", [{"format": "onnx", "uri": a.as_uri()}]))
+        first = wait_phase(cluster, namespace, "m", "Ready")
+        apply(cluster, namespace, mv_doc("m", [{"format": "onnx", "uri": b.as_uri()}]))
+        second = wait_phase(cluster, namespace, "m", "Ready")
     assert first["status"]["digests"]["onnx"] == sha256_file(a)
     assert second["status"]["digests"]["onnx"] == sha256_file(b)
     assert second["status"]["lineage"]["version"] > first["status"]["lineage"]["version"]
 
-    # A restart resumes the object; the generation is already handled: no new row.
-    with _operator(namespace, root):
-        _apply(cluster, namespace, {**_mv("m", [{"format": "onnx", "uri": b.as_uri()}])})
-        time.sleep(2)
-        cluster.kubectl("delete", "modelversion", "m", "-n", namespace, "--wait=false")
-        _wait("deletion", lambda: _get(cluster, namespace, "m") is None)
+    # A restart resumes the object. Its generation is already handled, so none of its files
+    # is read again (opens counted by the kernel, whoever opens them) and no row is added.
+    # kopf lists, and so resumes, existing objects before it sees new ones: once a version
+    # applied after the restart is Ready, the resume of "m" has run.
+    c = make_onnx(tmp_path / "c.onnx", dim=2)
+    opens = FileOpens(a, b)
+    try:
+        with operator(namespace, root, tmp_path):
+            apply(cluster, namespace, mv_doc("later", [{"format": "onnx", "uri": c.as_uri()}]))
+            wait_phase(cluster, namespace, "later", "Ready")
+            reread = opens.take()
+            cluster.kubectl("delete", "modelversion", "m", "-n", namespace, "--wait=false")
+            wait("deletion", lambda: get(cluster, namespace, "m") is None)
+    finally:
+        opens.close()
+    print(f"opens of m's files by the restarted operator: {reread}")
+    assert reread == {"a.onnx": 0, "b.onnx": 0}
 
-    rows = _rows(root, "SELECT generation, event, onnx_sha256 FROM model_versions ORDER BY generation, event")
-    assert [(r["generation"], r["event"]) for r in rows[:2]] == [(1, "registered"), (2, "updated")]
-    assert rows[2]["event"] == "retired"
-    assert rows[2]["onnx_sha256"] == sha256_file(b)
-    assert len(rows) == 3
+    recorded = rows(
+        root,
+        "SELECT generation, event, onnx_sha256 FROM model_versions WHERE name = 'm' ORDER BY generation, event",
+    )
+    assert [(r["generation"], r["event"]) for r in recorded[:2]] == [(1, "registered"), (2, "updated")]
+    assert recorded[2]["event"] == "retired"
+    assert recorded[2]["onnx_sha256"] == sha256_file(b)
+    assert len(recorded) == 3
 
 
 def test_operator_killed_while_hashing_ends_ready_with_one_row(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     onnx = make_onnx(tmp_path / "m.onnx")
-    big = tmp_path / "step.pt"
-    with big.open("wb") as f:  # sparse: costs no disk, still read and hashed byte by byte
-        f.truncate(6 * 1024**3)
-        f.seek(-1, os.SEEK_END)
-        f.write(b"\x01")
+    big = sparse_file(tmp_path / "step.pt", 6 * 1024**3)
     root = tmp_path / "lineage"
     env = {
         **os.environ,
         "TINCT_LINEAGE_ROOT": str(root),
         "TINCT_PROGRESS_INTERVAL": "0.2",
         "TINCT_HASH_WORKERS": "1",
+        "TINCT_ARTIFACT_ROOTS": str(tmp_path),
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "tinct.cli", "operator", "--namespace", namespace],
@@ -279,32 +230,27 @@ def test_operator_killed_while_hashing_ends_ready_with_one_row(
         stderr=subprocess.DEVNULL,
     )
     try:
-        _apply(
+        apply(
             cluster,
             namespace,
-            _mv("big", [{"format": "onnx", "uri": onnx.as_uri()}], source={"uri": big.as_uri()}),
+            mv_doc("big", [{"format": "onnx", "uri": onnx.as_uri()}], source={"uri": big.as_uri()}),
         )
-
-        def hashing() -> bool:
-            st = (_get(cluster, namespace, "big") or {}).get("status") or {}
-            return st.get("phase") == "Hashing" and st.get("progress", {}).get("bytesDone", 0) > 0
-
-        _wait("progress while hashing", hashing)
+        wait("progress while hashing", lambda: hashing(cluster, namespace, "big"))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    mid = _get(cluster, namespace, "big")
+    mid = get(cluster, namespace, "big")
     assert mid is not None
     assert mid["status"]["phase"] == "Hashing"
     assert mid["status"]["progress"]["bytesTotal"] == big.stat().st_size + onnx.stat().st_size
 
-    with _operator(namespace, root, TINCT_HASH_WORKERS="2"):
-        obj = _wait_phase(cluster, namespace, "big", "Ready", "Failed")
+    with operator(namespace, root, tmp_path, TINCT_HASH_WORKERS="2"):
+        obj = wait_phase(cluster, namespace, "big", "Ready", "Failed")
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["digests"]["source"] == sha256_file(big)
     assert "progress" not in obj["status"]
-    assert _rows(root, "SELECT event FROM model_versions") == [{"event": "registered"}]
-    assert len(_rows(root, "SELECT uri FROM artifacts")) == 2
+    assert rows(root, "SELECT event FROM model_versions") == [{"event": "registered"}]
+    assert len(rows(root, "SELECT uri FROM artifacts")) == 2
 
 
 def test_unreachable_store_retries_then_becomes_ready(
@@ -320,18 +266,18 @@ def test_unreachable_store_retries_then_becomes_ready(
     root = tmp_path / "lineage"
     ptx = make_ptx(tmp_path / "k.ptx")
     creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-    with _operator(namespace, root, TINCT_S3_ENDPOINT=endpoint, **creds):
-        _apply(cluster, namespace, _mv("later", [{"format": "ptx", "uri": "s3://late/k.ptx"}]))
+    with operator(namespace, root, None, TINCT_S3_ENDPOINT=endpoint, **creds):
+        apply(cluster, namespace, mv_doc("later", [{"format": "ptx", "uri": "s3://late/k.ptx"}]))
 
         def retrying() -> dict[str, Any] | None:
-            obj = _get(cluster, namespace, "later")
+            obj = get(cluster, namespace, "later")
             conds = ((obj or {}).get("status") or {}).get("conditions") or []
             hit = any(c["type"] == "Verified" and c["reason"] == "StorageUnavailable" for c in conds)
             return obj if hit else None
 
-        waiting = _wait("Verified=Unknown/StorageUnavailable", retrying)
+        waiting = wait("Verified=Unknown/StorageUnavailable", retrying)
         assert waiting["status"]["phase"] != "Failed", waiting["status"]
-        assert _cond(waiting, "Verified")["status"] == "Unknown"
+        assert cond(waiting, "Verified")["status"] == "Unknown"
         assert "retrying in" in waiting["status"]["message"]
         with moto_process(port):
             client = boto3.client(
@@ -343,6 +289,6 @@ def test_unreachable_store_retries_then_becomes_ready(
             )
             client.create_bucket(Bucket="late")
             client.upload_file(str(ptx), "late", "k.ptx")
-            obj = _wait_phase(cluster, namespace, "later", "Ready", "Failed")
+            obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["digests"]["ptx"] == sha256_file(ptx)

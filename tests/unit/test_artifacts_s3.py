@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from lineage_artifacts import S3, make_artifact_set, s3, s3_server, sha256_file
 from tinct.api.v1alpha1.modelversion import ModelVersion
+from tinct.artifacts.fair import FairPool
 from tinct.artifacts.storage import ArtifactNotFoundError, StorageConfig, StorageUnavailableError, stat_size
 from tinct.artifacts.verify import verify
 from tinct.lineage.records import model_version_rows
@@ -40,8 +41,11 @@ def test_verify_and_record_on_s3(tmp_path: Path, s3: S3) -> None:
             },
         }
     )
-    with ThreadPoolExecutor(4) as pool:
-        result = verify(mv.spec, pool, config=StorageConfig())
+    pool = FairPool(4)
+    try:
+        result = asyncio.run(verify(mv.spec, pool.group("m"), artifact_roots=(), config=StorageConfig()))
+    finally:
+        pool.shutdown()
     assert result.ok, result.failure
     by_uri = {d.uri: d.sha256 for _, d in result.files}
     assert by_uri["s3://models/m/model.onnx"] == sha256_file(files.onnx)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +11,16 @@ import pytest
 
 from lineage_artifacts import make_artifact_set, make_onnx, make_ptx, sha256_file
 from tinct.api.v1alpha1.modelversion import ModelVersionSpec
+from tinct.artifacts.fair import FairPool
 from tinct.artifacts.hashing import Progress, manifest_digest
 from tinct.artifacts.verify import Verification, spec_files, verify
 
 
 @pytest.fixture
-def pool() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(2) as p:
-        yield p
+def pool() -> Iterator[FairPool]:
+    p = FairPool(2)
+    yield p
+    p.shutdown()
 
 
 def _spec(artifacts: list[dict[str, Any]], **extra: Any) -> ModelVersionSpec:
@@ -27,11 +29,11 @@ def _spec(artifacts: list[dict[str, Any]], **extra: Any) -> ModelVersionSpec:
     )
 
 
-def _run(spec: ModelVersionSpec, pool: ThreadPoolExecutor, **kw: Any) -> Verification:
-    return verify(spec, pool, **kw)
+def _run(spec: ModelVersionSpec, pool: FairPool, roots: tuple[str, ...] = ("/",), **kw: Any) -> Verification:
+    return asyncio.run(verify(spec, pool.group("v"), artifact_roots=roots, **kw))
 
 
-def test_declared_digests_that_match_give_ready_digests(tmp_path: Path, pool: ThreadPoolExecutor) -> None:
+def test_declared_digests_that_match_give_ready_digests(tmp_path: Path, pool: FairPool) -> None:
     files = make_artifact_set(tmp_path)
     spec = _spec(
         [
@@ -56,9 +58,7 @@ def test_declared_digests_that_match_give_ready_digests(tmp_path: Path, pool: Th
 
 
 @pytest.mark.parametrize("where", ["artifact", "source"])
-def test_one_wrong_declared_digest_fails_the_version(
-    tmp_path: Path, pool: ThreadPoolExecutor, where: str
-) -> None:
+def test_one_wrong_declared_digest_fails_the_version(tmp_path: Path, pool: FairPool, where: str) -> None:
     files = make_artifact_set(tmp_path)
     right = sha256_file(files.onnx)
     wrong = ("0" if right[0] != "0" else "1") + right[1:]  # one hex digit off
@@ -79,7 +79,7 @@ def test_one_wrong_declared_digest_fails_the_version(
     assert result.digests == {}
 
 
-def test_missing_file_names_the_field(tmp_path: Path, pool: ThreadPoolExecutor) -> None:
+def test_missing_file_names_the_field(tmp_path: Path, pool: FairPool) -> None:
     ptx = make_ptx(tmp_path / "k.ptx")
     spec = _spec(
         [{"format": "ptx", "uri": ptx.as_uri()}, {"format": "onnx", "uri": (tmp_path / "gone.onnx").as_uri()}]
@@ -91,7 +91,7 @@ def test_missing_file_names_the_field(tmp_path: Path, pool: ThreadPoolExecutor) 
     assert "upload it or fix spec.artifacts[1].uri" in result.failure.message
 
 
-def test_invalid_format_is_reported_before_hashing(tmp_path: Path, pool: ThreadPoolExecutor) -> None:
+def test_invalid_format_is_reported_before_hashing(tmp_path: Path, pool: FairPool) -> None:
     ptx = make_ptx(tmp_path / "k.ptx")
     progress = Progress()
     spec = _spec([{"format": "onnx", "uri": ptx.as_uri()}])
@@ -102,7 +102,7 @@ def test_invalid_format_is_reported_before_hashing(tmp_path: Path, pool: ThreadP
     assert progress.snapshot() == (0, ptx.stat().st_size)  # not one byte hashed
 
 
-def test_incompatible_quantization_reads_nothing(tmp_path: Path, pool: ThreadPoolExecutor) -> None:
+def test_incompatible_quantization_reads_nothing(tmp_path: Path, pool: FairPool) -> None:
     spec = _spec(
         [{"format": "onnx", "uri": (tmp_path / "never-read.onnx").as_uri()}],
         quantization={"method": "awq", "bits": 4, "symmetric": False, "groupSize": 128},

@@ -3,7 +3,8 @@
 Each file is read in blocks of :data:`BLOCK_SIZE` bytes into one reusable buffer, so
 memory stays flat however big the file is. ``hashlib`` releases the GIL while it hashes a
 block and pyarrow releases it while it reads, so a thread pool hashes files truly in
-parallel. None of this runs on the event loop: callers submit to an executor.
+parallel. None of this runs on the event loop: callers submit to an executor, or hand
+:func:`hash_steps` to a :class:`~tinct.artifacts.fair.FairPool`.
 
 A format with several files (shards) gets a *manifest digest*: the SHA-256 of the sorted
 lowercase hex digests of its files joined by ``"\\n"`` (no trailing newline). A format
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 
 from tinct.artifacts.storage import StorageConfig, classify, resolve
@@ -24,6 +25,7 @@ __all__ = [
     "FileDigest",
     "Progress",
     "format_digests",
+    "hash_steps",
     "hash_uri",
     "manifest_digest",
 ]
@@ -68,14 +70,18 @@ def _buffer(size: int) -> memoryview:
     return memoryview(buf)
 
 
-def hash_uri(
+def hash_steps(
     uri: str,
     config: StorageConfig | None = None,
     *,
     on_bytes: Callable[[int], None] | None = None,
     block_size: int = BLOCK_SIZE,
-) -> FileDigest:
-    """SHA-256 and size of the object at ``uri``, read as a stream.
+) -> Generator[int, None, FileDigest]:
+    """SHA-256 and size of the object at ``uri``, as a generator that yields after each block.
+
+    Yielding lets a :class:`~tinct.artifacts.fair.FairPool` pause a long hash to serve
+    other versions, and stop it when it is cancelled (closing the generator closes the
+    stream). The digest is the generator's return value.
 
     Raises:
         ArtifactNotFoundError: the object does not exist.
@@ -95,9 +101,27 @@ def hash_uri(
                 size += n
                 if on_bytes is not None:
                     on_bytes(n)
+                yield n
     except Exception as exc:
         raise classify(uri, exc) from exc
     return FileDigest(uri=uri, sha256=h.hexdigest(), size=size)
+
+
+def hash_uri(
+    uri: str,
+    config: StorageConfig | None = None,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    block_size: int = BLOCK_SIZE,
+) -> FileDigest:
+    """:func:`hash_steps` run to the end in this thread."""
+    steps = hash_steps(uri, config, on_bytes=on_bytes, block_size=block_size)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            digest: FileDigest = done.value
+            return digest
 
 
 def manifest_digest(hex_digests: Iterable[str]) -> str:

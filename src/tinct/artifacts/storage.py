@@ -10,30 +10,39 @@ a Secret by the Helm chart.
 Errors are split in two so callers can decide between failing a version and retrying:
 :class:`ArtifactNotFoundError` (the object is not there; a user must act) and
 :class:`StorageUnavailableError` (anything else the store said; retried with backoff).
+
+``file://`` reads only what :func:`confine` lets through: files under the artifact roots
+the operator was given, so a ModelVersion cannot make it read (and publish digests of)
+anything else on its disks.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
 __all__ = [
     "ArtifactNotFoundError",
+    "ArtifactRefusedError",
     "StorageConfig",
     "StorageError",
     "StorageUnavailableError",
+    "UriError",
+    "confine",
     "delta_storage_options",
     "resolve",
     "stat_size",
 ]
 
 
-class StorageError(Exception):
-    """A storage operation on ``uri`` failed."""
+class UriError(Exception):
+    """Something about ``uri``; ``detail`` says what."""
 
     def __init__(self, uri: str, detail: str) -> None:
         super().__init__(uri, detail)
@@ -44,12 +53,61 @@ class StorageError(Exception):
         return f"{self.uri}: {self.detail}"
 
 
+class StorageError(UriError):
+    """A storage operation on ``uri`` failed."""
+
+
 class ArtifactNotFoundError(StorageError):
     """The object does not exist: a user has to upload it or fix the URI."""
 
 
 class StorageUnavailableError(StorageError):
     """The store could not be reached or refused for a reason that may pass."""
+
+
+class ArtifactRefusedError(UriError):
+    """The operator will not read ``uri`` (not a storage fault: never retried)."""
+
+
+def confine(uri: str, roots: Sequence[str]) -> str:
+    """The URI to read for ``uri``: a ``file://`` URI only inside one of ``roots``.
+
+    The path is percent-decoded and resolved (``..`` and every symlink) before it is
+    compared with the resolved roots, and the resolved path is what gets read, so no
+    spelling or link leads outside. A host part is refused, and with no roots every
+    ``file://`` URI is. The refusal says the same whether the path exists or not.
+    Other schemes pass unchanged.
+
+    Raises:
+        ArtifactRefusedError: the URI may not be read.
+    """
+    parts = urlsplit(uri)
+    if parts.scheme.lower() != "file":
+        return uri
+    if not roots:
+        raise ArtifactRefusedError(
+            uri,
+            "the operator reads no local files: start it with --artifact-root DIR "
+            "(or TINCT_ARTIFACT_ROOTS) naming the directories file:// artifacts live in",
+        )
+    if parts.netloc:
+        raise ArtifactRefusedError(uri, f"a file:// URI names no host ({parts.netloc!r}): write file:///path")
+    if parts.query or parts.fragment:
+        raise ArtifactRefusedError(uri, "a file:// URI has no ?query or #fragment; percent-encode ? and #")
+    outside = ArtifactRefusedError(
+        uri,
+        f"not inside an artifact root ({', '.join(roots)}); the operator reads local files only "
+        "there (--artifact-root)",
+    )
+    try:
+        real = os.path.realpath(unquote(parts.path))
+    except (ValueError, OSError):  # e.g. an encoded NUL byte
+        raise outside from None
+    for root in roots:
+        top = os.path.realpath(root)
+        if real != top and os.path.commonpath([real, top]) == top:
+            return Path(real).as_uri()
+    raise outside
 
 
 def _env(*names: str) -> str | None:

@@ -1,26 +1,39 @@
-"""Verification of one ModelVersion spec: compatibility, presence, format, digests.
+"""Verification of one ModelVersion spec: compatibility, admission, presence, format, digests.
 
-:func:`verify` is blocking (it reads every byte of every artifact) and must run in a
-thread. It returns a :class:`Verification`: either digests, or a :class:`Failure` a user
-can act on. Transient storage faults are *raised* (:class:`StorageUnavailableError`) so the
-caller retries instead of failing the version.
+:func:`verify` is a coroutine; every read runs on the version's
+:class:`~tinct.artifacts.fair.Group` of a shared :class:`~tinct.artifacts.fair.FairPool`,
+so versions share the workers fairly and cancelling the group stops the reads. It returns
+a :class:`Verification`: either digests, or a :class:`Failure` a user can act on.
+Transient storage faults are *raised* (:class:`StorageUnavailableError`) so the caller
+retries instead of failing the version; cancelled work raises
+:class:`~tinct.artifacts.fair.WorkCancelledError`.
 
 The steps run in order and the first that fails decides the outcome: the quantization x
-runtime rules (no I/O), presence of every file (one ``stat`` each), the format of every
-artifact (a few reads each), then the digests (every byte, compared with the declared
-``sha256`` values).
+runtime rules (no I/O), admission of every URI (``file://`` only under the artifact
+roots), presence of every file (one ``stat`` each), the format of every artifact (a few
+reads each), then the digests (every byte, compared with the declared ``sha256`` values).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
-from dataclasses import dataclass, field
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tinct.api.v1alpha1.modelversion import ModelVersionSpec
 from tinct.artifacts import compat
+from tinct.artifacts.fair import Group
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT, FormatError, validate
-from tinct.artifacts.hashing import FileDigest, Progress, format_digests, hash_uri
-from tinct.artifacts.storage import ArtifactNotFoundError, StorageConfig, stat_size
+from tinct.artifacts.hashing import FileDigest, Progress, format_digests, hash_steps
+from tinct.artifacts.storage import (
+    ArtifactNotFoundError,
+    ArtifactRefusedError,
+    StorageConfig,
+    confine,
+    stat_size,
+)
 
 __all__ = ["Failure", "SpecFile", "Verification", "spec_files", "verify"]
 
@@ -53,6 +66,11 @@ class SpecFile:
     uri: str
     sha256: str | None  # the declared digest, if any
     index: int | None  # position in spec.artifacts
+    read_uri: str = ""  # what is actually read (see _admit); uri until then
+
+    def __post_init__(self) -> None:
+        if not self.read_uri:
+            object.__setattr__(self, "read_uri", self.uri)
 
     @property
     def field(self) -> str:
@@ -76,59 +94,81 @@ def _fail(reason: str, message: str) -> Verification:
     return Verification(failure=Failure("Verified", reason, message))
 
 
-def _check_presence(files: list[SpecFile], config: StorageConfig | None) -> Verification | list[int]:
-    """The size of every file, or the failure naming the first one that is not there."""
-    sizes: list[int] = []
+async def _results(futures: Sequence[Future[Any]]) -> list[Any]:
+    """Every future's result or exception, once all are done (no read outlives the step)."""
+    return await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+
+
+def _admit(files: list[SpecFile], roots: Sequence[str]) -> Verification | list[SpecFile]:
+    """The files with the URI to read, or the failure naming the first one refused."""
+    admitted: list[SpecFile] = []
     for f in files:
         try:
-            sizes.append(stat_size(f.uri, config))
-        except ArtifactNotFoundError as exc:
+            admitted.append(replace(f, read_uri=confine(f.uri, roots)))
+        except ArtifactRefusedError as exc:
+            return _fail("ArtifactRefused", f"{f.field}.uri {exc}")
+    return admitted
+
+
+async def _check_presence(
+    files: list[SpecFile], group: Group, config: StorageConfig | None
+) -> Verification | list[int]:
+    """The size of every file, or the failure naming the first one that is not there."""
+    sizes = await _results([group.call(stat_size, f.read_uri, config) for f in files])
+    for f, size in zip(files, sizes, strict=True):
+        if isinstance(size, ArtifactNotFoundError):
             return _fail(
                 "ArtifactMissing",
-                f"{f.what} {f.uri} not found ({exc.detail}): upload it or fix {f.field}.uri, "
+                f"{f.what} {f.uri} not found ({size.detail}): upload it or fix {f.field}.uri, "
                 "then change the spec to verify again",
             )
+        if isinstance(size, BaseException):
+            raise size
     return sizes
 
 
-def _check_formats(
-    files: list[SpecFile], executor: Executor, config: StorageConfig | None, onnx_parse_limit: int
+async def _check_formats(
+    files: list[SpecFile], group: Group, config: StorageConfig | None, onnx_parse_limit: int
 ) -> Verification | None:
     """None when every artifact is a valid file of its format; else the first failure."""
-    checks = [
-        (f, executor.submit(validate, f.uri, f.format, config, onnx_parse_limit=onnx_parse_limit))
-        for f in files
-        if f.index is not None
-    ]
-    for f, check in checks:
-        try:
-            check.result()
-        except FormatError as exc:
+    artifacts = [f for f in files if f.index is not None]
+    outcomes = await _results(
+        [
+            group.call(validate, f.read_uri, f.format, config, onnx_parse_limit=onnx_parse_limit)
+            for f in artifacts
+        ]
+    )
+    for f, outcome in zip(artifacts, outcomes, strict=True):
+        if isinstance(outcome, FormatError):
             return _fail(
-                "InvalidFormat", f"{exc} ({f.field}.uri): re-export the artifact or correct its format"
+                "InvalidFormat",
+                f"{f.uri} is not valid {f.format}: {outcome.detail} ({f.field}.uri): "
+                "re-export the artifact or correct its format",
             )
-        except ArtifactNotFoundError as exc:
-            return _fail("ArtifactMissing", f"{f.uri} vanished: {exc.detail}")
+        if isinstance(outcome, ArtifactNotFoundError):
+            return _fail("ArtifactMissing", f"{f.uri} vanished: {outcome.detail}")
+        if isinstance(outcome, BaseException):
+            raise outcome
     return None
 
 
-def _check_digests(
-    files: list[SpecFile], executor: Executor, config: StorageConfig | None, progress: Progress | None
+async def _check_digests(
+    files: list[SpecFile], group: Group, config: StorageConfig | None, progress: Progress | None
 ) -> Verification:
     """Hash every file; the digests, or the first declared digest that does not match."""
     on_bytes = progress.add if progress is not None else None
-    hashing = [executor.submit(hash_uri, f.uri, config, on_bytes=on_bytes) for f in files]
-    first_error: BaseException | None = None
-    digests: list[FileDigest] = []
-    for fut in hashing:  # wait for all, so no thread still reads when this returns
-        try:
-            digests.append(fut.result())
-        except Exception as exc:
-            first_error = first_error or exc
-    if isinstance(first_error, ArtifactNotFoundError):
-        return _fail("ArtifactMissing", f"{first_error}: upload it or fix the URI")
-    if first_error is not None:
-        raise first_error
+    outcomes = await _results(
+        [group.submit(hash_steps(f.read_uri, config, on_bytes=on_bytes)) for f in files]
+    )
+    for f, outcome in zip(files, outcomes, strict=True):
+        if isinstance(outcome, ArtifactNotFoundError):
+            return _fail("ArtifactMissing", f"{f.uri} vanished: {outcome.detail}: upload it or fix the URI")
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    digests = [
+        FileDigest(uri=f.uri, sha256=d.sha256, size=d.size) for f, d in zip(files, outcomes, strict=True)
+    ]
     for f, d in zip(files, digests, strict=True):
         if f.sha256 is not None and f.sha256.lower() != d.sha256:
             return _fail(
@@ -140,31 +180,38 @@ def _check_digests(
     return Verification(files=pairs, digests=format_digests((fmt, d.sha256) for fmt, d in pairs))
 
 
-def verify(
+async def verify(
     spec: ModelVersionSpec,
-    executor: Executor,
+    group: Group,
     *,
+    artifact_roots: Sequence[str],
     config: StorageConfig | None = None,
     progress: Progress | None = None,
     onnx_parse_limit: int = DEFAULT_ONNX_PARSE_LIMIT,
 ) -> Verification:
-    """Check ``spec`` end to end; validation and hashing fan out on ``executor``.
+    """Check ``spec`` end to end; every read runs on ``group``.
+
+    ``artifact_roots`` are the directories ``file://`` URIs may point into; none means
+    ``file://`` is refused.
 
     Raises:
         StorageUnavailableError: a store failed in a way that may pass; retry later.
+        WorkCancelledError: ``group`` was cancelled.
     """
     violations = compat.check(spec.quantization, spec.runtime)
     if violations:
         return Verification(
             failure=Failure("Compatible", violations[0].reason, "; ".join(str(v) for v in violations))
         )
-    files = spec_files(spec)
-    sizes = _check_presence(files, config)
+    files = _admit(spec_files(spec), artifact_roots)
+    if isinstance(files, Verification):
+        return files
+    sizes = await _check_presence(files, group, config)
     if isinstance(sizes, Verification):
         return sizes
     if progress is not None:
         progress.total = sum(sizes)
-    bad_format = _check_formats(files, executor, config, onnx_parse_limit)
+    bad_format = await _check_formats(files, group, config, onnx_parse_limit)
     if bad_format is not None:
         return bad_format
-    return _check_digests(files, executor, config, progress)
+    return await _check_digests(files, group, config, progress)

@@ -63,6 +63,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # Each dest is the name of an OperatorConfig field; parsing and checks live there.
     p.add_argument("--lineage-root", help="root URI of the lineage tables (TINCT_LINEAGE_ROOT)")
     p.add_argument("--hash-workers", help="threads hashing artifacts (TINCT_HASH_WORKERS)")
+    p.add_argument(
+        "--artifact-root",
+        dest="artifact_roots",
+        metavar="DIR",
+        action="append",
+        help="directory file:// artifacts may be read from (repeatable; TINCT_ARTIFACT_ROOTS, "
+        "':'-separated). Without one, file:// artifacts are refused",
+    )
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint, e.g. http://minio:9000 (TINCT_S3_ENDPOINT)")
     p.add_argument("--peering", help="kopf peering name: enables leader election (TINCT_PEERING)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")

@@ -27,6 +27,7 @@ from typing import Any
 
 import kopf
 
+from tinct.artifacts.fair import FairPool
 from tinct.kubeconfig import kopf_login
 from tinct.lineage.store import LineageStore
 from tinct.lineage.writer import BatchWriter
@@ -43,9 +44,8 @@ _CONTEXT = "tinct_context"
 @dataclass
 class Context:
     config: OperatorConfig
-    hashing: ThreadPoolExecutor
-    verifying: ThreadPoolExecutor
-    io: ThreadPoolExecutor
+    hashing: FairPool  # reads of artifacts, shared fairly between versions
+    io: ThreadPoolExecutor  # short blocking calls: status patches, table setup
     writer: BatchWriter
     status: StatusPatcher = field(default_factory=StatusPatcher)
 
@@ -57,18 +57,16 @@ class Context:
     def open(cls, config: OperatorConfig) -> Context:
         return cls(
             config=config,
-            hashing=ThreadPoolExecutor(config.hash_workers, thread_name_prefix="tinct-hash"),
-            # One thread per version being verified; each waits on its files in `hashing`.
-            verifying=ThreadPoolExecutor(8, thread_name_prefix="tinct-verify"),
+            hashing=FairPool(config.hash_workers),
             io=ThreadPoolExecutor(4, thread_name_prefix="tinct-io"),
             writer=BatchWriter(LineageStore(config.lineage_root, config.storage)),
         )
 
     def close(self) -> None:
-        """Commit what the writer holds and stop the pools (blocking)."""
+        """Stop hashing at once, commit what the writer holds, stop the pools (blocking)."""
+        self.hashing.shutdown()
         self.writer.close()
-        for pool in (self.hashing, self.verifying, self.io):
-            pool.shutdown(wait=False, cancel_futures=True)
+        self.io.shutdown(wait=False, cancel_futures=True)
 
 
 def memo_for(config: OperatorConfig) -> kopf.Memo:

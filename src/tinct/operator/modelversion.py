@@ -6,8 +6,10 @@ Life of a version: create/update of ``spec`` (or operator restart with unfinishe
 → ``Hashing`` (reported with bytes done/total when hashing takes longer than the progress
 interval) → ``Ready`` with digests, per-file artifacts and the lineage table version, or
 ``Failed`` with a message saying what to fix. A resync of an unchanged generation is a
-no-op. A transient storage or lineage fault keeps the phase and retries with backoff.
-Deleting the object records a ``retired`` row before kopf releases the finalizer.
+no-op. A delete or a new generation stops the hashing of the old one within a progress
+interval; versions share the hashing threads fairly (:mod:`tinct.artifacts.fair`). A
+transient storage or lineage fault keeps the phase and retries with backoff. Deleting the
+object records a ``retired`` row before kopf releases the finalizer.
 """
 
 from __future__ import annotations
@@ -127,37 +129,69 @@ def _patch(status: ModelVersionStatus, *fields: str) -> dict[str, Any]:
     return patch
 
 
-async def _patch_status(ctx: context.Context, mv: ModelVersion, patch: dict[str, Any]) -> None:
+async def _patch_status(
+    ctx: context.Context, mv: ModelVersion, patch: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Merge-patch the status now; the object as the API server has it after, or None."""
     ns, name = mv.metadata.namespace or "", mv.metadata.name
-    await asyncio.get_running_loop().run_in_executor(ctx.io, ctx.status.patch_status, PLURAL, ns, name, patch)
+    return await asyncio.get_running_loop().run_in_executor(
+        ctx.io, ctx.status.patch_status, PLURAL, ns, name, patch
+    )
 
 
-async def _verify_with_progress(mv: ModelVersion, ctx: context.Context) -> Verification:
-    loop = asyncio.get_running_loop()
+def _superseded(mv: ModelVersion, current: dict[str, Any] | None) -> str | None:
+    """Why the object as it is now makes verifying ``mv`` pointless, if it does."""
+    meta = (current or {}).get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return "the object is being deleted"
+    generation = meta.get("generation")
+    if generation is not None and generation != mv.metadata.generation:
+        return f"generation {generation} replaced it"
+    return None
+
+
+async def _verify_with_progress(mv: ModelVersion, ctx: context.Context, log: Any) -> Verification | None:
+    """Verify ``mv``, reporting progress; None when a delete or a new generation stopped it.
+
+    Every ``progress_interval`` the status patch also returns the object as it is now: when
+    it is being deleted or has a newer generation, the hashing is cancelled at once, so
+    kopf can move on to the delete or the new spec instead of waiting for the last byte.
+    Cancelling this coroutine (operator shutdown) cancels the hashing too.
+    """
     cfg = ctx.config
     progress = Progress()
-    fut = loop.run_in_executor(
-        ctx.verifying,
-        lambda: verify(
+    group = ctx.hashing.group(f"{mv.metadata.namespace}/{mv.metadata.name}")
+    task = asyncio.ensure_future(
+        verify(
             mv.spec,
-            ctx.hashing,
+            group,
+            artifact_roots=cfg.artifact_roots,
             config=cfg.storage,
             progress=progress,
             onnx_parse_limit=cfg.onnx_parse_limit,
-        ),
-    )
-    while True:
-        done, _ = await asyncio.wait({fut}, timeout=cfg.progress_interval)
-        if done:
-            return fut.result()
-        bytes_done, bytes_total = progress.snapshot()
-        pct = 100 * bytes_done // bytes_total if bytes_total else 0
-        hashing = ModelVersionStatus(
-            phase="Hashing",
-            message=f"hashing: {pct}% of {bytes_total} bytes",
-            progress=ProgressStatus(bytes_done=bytes_done, bytes_total=bytes_total),
         )
-        await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress"))
+    )
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=cfg.progress_interval)
+            if done:
+                return task.result()
+            bytes_done, bytes_total = progress.snapshot()
+            pct = 100 * bytes_done // bytes_total if bytes_total else 0
+            hashing = ModelVersionStatus(
+                phase="Hashing",
+                message=f"hashing: {pct}% of {bytes_total} bytes",
+                progress=ProgressStatus(bytes_done=bytes_done, bytes_total=bytes_total),
+            )
+            why = _superseded(
+                mv, await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress"))
+            )
+            if why is not None:
+                log.info("stopped verifying generation %s: %s", mv.metadata.generation, why)
+                return None
+    finally:
+        group.cancel()
+        task.cancel()
 
 
 async def _report_transient(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
@@ -199,7 +233,7 @@ async def _record(ctx: context.Context, rows: Rows, retry: int) -> int:
 async def reconcile(
     mv: ModelVersion, ctx: context.Context, *, retry: int = 0, logger: Any = None
 ) -> ModelVersionStatus | None:
-    """Verify and record ``mv``; the new status, or None when there is nothing to do.
+    """Verify and record ``mv``; the new status, or None when there is nothing (more) to do.
 
     Raises:
         kopf.TemporaryError: storage or the lineage tables failed transiently.
@@ -209,11 +243,13 @@ async def reconcile(
         log.debug("generation %s already handled", mv.metadata.generation)
         return None
     try:
-        verification = await _verify_with_progress(mv, ctx)
+        verification = await _verify_with_progress(mv, ctx, log)
     except StorageError as exc:
         delay = backoff(retry)
         await _report_transient(mv, ctx, "StorageUnavailable", f"retrying in {delay:g}s: {exc}")
         raise kopf.TemporaryError(f"storage unavailable, will retry: {exc}", delay=delay) from exc
+    if verification is None:
+        return None
     event = event_for(mv, verification)
     rows = model_version_rows(mv, event, verification, operator_version=ctx.store.operator_version)
     version = await _record(ctx, rows, retry)

@@ -17,6 +17,7 @@ variable                       meaning                                          
 ``TINCT_ONNX_PARSE_LIMIT``     ONNX files up to this many bytes are fully parsed  ``67108864``
 ``TINCT_PROGRESS_INTERVAL``    seconds between progress updates in status         ``2``
 ``TINCT_PEERING``              kopf peering name for leader election              unset (standalone)
+``TINCT_ARTIFACT_ROOTS``       ``:``-separated directories ``file://`` may read   unset (``file://`` refused)
 =============================  =================================================  ===========================
 
 kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,16 @@ def _at_least_one(raw: str) -> int:
     return max(1, int(raw))
 
 
+def _roots(raw: str | Sequence[str]) -> tuple[str, ...]:
+    """Artifact roots from ``--artifact-root`` values or a ``:``-separated variable."""
+    items = raw.split(os.pathsep) if isinstance(raw, str) else list(raw)
+    roots = tuple(os.path.normpath(r) for r in items if r)
+    relative = [r for r in roots if not os.path.isabs(r)]
+    if relative:
+        raise ValueError(f"artifact roots must be absolute paths, not {', '.join(relative)}")
+    return roots
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     lineage_root: str = _env("TINCT_LINEAGE_ROOT", lineage_root, DEFAULT_ROOT)
@@ -59,6 +70,8 @@ class OperatorConfig:
     onnx_parse_limit: int = _env("TINCT_ONNX_PARSE_LIMIT", int, DEFAULT_ONNX_PARSE_LIMIT)
     progress_interval: float = _env("TINCT_PROGRESS_INTERVAL", float, 2.0)
     peering: str | None = _env("TINCT_PEERING", str, None)
+    #: Directories file:// artifacts may be read from; none: file:// is refused.
+    artifact_roots: tuple[str, ...] = _env("TINCT_ARTIFACT_ROOTS", _roots, ())
     storage: StorageConfig = field(default_factory=StorageConfig)  # reads its own variables
 
     @classmethod
@@ -83,7 +96,7 @@ class OperatorConfig:
         for name, value in flags.items():
             if name in names and value is not None:
                 parse = names[name].metadata.get("parse")
-                if parse is not None and isinstance(value, str):
+                if parse is not None and isinstance(value, str | list):
                     try:
                         value = parse(value)
                     except ValueError as exc:
