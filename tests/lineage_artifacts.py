@@ -6,6 +6,7 @@ Test modules import the fixtures they need: ``from lineage_artifacts import s3``
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -168,6 +169,48 @@ def moto_process(port: int) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@contextmanager
+def tcp_forward(listen_port: int, target_port: int) -> Iterator[None]:
+    """Open ``listen_port`` on 127.0.0.1 only now, relaying each connection to ``target_port``.
+
+    Lets a test prepare a server completely before a client retrying against
+    ``listen_port`` can reach it.
+    """
+    import threading
+
+    server = socket.create_server(("127.0.0.1", listen_port))
+    stop = threading.Event()
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", target_port))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
 
 
 @pytest.fixture(scope="session")

@@ -259,7 +259,7 @@ def test_unreachable_store_retries_then_becomes_ready(
     import boto3
 
     from controlplane.harness import free_port
-    from lineage_artifacts import make_ptx, moto_process
+    from lineage_artifacts import make_ptx, moto_process, tcp_forward
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -279,16 +279,19 @@ def test_unreachable_store_retries_then_becomes_ready(
         assert waiting["status"]["phase"] != "Failed", waiting["status"]
         assert cond(waiting, "Verified")["status"] == "Unknown"
         assert "retrying in" in waiting["status"]["message"]
-        with moto_process(port):
+        # The store comes up elsewhere, is filled, and only then becomes reachable at the
+        # endpoint the operator retries: a retry must never see an empty store.
+        with moto_process(free_port()) as behind:
             client = boto3.client(
                 "s3",
-                endpoint_url=endpoint,
+                endpoint_url=behind,
                 aws_access_key_id="testing",
                 aws_secret_access_key="testing",
                 region_name="us-east-1",
             )
             client.create_bucket(Bucket="late")
             client.upload_file(str(ptx), "late", "k.ptx")
-            obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
+            with tcp_forward(port, int(behind.rsplit(":", 1)[1])):
+                obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["digests"]["ptx"] == sha256_file(ptx)
