@@ -219,14 +219,33 @@ def _judge(m: Metric, value: float | None, stable: float | None = None) -> Metri
     )
 
 
-def _builtin(m: Metric, g: _Group) -> MetricResult:
+def _beyond_buckets(q: float, buckets: Buckets) -> bool:
+    """Whether the ``q`` quantile falls above the last finite bucket bound."""
+    finite = [le for le in buckets if not math.isinf(le)]
+    total = max(buckets.values(), default=0.0)
+    return bool(finite) and total > 0 and buckets[max(finite)] < q * total
+
+
+def _builtin(m: Metric, g: _Group, cutoff_ms: float | None = None) -> MetricResult:
     if m.name == "success-rate":
         value = 100.0 * g.cand_ok / g.requests if g.requests else None
         stable = 100.0 * g.stable_ok / g.stable_served if g.stable_served else None
         return _judge(m, value, stable)
     q = quantile(0.95, g.cand_ttfb)
     sq = quantile(0.95, g.stable_ttfb)
-    return _judge(m, None if q is None else q * 1000.0, None if sq is None else sq * 1000.0)
+    value = None if q is None else q * 1000.0
+    if value is not None and g.slow and cutoff_ms is not None and _beyond_buckets(0.95, g.cand_ttfb):
+        # The p95 request was cut off by the router's latency limit: it took longer than that.
+        value = max(value, cutoff_ms)
+        if m.max_ms is not None and value >= m.max_ms:
+            return MetricResult(
+                name=m.name,
+                value=value,
+                threshold=_threshold(m),
+                verdict="Fail",
+                message=f"p95 > {cutoff_ms:g} ms: requests fell back at the latency limit",
+            )
+    return _judge(m, value, None if sq is None else sq * 1000.0)
 
 
 def _combine(verdicts: Iterable[Verdict]) -> Verdict:
@@ -244,6 +263,7 @@ def evaluate(
     custom: Mapping[int, float | str],
     now: datetime,
     cells: Mapping[str, list[str]] | None = None,
+    cutoff_ms: float | None = None,
 ) -> AnalysisResult:
     """Judge one window.
 
@@ -254,6 +274,8 @@ def evaluate(
             saying why there is none.
         now: the time of the analysis.
         cells: cell name -> dye tags it takes; used with ``spec.perCell``.
+        cutoff_ms: the routers' fallback latency limit; a request that fell back for being
+            slower took at least this long.
     """
     overall = _group(samples, None)
     results: list[MetricResult] = []
@@ -268,7 +290,7 @@ def evaluate(
             else:
                 results.append(_judge(m, got))
             continue
-        r = _builtin(m, overall)
+        r = _builtin(m, overall, cutoff_ms)
         if not enough and r.verdict != "Inconclusive":
             r = r.model_copy(
                 update={
@@ -285,7 +307,7 @@ def evaluate(
             if g.requests < spec.min_requests:
                 cell_results.append(CellResult(cell=name, requests=g.requests, verdict="Inconclusive"))
                 continue
-            ms = [_builtin(m, g) for m in builtins]
+            ms = [_builtin(m, g, cutoff_ms) for m in builtins]
             cell_results.append(
                 CellResult(
                     cell=name, requests=g.requests, verdict=_combine(m.verdict for m in ms), metrics=ms
@@ -362,6 +384,7 @@ def analyse(
     *,
     query: Query | None = None,
     cells: Mapping[str, list[str]] | None = None,
+    cutoff_ms: float | None = None,
 ) -> AnalysisResult:
     """Query Prometheus for the last ``spec.interval`` of ``release`` and judge it. Blocking."""
     run = query or prometheus_query(spec.prometheus.url)
@@ -376,7 +399,7 @@ def analyse(
                 custom[i] = _custom_value(run(promql))
     except Exception as exc:
         return _inconclusive(spec, now, f"Prometheus at {spec.prometheus.url} failed: {_short(exc)}")
-    return evaluate(spec, samples_from(results), custom, now, cells)
+    return evaluate(spec, samples_from(results), custom, now, cells, cutoff_ms)
 
 
 def _short(exc: Exception) -> str:

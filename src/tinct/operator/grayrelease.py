@@ -141,7 +141,9 @@ async def reconcile(gr: GrayRelease, rt: Runtime, now: datetime | None = None) -
         and analysis_due(gr, now)
     ):
         cells = cells_by_tag(desired_table(gr, old, 0, rt.cluster_domain)) if spec.analysis.per_cell else None
-        analysis = await rt.run(analyse, spec.analysis, name, now, cells=cells)
+        analysis = await rt.run(
+            analyse, spec.analysis, name, now, cells=cells, cutoff_ms=float(spec.fallback.latency_ms)
+        )
         rt.metrics.analyses.labels(ns, name, analysis.verdict).inc()
     decision = decide(gr, problems=problems, analysis=analysis, action=action, now=now)
     st = decision.status
