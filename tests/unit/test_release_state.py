@@ -55,7 +55,7 @@ def test_preconditions_name_what_is_missing() -> None:
 
 
 def test_major_upgrade_waits_for_the_opt_in() -> None:
-    gr = release()
+    gr = release(allowMajorUpgrade=False)
     mvs, svcs, deps = ok_objects(gr)
     mvs["llama3-8b-2-0-0"] = mv(version="2.0.0")
     got = preconditions(gr.spec, mvs, svcs, deps)
