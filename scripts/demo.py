@@ -17,7 +17,6 @@ model weights here); everything else is the real thing. Everything is torn down 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -25,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from controlplane.harness import ControlPlane  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
-from router_fakes import FakeScheduler, free_port  # noqa: E402
+from router_fakes import BackgroundSchedulers, free_port  # noqa: E402
 from tinct.api.routing import routing_configmap, routing_table_from  # noqa: E402
 from tinct.api.v1alpha1 import GrayRelease  # noqa: E402
 
@@ -52,26 +50,6 @@ def say(msg: str) -> None:
 
 def show(text: str) -> None:
     print("    " + text.rstrip().replace("\n", "\n    "), flush=True)
-
-
-class Backends:
-    """The two scheduler stand-ins, served from a background event loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.v1 = self._run(FakeScheduler("v1").start())
-        self.v2 = self._run(FakeScheduler("v2").start())
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def stop(self) -> None:
-        self._run(self.v1.stop())
-        self._run(self.v2.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @contextlib.contextmanager
@@ -209,7 +187,7 @@ def main() -> int:
             ).stdout
         )
 
-        backends = Backends()
+        backends = BackgroundSchedulers()
         try:
             say("kubectl apply -f examples/grayrelease.yaml, and its routing table at step 1 as a ConfigMap")
             gr_doc = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
@@ -280,7 +258,7 @@ def main() -> int:
     return 0
 
 
-def run_requests(port: int, backends: Backends) -> None:
+def run_requests(port: int, backends: BackgroundSchedulers) -> None:
     from openai import OpenAI
 
     client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="demo", max_retries=0)

@@ -13,13 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
+from lineage_artifacts import free_port, make_onnx
 from release_cluster import (
     apply,
     backends,
@@ -53,6 +54,27 @@ def _hpa_bounds(cluster: Cluster, ns: str, side: str) -> tuple[int, int] | None:
     if hpa is None:
         return None
     return hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _scrape(port: int) -> Samples:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def _sample(samples: Samples, name: str, **labels: str) -> float:
+    got = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(got) == 1, (name, labels, got)
+    return got[0]
 
 
 def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
@@ -239,23 +261,35 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
     ns, root = namespace, tmp_path / "lineage"
     backends(cluster, ns, tmp_path)
     env = {**os.environ, "TINCT_LINEAGE_ROOT": str(root), "TINCT_RELEASE_TICK": "0.5"}
+    metrics_port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tinct.cli", "operator", "--namespace", ns],
+        [
+            sys.executable,
+            "-m",
+            "tinct.cli",
+            "operator",
+            "--namespace",
+            ns,
+            "--metrics-port",
+            str(metrics_port),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "4s"}))
-        wait_release(
-            cluster,
-            ns,
-            lambda s: s.get("step") == 1,
-            "step 1",
-        )
+        st1 = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 1")
+        scraped = _scrape(metrics_port)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+    mine = {k: v for k, v in scraped.items() if ("namespace", ns) in k[1]}
+    assert _sample(mine, "tinct_release_step") == 1
+    assert _sample(mine, "tinct_release_phase", phase="Progressing") == 1
+    assert _sample(mine, "tinct_release_phase", phase="Pending") == 0
+    assert _sample(mine, "tinct_release_table_version") == st1["routing"]["version"]
+    assert _sample(mine, "tinct_release_transitions_total", reason="StepAdvanced") == 1
     at_kill = release_status(cluster, ns)
     killed_version = int(at_kill["routing"]["version"])
     time.sleep(5)  # the next step falls due while nobody runs the release
