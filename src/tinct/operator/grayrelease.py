@@ -21,7 +21,6 @@ Runs with :mod:`tinct.operator.modelversion` (its startup handler opens the line
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ from typing import Any, TypeVar
 
 import kopf
 
-from tinct.api.routing import configmap_name
+from tinct.api.routing import TABLE_LABEL, configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, RoutingRef
 from tinct.lineage.records import release_event_rows
@@ -49,7 +48,7 @@ from tinct.operator.release_state import (
     next_wakeup,
     preconditions,
 )
-from tinct.operator.routing import cells_by_tag, desired_table, next_table
+from tinct.operator.routing import cells_by_tag, desired_table, next_table, table_version
 from tinct.operator.settings import OperatorConfig
 
 __all__ = ["PLURAL", "Runtime", "reconcile"]
@@ -75,6 +74,8 @@ class Runtime:
     wakers: dict[tuple[str, str], tuple[asyncio.Event, frozenset[str]]] = field(default_factory=dict)
     #: (namespace, release) -> the status last written, newer than the watch may have delivered
     written: dict[tuple[str, str], GrayReleaseStatus] = field(default_factory=dict)
+    #: (namespace, child name) -> the manifest last applied (ConfigMap or HPA)
+    applied: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
@@ -100,18 +101,41 @@ def parse(body: kopf.Body | dict[str, Any]) -> GrayRelease:
     )
 
 
-def _check(rt: Runtime, gr: GrayRelease) -> list[Problem]:
-    """Blocking: read what the preconditions are about and judge them."""
+@dataclass
+class View:
+    """What the controller knows of the objects around one release, from kopf's indices
+    (watch caches), so a round costs no reads of the API server."""
+
+    modelversions: dict[str, dict[str, Any] | None]
+    services: dict[str, bool]
+    deployments: dict[str, bool]
+    hpas: list[dict[str, Any]]
+    configmap: dict[str, Any] | None
+
+    def problems(self, gr: GrayRelease) -> list[Problem]:
+        return preconditions(gr.spec, self.modelversions, self.services, self.deployments)
+
+
+def _one(index: Any, key: Any) -> Any:
+    store = index.get(key) if index is not None else None
+    return next(iter(store), None) if store else None
+
+
+def view_of(gr: GrayRelease, indices: dict[str, Any]) -> View:
+    """The :class:`View` of ``gr`` from the indices kopf passes to handlers."""
     ns, spec = gr.metadata.namespace or "default", gr.spec
-    names = {spec.stable.model_version, spec.candidate.model_version}
-    mvs = {n: rt.kube.modelversion(ns, n) for n in names}
-    services = {b.service: rt.kube.service_exists(ns, b.service) for b in (spec.stable, spec.candidate)}
-    deployments = {
-        b.deployment: rt.kube.deployment_exists(ns, b.deployment)
-        for b in (spec.stable, spec.candidate)
-        if b.deployment
-    }
-    return preconditions(spec, mvs, services, deployments)
+    sides = (spec.stable, spec.candidate)
+    mvs = indices.get("tinct_modelversions")
+    services = set(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else set()
+    deployments = set(indices["tinct_deployments"].get(ns, ())) if "tinct_deployments" in indices else set()
+    hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
+    return View(
+        modelversions={b.model_version: _one(mvs, (ns, b.model_version)) for b in sides},
+        services={b.service: b.service in services for b in sides},
+        deployments={b.deployment: b.deployment in deployments for b in sides if b.deployment},
+        hpas=hpas,
+        configmap=_one(indices.get("tinct_tables"), (ns, configmap_name(gr.metadata.name))),
+    )
 
 
 @dataclass
@@ -121,12 +145,12 @@ class Outcome:
     changed: bool
 
 
-async def reconcile(gr: GrayRelease, rt: Runtime, now: datetime | None = None) -> Outcome:
+async def reconcile(gr: GrayRelease, rt: Runtime, view: View, now: datetime | None = None) -> Outcome:
     """One round for ``gr`` (its status being the one last recorded); see the module doc."""
     now = now or datetime.now(UTC)
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     old = gr.status or GrayReleaseStatus()
-    problems = await rt.run(_check, rt, gr)
+    problems = view.problems(gr)
     action = gr.metadata.annotations.get(ACTION_ANNOTATION)
     analysis: AnalysisResult | None = None
     spec = gr.spec
@@ -148,17 +172,21 @@ async def reconcile(gr: GrayRelease, rt: Runtime, now: datetime | None = None) -
     decision = decide(gr, problems=problems, analysis=analysis, action=action, now=now)
     st = decision.status
 
-    cm = await rt.run(rt.kube.configmap, ns, configmap_name(name))
+    # The index lags our own writes by a watch event; the table last applied covers the gap.
+    cm = _newest(view.configmap, rt.applied.get((ns, configmap_name(name))))
     manifest, version = next_table(gr, st, cm, rt.cluster_domain)
     if manifest is not None:
         await rt.run(rt.kube.apply_configmap, manifest)
+        rt.applied[(ns, configmap_name(name))] = manifest
     st.routing = RoutingRef(config_map=configmap_name(name), version=version)
 
     if spec.autoscaling is not None:
-        hpas = await rt.run(rt.kube.hpas, ns)
-        plan = plan_autoscaling(gr, st, hpas, now)
+        plan = plan_autoscaling(gr, st, view.hpas, now)
         for m in plan.manifests:
-            await rt.run(rt.kube.apply_hpa, m)
+            key = (ns, m["metadata"]["name"])
+            if not _hpa_current(m, view.hpas, rt.applied.get(key)):
+                await rt.run(rt.kube.apply_hpa, m)
+                rt.applied[key] = m
         st.autoscaling = plan.status
         st.conditions = plan.conditions(st.conditions, gr.metadata.generation, now)
 
@@ -193,6 +221,21 @@ async def reconcile(gr: GrayRelease, rt: Runtime, now: datetime | None = None) -
     return Outcome(decision, st, changed)
 
 
+def _newest(*configmaps: dict[str, Any] | None) -> dict[str, Any] | None:
+    found = [c for c in configmaps if c]
+    return max(found, key=lambda c: table_version(c)[0], default=None)
+
+
+def _hpa_current(
+    manifest: dict[str, Any], hpas: list[dict[str, Any]], applied: dict[str, Any] | None
+) -> bool:
+    """Whether the cluster (or our last apply) already has ``manifest``'s spec."""
+    name, want = manifest["metadata"]["name"], manifest["spec"]
+    if applied is not None and applied["spec"] == want:
+        return True
+    return any(h["metadata"]["name"] == name and h.get("spec") == want for h in hpas)
+
+
 def _post(body: kopf.Body, decision: Decision) -> None:
     t = decision.transition
     if t is None:
@@ -210,7 +253,7 @@ def _wake(rt: Runtime, key: tuple[str, str]) -> None:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-async def drive_release(body: kopf.Body, stopped: kopf.DaemonStopped, logger: _Logger, **_: Any) -> None:
+async def drive_release(body: kopf.Body, stopped: kopf.DaemonStopped, logger: _Logger, **kwargs: Any) -> None:
     rt = runtime()
     key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
     wake = asyncio.Event()
@@ -228,7 +271,7 @@ async def drive_release(body: kopf.Body, stopped: kopf.DaemonStopped, logger: _L
             wake.clear()
             delay = rt.tick
             try:
-                out = await reconcile(gr, rt)
+                out = await reconcile(gr, rt, view_of(gr, kwargs))
                 failures = 0
                 rt.written[key] = out.status
                 _post(body, out.decision)
@@ -241,10 +284,19 @@ async def drive_release(body: kopf.Body, stopped: kopf.DaemonStopped, logger: _L
                 failures += 1
                 delay = min(60.0, rt.tick * 2 ** min(failures, 4))
                 logger.warning("round failed, retrying in %.0fs: %s", delay, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=delay)
+            await _sleep(wake, stopped, delay)
     finally:
         rt.wakers.pop(key, None)
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    """Until ``delay`` passes, the release needs a look, or the daemon is told to stop."""
+    waiters = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())}
+    try:
+        await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -271,3 +323,44 @@ def _modelversion_changed(body: kopf.Body, **_: Any) -> None:
     for (rns, _release), (event, refs) in list(rt.wakers.items()):
         if rns == ns and name in refs:
             event.set()
+
+
+# Watch caches of what a release depends on: rounds read these instead of the API server.
+
+
+@kopf.index(GROUP, VERSION, "modelversions")
+def tinct_modelversions(
+    namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> Any:
+    return {
+        (namespace, name): {
+            "spec": {"model": spec.get("model"), "version": spec.get("version")},
+            "status": {"phase": status.get("phase")},
+        }
+    }
+
+
+@kopf.index("v1", "services")
+def tinct_services(namespace: str | None, name: str, **_: Any) -> Any:
+    return {namespace: name}
+
+
+@kopf.index("apps", "v1", "deployments")
+def tinct_deployments(namespace: str | None, name: str, **_: Any) -> Any:
+    return {namespace: name}
+
+
+@kopf.index("autoscaling", "v2", "horizontalpodautoscalers")
+def tinct_hpas(namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> Any:
+    owners = [dict(r) for r in meta.get("ownerReferences", [])]
+    return {namespace: {"metadata": {"name": name, "ownerReferences": owners}, "spec": dict(spec)}}
+
+
+@kopf.index("v1", "configmaps", labels={TABLE_LABEL: "true"})
+def tinct_tables(namespace: str | None, name: str, meta: kopf.Meta, body: kopf.Body, **_: Any) -> Any:
+    return {
+        (namespace, name): {
+            "metadata": {"annotations": dict(meta.get("annotations", {}))},
+            "data": dict(body.get("data") or {}),
+        }
+    }
