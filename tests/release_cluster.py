@@ -53,13 +53,18 @@ def release_status(cluster: Cluster, ns: str, name: str = "chat") -> dict[str, A
 
 
 def wait_release(
-    cluster: Cluster, ns: str, pred: Callable[[dict[str, Any]], bool], what: str, name: str = "chat"
+    cluster: Cluster,
+    ns: str,
+    pred: Callable[[dict[str, Any]], bool],
+    what: str,
+    name: str = "chat",
+    timeout: float = WAIT,
 ) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         st = release_status(cluster, ns, name)
         return st if st and pred(st) else None
 
-    st: dict[str, Any] = wait(what, check)
+    st: dict[str, Any] = wait(what, check, timeout)
     return st
 
 

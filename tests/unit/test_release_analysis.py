@@ -81,6 +81,7 @@ def test_quantile_interpolates_like_prometheus() -> None:
     assert quantile(0.95, {0.1: 1.0, math.inf: 10.0}) == pytest.approx(0.1)  # in +Inf: the last finite bound
     assert quantile(0.95, {}) is None
     assert quantile(0.95, {0.1: 0.0, math.inf: 0.0}) is None
+    assert quantile(0.95, {math.inf: 5.0}) is None  # nothing but +Inf: no estimate
 
 
 def test_healthy_candidate_passes() -> None:
@@ -111,6 +112,12 @@ def test_too_slow_fallbacks_fail_latency() -> None:
     assert (lat.verdict, lat.value) == ("Fail", 800)
     assert "fell back at the latency limit" in (lat.message or "")
     assert r.verdict == "Fail"
+    # Every request fell back: the candidate has no latency histogram at all.
+    none_served = samples_from(answers(cand=0, fallbacks={"latency_too_high": 40}, cand_ttfb={}))
+    lat = next(
+        m for m in evaluate(spec(), none_served, {}, NOW, cutoff_ms=800).metrics if m.name == "latency-p95"
+    )
+    assert (lat.verdict, lat.value) == ("Fail", 800)
     # A few slow ones beyond the p95 do not fail it.
     few = samples_from(answers(cand=99, fallbacks={"latency_too_high": 1}, cand_ttfb=FAST))
     assert evaluate(spec(), few, {}, NOW, cutoff_ms=800).verdict == "Pass"

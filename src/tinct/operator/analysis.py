@@ -115,7 +115,7 @@ def quantile(q: float, buckets: Buckets) -> float | None:
         return None
     bounds = sorted(buckets)
     total = buckets[bounds[-1]]
-    if total <= 0 or math.isnan(total):
+    if total <= 0 or math.isnan(total) or not any(not math.isinf(le) for le in bounds):
         return None
     rank = q * total
     lower, below = 0.0, 0.0
@@ -223,7 +223,8 @@ def _beyond_buckets(q: float, buckets: Buckets) -> bool:
     """Whether the ``q`` quantile falls above the last finite bucket bound."""
     finite = [le for le in buckets if not math.isinf(le)]
     total = max(buckets.values(), default=0.0)
-    return bool(finite) and total > 0 and buckets[max(finite)] < q * total
+    below = buckets[max(finite)] if finite else 0.0
+    return total > 0 and below < q * total
 
 
 def _builtin(m: Metric, g: _Group, cutoff_ms: float | None = None) -> MetricResult:
@@ -234,9 +235,9 @@ def _builtin(m: Metric, g: _Group, cutoff_ms: float | None = None) -> MetricResu
     q = quantile(0.95, g.cand_ttfb)
     sq = quantile(0.95, g.stable_ttfb)
     value = None if q is None else q * 1000.0
-    if value is not None and g.slow and cutoff_ms is not None and _beyond_buckets(0.95, g.cand_ttfb):
+    if g.slow and cutoff_ms is not None and _beyond_buckets(0.95, g.cand_ttfb):
         # The p95 request was cut off by the router's latency limit: it took longer than that.
-        value = max(value, cutoff_ms)
+        value = max(value or 0.0, cutoff_ms)
         if m.max_ms is not None and value >= m.max_ms:
             return MetricResult(
                 name=m.name,
