@@ -346,3 +346,27 @@ def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str
     assert team is not None
     assert (team["spec"]["minReplicas"], team["spec"]["maxReplicas"]) == (3, 5)
     assert [s["managed"] for s in st["autoscaling"]] == [True, False]
+
+
+def test_deleting_the_release_collects_its_table_and_hpas_not_the_deployments(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+        wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "stable") and _hpa_bounds(cluster, ns, "candidate"))
+        assert _table(cluster, ns) is not None
+        cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--wait=false")
+        # The operator lets go of the release (its finalizer); the garbage collector does the rest.
+        wait("the release gone", lambda: get(cluster, ns, "grayrelease", "chat") is None)
+    wait("the ConfigMap collected", lambda: _table(cluster, ns) is None)
+    wait(
+        "the HPAs collected",
+        lambda: _hpa_bounds(cluster, ns, "stable") is None and _hpa_bounds(cluster, ns, "candidate") is None,
+    )
+    for name in ("sched-v1", "sched-v2"):
+        dep = get(cluster, ns, "deployment", name)
+        assert dep is not None, name
+        assert not dep["metadata"].get("ownerReferences"), name
