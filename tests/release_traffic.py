@@ -89,8 +89,9 @@ class Router:
 
 
 @contextmanager
-def router(namespace: str, log: Path) -> Iterator[Router]:
-    """`tinct router --watch` on a free port, believing the role header from loopback."""
+def router(namespace: str, log: Path, release: str | None = None) -> Iterator[Router]:
+    """`tinct router --watch` on a free port, believing the role header from loopback;
+    with ``release``, it follows only that release's table."""
     port = free_port()
     argv = [
         sys.executable,
@@ -107,6 +108,8 @@ def router(namespace: str, log: Path) -> Iterator[Router]:
         "--trust-role-from",
         "127.0.0.1/32",
     ]
+    if release:
+        argv += ["--selector", f"tinct.io/routing-table=true,tinct.io/release={release}"]
     with log.open("wb") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
         try:
