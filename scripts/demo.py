@@ -239,6 +239,8 @@ def release_doc(name: str, prom: str, backends: BackgroundSchedulers) -> dict[st
     spec["stable"]["url"] = backends.v1.url
     spec["candidate"]["url"] = backends.v2.url
     spec["analysis"].update(interval="5s", minRequests=3, prometheus={"url": prom})
+    # An ejected candidate gets no requests for the cooldown; the demo's is short.
+    spec["fallback"]["cooldownSeconds"] = 2
     return doc
 
 
@@ -321,6 +323,7 @@ def gray_releases(
                     proc=router,
                 )
                 run_requests(port, backends)
+                time.sleep(3)  # the ejection's cooldown ends: the router tries v2 again
                 say("tinct release resume chat   (Prometheus analysis each interval until Promoted)")
                 show(tinct(env, "release", "resume", "chat", "-n", NS))
                 follow(cp, "chat", lambda st: st.get("phase") == "Promoted", op)

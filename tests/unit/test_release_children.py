@@ -153,4 +153,4 @@ def test_foreign_hpa_is_not_fought_over() -> None:
     assert [(s.side, s.managed) for s in plan.status] == [("stable", True), ("candidate", False)]
     conds = plan.conditions([], 1, T0)
     assert (conds[0].type, conds[0].status, conds[0].reason) == ("AutoscalingReady", "False", "ForeignHPA")
-    assert "HPA team-hpa, which tinct did not create" in conds[0].message
+    assert "HPA team-hpa, which this release did not create" in conds[0].message

@@ -12,7 +12,7 @@ resource metric instead). Bounds per side:
   maximum is stepped down to ``minReplicas`` over :data:`STEP_DOWN_INTERVALS` analysis
   intervals instead of at once, so the stable pods drain gradually.
 
-An HPA on the same Deployment that tinct did not create is left alone: the side is
+An HPA on the same Deployment that this release did not create is left alone: the side is
 reported ``managed: false`` with an ``AutoscalingReady=False`` condition.
 """
 
@@ -177,8 +177,8 @@ def plan_autoscaling(
         if others:
             names = ", ".join(h["metadata"]["name"] for h in others)
             plan.foreign.append(
-                f"Deployment {backend.deployment} is already scaled by HPA {names}, which tinct did not "
-                f"create; remove it to let the release manage {side} replicas"
+                f"Deployment {backend.deployment} is already scaled by HPA {names}, which this release did "
+                f"not create; remove it to let the release manage {side} replicas"
             )
             plan.status.append(
                 ScalerStatus(side=side, hpa=name, min_replicas=lo, max_replicas=hi, managed=False)

@@ -266,7 +266,7 @@ async def drive_release(body: kopf.Body, stopped: kopf.DaemonStopped, logger: _L
                 frozenset({gr.spec.stable.model_version, gr.spec.candidate.model_version}),
             )
             cached = rt.written.get(key)
-            if cached is not None and gr.status is not None and cached.transitions >= gr.status.transitions:
+            if cached is not None and (gr.status is None or cached.transitions >= gr.status.transitions):
                 gr = gr.model_copy(update={"status": cached})
             wake.clear()
             delay = rt.tick
