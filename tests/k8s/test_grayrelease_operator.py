@@ -369,3 +369,22 @@ def test_deleting_the_release_collects_its_table_and_hpas_not_the_deployments(
         dep = get(cluster, ns, "deployment", name)
         assert dep is not None, name
         assert not dep["metadata"].get("ownerReferences"), name
+
+
+def test_children_deleted_by_hand_are_applied_again(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+        wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "candidate"))
+        before = wait("the table", lambda: _table(cluster, ns))
+        time.sleep(11)  # past the grace in which the operator trusts its own last write
+        cluster.kubectl("delete", "configmap/tinct-routing-chat", "hpa/tinct-chat-candidate", "-n", ns)
+        again = wait("the table again", lambda: _table(cluster, ns))
+        hpa = wait("the candidate HPA again", lambda: _hpa_bounds(cluster, ns, "candidate"))
+        st = release_status(cluster, ns)
+    assert again[0] > before[0]
+    assert [c["weight"] for c in again[1]["cells"]] == [c["weight"] for c in before[1]["cells"]]
+    assert hpa == (1, 1)
+    assert st["routing"]["version"] == again[0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayRele
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
 from tinct.operator.analysis import analyse
-from tinct.operator.autoscaling import plan_autoscaling
+from tinct.operator.autoscaling import hpa_name, plan_autoscaling
 from tinct.operator.release_kube import ReleaseKube
 from tinct.operator.release_metrics import ReleaseMetrics, serve
 from tinct.operator.release_state import (
@@ -54,6 +55,8 @@ from tinct.operator.settings import OperatorConfig
 __all__ = ["PLURAL", "Runtime", "reconcile"]
 
 PLURAL = "grayreleases"
+#: Seconds a child we applied is taken as present before the watch cache shows it.
+APPLY_GRACE = 10.0
 _T = TypeVar("_T")
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
@@ -74,8 +77,20 @@ class Runtime:
     wakers: dict[tuple[str, str], tuple[asyncio.Event, frozenset[str]]] = field(default_factory=dict)
     #: (namespace, release) -> the status last written, newer than the watch may have delivered
     written: dict[tuple[str, str], GrayReleaseStatus] = field(default_factory=dict)
-    #: (namespace, child name) -> the manifest last applied (ConfigMap or HPA)
-    applied: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: (namespace, child name) -> (when, the manifest last applied): covers the index's lag
+    applied: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
+
+    def recent(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The manifest applied for ``key`` within the last :data:`APPLY_GRACE` seconds.
+
+        Past that the index has seen our write, and it alone tells whether the child is
+        still there (someone may have deleted it: then it is applied again).
+        """
+        got = self.applied.get(key)
+        return got[1] if got is not None and time.monotonic() - got[0] < APPLY_GRACE else None
+
+    def remember(self, key: tuple[str, str], manifest: dict[str, Any]) -> None:
+        self.applied[key] = (time.monotonic(), manifest)
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
@@ -173,20 +188,20 @@ async def reconcile(gr: GrayRelease, rt: Runtime, view: View, now: datetime | No
     st = decision.status
 
     # The index lags our own writes by a watch event; the table last applied covers the gap.
-    cm = _newest(view.configmap, rt.applied.get((ns, configmap_name(name))))
+    cm = _newest(view.configmap, rt.recent((ns, configmap_name(name))))
     manifest, version = next_table(gr, st, cm, rt.cluster_domain)
     if manifest is not None:
         await rt.run(rt.kube.apply_configmap, manifest)
-        rt.applied[(ns, configmap_name(name))] = manifest
+        rt.remember((ns, configmap_name(name)), manifest)
     st.routing = RoutingRef(config_map=configmap_name(name), version=version)
 
     if spec.autoscaling is not None:
         plan = plan_autoscaling(gr, st, view.hpas, now)
         for m in plan.manifests:
             key = (ns, m["metadata"]["name"])
-            if not _hpa_current(m, view.hpas, rt.applied.get(key)):
+            if not _hpa_current(m, view.hpas, rt.recent(key)):
                 await rt.run(rt.kube.apply_hpa, m)
-                rt.applied[key] = m
+                rt.remember(key, m)
         st.autoscaling = plan.status
         st.conditions = plan.conditions(st.conditions, gr.metadata.generation, now)
 
@@ -307,6 +322,9 @@ def _release_changed(body: kopf.Body, type: str | None, **_: Any) -> None:
     if type == "DELETED":
         rt.written.pop(key, None)
         rt.metrics.forget(*key)
+        ns, name = key
+        for child in (configmap_name(name), hpa_name(name, "stable"), hpa_name(name, "candidate")):
+            rt.applied.pop((ns, child), None)
         return
     status = body.get("status") or {}
     annotation = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
