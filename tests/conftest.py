@@ -77,8 +77,10 @@ def prometheus(prometheus_bin: Path, tmp_path: Path) -> Iterator[Callable[..., P
     """A factory of started Prometheus servers, all stopped and removed at the end of the test.
 
     ``prom = prometheus()`` starts one on a free port (scrape and evaluation every 1 s);
-    ``prom.set_targets(["127.0.0.1:9100"], {"release": "r1"})``, ``prom.query("up")``,
-    ``prom.stop()`` / ``prom.start()`` (same port and data), ``prom.url``.
+    ``prom.set_targets(["127.0.0.1:9100"], {"fleet": "edge"}, wait=True)``,
+    ``prom.query("up")``, ``prom.stop()`` / ``prom.start()`` (same port and data),
+    ``prom.url``. Target labels named like the router's metric labels (``release``,
+    ``side``, ...) would override them: pick other names.
     """
     started: list[Prometheus] = []
 

@@ -253,7 +253,9 @@ class ControlPlane(_Clients):
                 "--allow-privileged=true",
                 # The kubernetes Service endpoint may not be loopback; tests do not use it.
                 "--endpoint-reconciler-type=none",
-                # No controller-manager creates ServiceAccount tokens for pods here.
+                # Pods never run here (no kubelet). Without this plugin a Pod needs no
+                # ServiceAccount to exist when it is created, so a test that makes one right
+                # after its namespace does not race the ServiceAccount controller.
                 "--disable-admission-plugins=ServiceAccount",
                 f"--cert-dir={self.workdir / 'certs'}",
                 "--v=1",

@@ -188,3 +188,21 @@ def test_hpa_gets_status_from_its_controller(cluster: Cluster, namespace: str) -
     # No custom metrics API serves http_requests_total here: the controller says so.
     assert found["ScalingActive"]["status"] == "False"
     assert found["ScalingActive"]["reason"] == "FailedGetPodsMetric"
+
+
+def test_each_controller_acts_as_its_own_service_account(cluster: Cluster) -> None:
+    """--use-service-account-credentials: the bootstrap roles, not one all-powerful identity."""
+    wanted = {
+        "generic-garbage-collector",
+        "namespace-controller",
+        "deployment-controller",
+        "replicaset-controller",
+        "horizontal-pod-autoscaler",
+    }
+
+    def accounts() -> set[str]:
+        got = _get(cluster, "serviceaccounts", "-n", "kube-system")
+        names = {sa["metadata"]["name"] for sa in (got or {}).get("items", [])}
+        return names if wanted <= names else set()
+
+    _until("the controllers' ServiceAccounts in kube-system", accounts)

@@ -3,17 +3,20 @@ survives a stop and a start on the same port with its data."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from controlplane.prometheus import JOB, Prometheus
+from router_fakes import FakeScheduler, running_router, table
 
 
 def _free_port() -> int:
@@ -121,3 +124,27 @@ def test_waiting_for_a_dead_target_fails_with_its_scrape_error(prometheus: Calla
     dead = f"127.0.0.1:{_free_port()}"
     with pytest.raises(AssertionError, match="connection refused"):
         prom.set_targets([dead], wait=True, timeout=5)
+
+
+async def test_router_metrics_are_scraped_per_side(
+    prometheus: Callable[..., Prometheus], backends: tuple[FakeScheduler, FakeScheduler]
+) -> None:
+    """What the release analysis reads: the router's request counter, per scheduler side."""
+    v1, v2 = backends
+    prom = prometheus()
+    async with running_router(table(v1.url, v2.url, default_weight=100)) as (base, _):
+        async with aiohttp.ClientSession() as http:
+            for _ in range(5):
+                body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                async with http.post(f"{base}/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+        host_port = base.removeprefix("http://")
+        # The router answers scrapes on this event loop: block only a worker thread.
+        # A target label named like one of the router's ("release") would win, and the
+        # router's would become exported_release; target labels need other names.
+        await asyncio.to_thread(prom.set_targets, [host_port], {"fleet": "edge"}, wait=True)
+        query = 'sum by (side, scheduler_version) (tinct_router_requests_total{release="chat", fleet="edge"})'
+        [sample] = await asyncio.to_thread(prom.wait_for, query)
+    assert sample["metric"]["scheduler_version"] == "v2"
+    assert float(sample["value"][1]) == 5
+    assert len(v2.seen) == 5
