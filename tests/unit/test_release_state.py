@@ -279,3 +279,18 @@ def test_weights_for_every_phase() -> None:
     assert weights_for(spec, "Pending", 1, False) == {LONG: 0, SHORT: 0, DEFAULT: 0}
     assert weights_for(spec, "RolledBack", 2, True) == {LONG: 0, SHORT: 0, DEFAULT: 0}
     assert weights_for(spec, "Promoted", 0, True) == {LONG: 100, SHORT: 100, DEFAULT: 100}
+
+
+def test_a_new_candidate_starts_the_release_over() -> None:
+    gr = step(release(), T0)
+    gr = step(gr, T0, action="promote@1")
+    assert gr.status is not None
+    assert (gr.status.phase, gr.status.released) == ("Promoted", "llama3-8b-1-4-0 -> llama3-8b-2-0-0")
+    gr.spec.candidate.model_version = "llama3-8b-2-1-0"
+    d = decide(gr, problems=[], analysis=None, action="promote@1", now=T0 + timedelta(minutes=1))
+    assert d.transition is not None
+    assert (d.transition.reason, d.status.phase, d.status.step) == ("Restarted", "Pending", 0)
+    assert "became llama3-8b-1-4-0 -> llama3-8b-2-1-0" in d.transition.message
+    assert set(d.status.weights.values()) == {0.0}  # nothing to the new candidate until it starts
+    gr = gr.model_copy(update={"status": d.status})
+    assert step(gr, T0 + timedelta(minutes=1), action="promote@1").status.phase == "Progressing"  # type: ignore[union-attr]

@@ -307,6 +307,13 @@ def _decide(
     now: datetime,
 ) -> Decision:
     spec = release.spec
+    pair = f"{spec.stable.model_version} -> {spec.candidate.model_version}"
+    if st.released != pair:
+        was, st.released = st.released, pair
+        if was is not None:
+            _restart(st)
+            st.phase = "Pending"
+            return Decision(st, Transition("Restarted", f"{was} became {pair}: starting over from step 0"))
     started = st.step_started_at is not None
     if action and action != st.acknowledged_action:
         st.acknowledged_action = action

@@ -340,6 +340,11 @@ class GrayReleaseStatus(Model):
     )
     transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
     autoscaling: list[ScalerStatus] = Field(default_factory=list)
+    released: str | None = Field(
+        default=None,
+        description="The `stable -> candidate` ModelVersions this status is about; a spec naming "
+        "others starts the release over.",
+    )
 
 
 class GrayRelease(Model):
