@@ -44,6 +44,7 @@ bench: bootstrap
 	$(BIN)/python bench/controlplane.py
 	$(BIN)/python bench/lineage.py
 	$(BIN)/python bench/router.py
+	$(BIN)/python bench/release.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -7,9 +7,12 @@ operator and the router as the `tinct` command would in a cluster, and walks thr
    safetensors, PTX, a checkpoint): two reach Ready, one with a wrong declared digest
    fails with the reason in its status;
 2. the lineage tables, queried with `tinct lineage sql`;
-3. a GrayRelease and its routing table, served by `tinct router --watch`: OpenAI-client
-   requests from different dye cells land on v1 or v2, and when v2 answers 426 the router
-   falls back to v1 inside the same request.
+3. a GrayRelease driven by the operator under analysis by a real Prometheus scraping the
+   routers: it steps to 1, is paused there with `tinct release pause` while OpenAI-client
+   requests from different dye cells land on v1 or v2 (and on v1 again, inside the same
+   request, when v2 answers 426), then resumed to Promoted; a second release of a candidate
+   answering 503 is rolled back; `tinct release status` prints each matrix and SQL over
+   `release_events` tells the story.
 
 The two schedulers are small local stand-ins for LLM serving backends (no GPU, no
 model weights here); everything else is the real thing. Everything is torn down at the end.
@@ -17,7 +20,6 @@ model weights here); everything else is the real thing. Everything is torn down 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -25,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,11 +37,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from controlplane import build  # noqa: E402
 from controlplane.harness import ControlPlane, free_port  # noqa: E402
+from controlplane.prometheus import Prometheus  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
-from router_fakes import FakeScheduler  # noqa: E402
-from tinct.api.routing import routing_configmap, routing_table_from  # noqa: E402
-from tinct.api.v1alpha1 import GrayRelease  # noqa: E402
+from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background  # noqa: E402
+from router_fakes import BackgroundSchedulers  # noqa: E402
 
 NS = "llm"
 TINCT = str(Path(sys.executable).parent / "tinct")
@@ -52,26 +54,6 @@ def say(msg: str) -> None:
 
 def show(text: str) -> None:
     print("    " + text.rstrip().replace("\n", "\n    "), flush=True)
-
-
-class Backends:
-    """The two scheduler stand-ins, served from a background event loop."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.v1 = self._run(FakeScheduler("v1").start())
-        self.v2 = self._run(FakeScheduler("v2").start())
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def stop(self) -> None:
-        self._run(self.v1.stop())
-        self._run(self.v2.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @contextlib.contextmanager
@@ -133,7 +115,7 @@ def modelversion(name: str, version: str, arts: Any, *, wrong_digest: bool = Fal
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tinct-demo-"))
     lineage = work / "lineage"
-    say("starting a real kube-apiserver + etcd (built from Go modules, cached)")
+    say("starting a real kube-apiserver + etcd + kube-controller-manager (built from Go modules, cached)")
     with ControlPlane() as cp:
         v = cp.version()
         show(f"kube-apiserver {v['gitVersion']} ready at {cp.server}")
@@ -209,81 +191,23 @@ def main() -> int:
             say("kubectl get events (ModelVersion)")
             show(events)
 
-        query = "SELECT model, version, event, substr(safetensors_sha256, 1, 16) AS safetensors, build_pipeline_id FROM model_versions ORDER BY version"
-        say(f'tinct lineage sql "{query}"')
-        show(
-            subprocess.run(
-                [TINCT, "lineage", "sql", "--root", str(lineage), query],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
-
-        backends = Backends()
-        try:
-            say("kubectl apply -f examples/grayrelease.yaml, and its routing table at step 1 as a ConfigMap")
-            gr_doc = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
-            show(cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(gr_doc)).stdout)
-            gr_doc["metadata"]["namespace"] = NS
-            release = GrayRelease.model_validate(gr_doc)
-            table = routing_table_from(release, step=1, state="Progressing", version=1, cluster_domain="")
-            # The schedulers run on loopback here instead of behind Services.
-            table = table.model_copy(
-                update={
-                    "stable": table.stable.model_copy(update={"url": backends.v1.url}),
-                    "candidate": table.candidate.model_copy(update={"url": backends.v2.url}),
-                }
-            )
-            cp.kubectl(
-                "apply",
-                "--server-side",
-                "--field-manager=tinct-demo",
-                "-f",
-                "-",
-                input=json.dumps(routing_configmap(table)),
-            )
+            query = "SELECT model, version, event, substr(safetensors_sha256, 1, 16) AS safetensors, build_pipeline_id FROM model_versions ORDER BY version"
+            say(f'tinct lineage sql "{query}"')
             show(
-                "weights at step 1: "
-                + ", ".join(
-                    f"{c.match.prompt_length or '*'}/{c.match.role or '*'}/{c.match.latency or '*'}={c.weight}%"
-                    for c in table.cells
-                )
+                subprocess.run(
+                    [TINCT, "lineage", "sql", "--root", str(lineage), query],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
             )
 
-            port = free_port()
-            say(f"tinct router --watch --namespace {NS} --port {port}")
-            with process(
-                [
-                    TINCT,
-                    "router",
-                    "--watch",
-                    "--namespace",
-                    NS,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--trust-role-from",
-                    "127.0.0.1/32",
-                ],
-                work / "router.log",
-                env,
-            ) as router:
-                import urllib.request
-
-                def ready() -> bool:
-                    try:
-                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                            return bool(r.status == 200)
-                    except OSError:
-                        return False
-
-                wait_for("the router to load the table", ready, proc=router)
-                run_requests(port, backends)
-        finally:
-            backends.stop()
+            backends = BackgroundSchedulers()
+            try:
+                gray_releases(cp, env, work, lineage, backends, op)
+            finally:
+                backends.stop()
     say(f"done; logs were in {work} (removed)")
     with contextlib.suppress(OSError):
         import shutil
@@ -292,7 +216,175 @@ def main() -> int:
     return 0
 
 
-def run_requests(port: int, backends: Backends) -> None:
+def tinct(env: dict[str, str], *args: str) -> str:
+    return subprocess.run([TINCT, *args], env=env, check=True, capture_output=True, text=True).stdout
+
+
+def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> Any:
+    return process(
+        [
+            TINCT,
+            "router",
+            "--watch",
+            "--namespace",
+            NS,
+            "--selector",
+            f"tinct.io/routing-table=true,tinct.io/release={release}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--trust-role-from",
+            "127.0.0.1/32",
+        ],
+        log,
+        env,
+    )
+
+
+def release_doc(name: str, prom: str, backends: BackgroundSchedulers) -> dict[str, Any]:
+    """examples/grayrelease.yaml as shipped, but with the schedulers on loopback, this Prometheus
+    and a 5 s interval so the demo stays short."""
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
+    doc["metadata"]["name"] = name
+    spec = doc["spec"]
+    spec["stable"]["url"] = backends.v1.url
+    spec["candidate"]["url"] = backends.v2.url
+    spec["analysis"].update(interval="5s", minRequests=3, prometheus={"url": prom})
+    # An ejected candidate gets no requests for the cooldown; the demo's is short.
+    spec["fallback"]["cooldownSeconds"] = 2
+    return doc
+
+
+def status(cp: ControlPlane, name: str) -> dict[str, Any]:
+    obj = json.loads(cp.kubectl("get", "gr", name, "-n", NS, "-o", "json").stdout)
+    st: dict[str, Any] = obj.get("status") or {}
+    return st
+
+
+def follow(
+    cp: ControlPlane, name: str, until: Any, op: subprocess.Popen[bytes], timeout: float = 90
+) -> dict[str, Any]:
+    """Print each new phase/step of ``name`` until ``until(status)`` holds."""
+    seen: tuple[Any, ...] = ()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if op.poll() is not None:
+            raise SystemExit(f"the operator exited with {op.returncode}")
+        st = status(cp, name)
+        now = (st.get("phase"), st.get("step"))
+        if st and now != seen:
+            seen = now
+            show(f"{name}: {st.get('phase')} step {st.get('step')} -- {st.get('message', '')}")
+        if st and until(st):
+            return st
+        time.sleep(0.3)
+    raise SystemExit(f"timed out following {name}")
+
+
+def gray_releases(
+    cp: ControlPlane,
+    env: dict[str, str],
+    work: Path,
+    lineage: Path,
+    backends: BackgroundSchedulers,
+    op: subprocess.Popen[bytes],
+) -> None:
+    say("Prometheus (built from its Go module, cached) scraping one router per release every second")
+    with Prometheus(build.ensure_prometheus(), work / "prometheus") as prom:
+        objs = [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": n},
+                "spec": {"ports": [{"port": 8000}]},
+            }
+            for n in ("sched-v1", "sched-v2")
+        ]
+        cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump_all(objs))
+        cp.kubectl("create", "deployment", "sched-v1", "-n", NS, "--image=registry.invalid/sched:1")
+        cp.kubectl("create", "deployment", "sched-v2", "-n", NS, "--image=registry.invalid/sched:2")
+        port, port2 = free_port(), free_port()
+        with (
+            router_process(port, "chat", work / "router.log", env) as router,
+            router_process(port2, "chat-2", work / "router-2.log", env),
+        ):
+            prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}"])
+            say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 5 s analysis interval)")
+            show(
+                cp.kubectl(
+                    "apply",
+                    "-n",
+                    NS,
+                    "-f",
+                    "-",
+                    input=yaml.safe_dump(release_doc("chat", prom.url, backends)),
+                ).stdout
+            )
+            cells = [LONG_ADMIN_HIGH, LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]
+            with Background(port, cells):
+                follow(cp, "chat", lambda st: st.get("step") == 1, op)
+                say("tinct release pause chat   (hold step 1 while we look at it)")
+                show(tinct(env, "release", "pause", "chat", "-n", NS))
+                follow(cp, "chat", lambda st: st.get("phase") == "Paused", op)
+                say("tinct release status chat")
+                show(tinct(env, "release", "status", "chat", "-n", NS))
+                wait_for(
+                    "the router on the step-1 table",
+                    lambda: router.poll() is None and router_ready(port),
+                    proc=router,
+                )
+                run_requests(port, backends)
+                time.sleep(3)  # the ejection's cooldown ends: the router tries v2 again
+                say("tinct release resume chat   (Prometheus analysis each interval until Promoted)")
+                show(tinct(env, "release", "resume", "chat", "-n", NS))
+                follow(cp, "chat", lambda st: st.get("phase") == "Promoted", op)
+            say("tinct release status chat")
+            show(tinct(env, "release", "status", "chat", "-n", NS))
+
+            say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
+            backends.set_mode(backends.v2, "error")
+            cp.kubectl(
+                "apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", prom.url, backends))
+            )
+            with Background(port2, cells):
+                follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
+            say("tinct release status chat-2")
+            show(tinct(env, "release", "status", "chat-2", "-n", NS))
+            say("kubectl get events (GrayRelease)")
+            show(
+                cp.kubectl(
+                    "get",
+                    "events",
+                    "-n",
+                    NS,
+                    "--field-selector",
+                    "involvedObject.kind=GrayRelease",
+                    "--sort-by=.metadata.creationTimestamp",
+                    "-o",
+                    "custom-columns=OBJECT:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message",
+                ).stdout
+            )
+    query = (
+        "SELECT release, state, step, to_model_version AS candidate, "
+        "weights['len:long+role:admin+latency:high'] AS long_admin_high, "
+        "substr(reason, 1, 60) AS reason FROM release_events ORDER BY recorded_at"
+    )
+    say(f'tinct lineage sql "{query}"')
+    show(tinct(env, "lineage", "sql", "--root", str(lineage), query))
+
+
+def router_ready(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def run_requests(port: int, backends: BackgroundSchedulers) -> None:
     from openai import OpenAI
 
     client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="demo", max_retries=0)

@@ -144,6 +144,41 @@ class FakeScheduler:
         self.seen.clear()
 
 
+class BackgroundSchedulers:
+    """The v1 and v2 stand-ins served from an event loop of their own, for synchronous code
+    (the demo, tests that run the router and the operator as processes or threads)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.v1: FakeScheduler = self.run(FakeScheduler("v1").start())
+        self.v2: FakeScheduler = self.run(FakeScheduler("v2").start())
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def set_mode(self, scheduler: FakeScheduler, mode: str) -> None:
+        """Change ``scheduler``'s mode from outside its loop."""
+
+        async def change() -> None:
+            scheduler.mode = mode
+            if mode == "stall":
+                scheduler.release_stall.clear()
+            else:
+                scheduler.release_stall.set()
+
+        self.run(change())
+
+    def stop(self) -> None:
+        self.run(self.v1.stop())
+        self.run(self.v2.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
 def table_doc(
     stable: str,
     candidate: str,

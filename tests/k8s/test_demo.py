@@ -45,3 +45,21 @@ def test_demo_runs_end_to_end() -> None:
     assert 20 <= cells["long prompt / admin / high"].get("v2", 0) <= 65, cells
     assert "X-Fallback-Reason=version_mismatch answer='hello from v1'" in out
     assert 'reason="version_mismatch"' in out
+    # The operator drives both releases under Prometheus analysis.
+    assert "GrayRelease llm/chat  phase Paused  step 1/3" in out
+    assert re.search(r"chat: Promoted step 3 -- promoted after step 2: analysis passed", out)
+    assert re.search(r"chat-2: RolledBack step 0 -- rolled back at step 0 after 2 failed analyses", out)
+    matrix = re.search(r"GrayRelease llm/chat-2  phase RolledBack.*?\n(.*?)\n\n", out, re.S)
+    assert matrix, out
+    assert re.search(r"len:long\+role:admin\+latency:high\s+5\s+20\s+50\s+100\s+0\n", matrix.group(1))
+    history = re.findall(r"^\s+(chat(?:-2)?)\s+(\w+)\s+(\d)\s+llama3-8b-2-0-0\s+([\d.]+)\s", out, re.M)
+    assert history == [
+        ("chat", "Progressing", "0", "5.0"),
+        ("chat", "Progressing", "1", "20.0"),
+        ("chat", "Paused", "1", "20.0"),
+        ("chat", "Progressing", "1", "20.0"),
+        ("chat", "Progressing", "2", "50.0"),
+        ("chat", "Promoted", "3", "100.0"),
+        ("chat-2", "Progressing", "0", "5.0"),
+        ("chat-2", "RolledBack", "0", "0.0"),
+    ]

@@ -34,7 +34,7 @@ from tinct.lineage.writer import BatchWriter
 from tinct.operator.kube import StatusPatcher
 from tinct.operator.settings import OperatorConfig, configure
 
-__all__ = ["Context", "memo_for", "of"]
+__all__ = ["Context", "config_of", "memo_for", "of"]
 
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 _CONFIG = "tinct_config"
@@ -76,6 +76,12 @@ def memo_for(config: OperatorConfig) -> kopf.Memo:
     return memo
 
 
+def config_of(memo: Any) -> OperatorConfig:
+    """The config ``tinct operator`` handed over in the root memo, else the environment's."""
+    config = memo.get(_CONFIG)
+    return config if isinstance(config, OperatorConfig) else OperatorConfig.from_env()
+
+
 def of(memo: Any) -> Context:
     """The process's context, from the ``memo`` any handler receives."""
     ctx = memo.get(_CONTEXT)
@@ -92,9 +98,7 @@ def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, logger: _Logger, **_: Any) -> None:
-    config = memo.get(_CONFIG)
-    if not isinstance(config, OperatorConfig):
-        config = OperatorConfig.from_env()
+    config = config_of(memo)
     configure(settings, config)
     ctx = Context.open(config)
     memo[_CONTEXT] = ctx

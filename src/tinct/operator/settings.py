@@ -18,6 +18,9 @@ variable                       meaning                                          
 ``TINCT_PROGRESS_INTERVAL``    seconds between progress updates in status         ``2``
 ``TINCT_PEERING``              kopf peering name for leader election              unset (standalone)
 ``TINCT_ARTIFACT_ROOTS``       ``:``-separated directories ``file://`` may read   unset (``file://`` refused)
+``TINCT_METRICS_PORT``         port of the operator's Prometheus metrics          ``0`` (not served)
+``TINCT_RELEASE_TICK``         seconds between GrayRelease precondition checks    ``5``
+``TINCT_CLUSTER_DOMAIN``       DNS suffix of Services in routing tables           ``cluster.local``
 =============================  =================================================  ===========================
 
 kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
@@ -53,6 +56,10 @@ def _at_least_one(raw: str) -> int:
     return max(1, int(raw))
 
 
+def _tick(raw: str) -> float:
+    return max(0.1, float(raw))
+
+
 def _roots(raw: str | Sequence[str]) -> tuple[str, ...]:
     """Artifact roots from ``--artifact-root`` values or a ``:``-separated variable."""
     items = raw.split(os.pathsep) if isinstance(raw, str) else list(raw)
@@ -73,6 +80,9 @@ class OperatorConfig:
     #: Directories file:// artifacts may be read from; none: file:// is refused.
     artifact_roots: tuple[str, ...] = _env("TINCT_ARTIFACT_ROOTS", _roots, ())
     storage: StorageConfig = field(default_factory=StorageConfig)  # reads its own variables
+    metrics_port: int = _env("TINCT_METRICS_PORT", int, 0)
+    release_tick: float = _env("TINCT_RELEASE_TICK", _tick, 5.0)
+    cluster_domain: str = _env("TINCT_CLUSTER_DOMAIN", str, "cluster.local")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:

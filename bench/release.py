@@ -1,0 +1,353 @@
+"""Benchmark of the GrayRelease controller on a local control plane with a real Prometheus.
+
+Starts kube-apiserver + etcd + kube-controller-manager (the test harness's), Prometheus,
+`tinct operator` and `tinct router --watch` as processes, the v1/v2 scheduler stand-ins,
+and measures:
+
+- ``operator_cpu_cores`` / ``operator_rss_mb``: the operator process (from /proc) while it
+  keeps ``--releases`` GrayReleases of ``--cells`` dye cells each analysed every 10 s
+  against Prometheus (three PromQL queries per analysis), over ``--window`` seconds;
+- ``table_propagation_p50_ms`` / ``_p99_ms``: from the answer to a routing-table ConfigMap
+  write to the router serving that table version (its ``tinct_router_table_version``);
+- ``rollback_reaction_s``: a release whose candidate answers 5xx under steady traffic, with
+  ``failureLimit: 1``: from the time of the analysis that fails (``status.lastAnalysis.time``)
+  to the router serving the rollback table.
+
+Everything listens on 127.0.0.1; everything started here is stopped at the end. The last
+line printed is the JSON summary; progress goes to stderr.
+
+Usage: python bench/release.py [--releases N] [--cells N] [--window SECONDS] [--writes N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from controlplane import build  # noqa: E402
+from controlplane.harness import ControlPlane  # noqa: E402
+from controlplane.prometheus import Prometheus  # noqa: E402
+from lineage_artifacts import make_onnx  # noqa: E402
+from release_traffic import Background, CellTraffic, router  # noqa: E402
+from router_fakes import BackgroundSchedulers, free_port, table  # noqa: E402
+from tinct.api.routing import routing_configmap  # noqa: E402
+
+NS = "bench"
+BUCKETS = [{"name": "short", "maxTokens": 512}, {"name": "medium", "maxTokens": 4096}, {"name": "long"}]
+ROLES = ["user", "admin", "audit"]
+LATENCIES = ["low", "high", "batch"]
+
+
+def log(msg: str) -> None:
+    print(f"[release-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 300.0, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def cells(n: int) -> list[dict[str, Any]]:
+    """``n - 1`` specific cells (bucket x role x latency) and the default cell."""
+    specific = itertools.product([b["name"] for b in BUCKETS], ROLES, LATENCIES)
+    out: list[dict[str, Any]] = [
+        {"match": {"promptLength": b, "role": r, "latency": lat}, "weights": [1, 2, 5, 10, 20, 50, 100]}
+        for b, r, lat in itertools.islice(specific, max(0, n - 1))
+    ]
+    out.append({"match": {}, "weights": [1, 2, 5, 10, 20, 50, 100]})
+    return out
+
+
+def release(name: str, n_cells: int, prom: str, v1: str, v2: str, **analysis: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "tinct.io/v1alpha1",
+        "kind": "GrayRelease",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "stable": {
+                "modelVersion": "m-1-0-0",
+                "service": "sched-v1",
+                "port": 8000,
+                "schedulerVersion": "v1",
+                "url": v1,
+            },
+            "candidate": {
+                "modelVersion": "m-1-1-0",
+                "service": "sched-v2",
+                "port": 8000,
+                "schedulerVersion": "v2",
+                "url": v2,
+            },
+            "dye": {
+                "promptLength": {"buckets": BUCKETS},
+                "role": {"values": ROLES, "default": "user"},
+                "latency": {"values": LATENCIES, "default": "low"},
+            },
+            "cells": cells(n_cells),
+            "analysis": {
+                "interval": "10s",
+                "failureLimit": 2,
+                "minRequests": 10,
+                "inconclusiveLimit": 10000,
+                "prometheus": {"url": prom},
+                "metrics": [{"name": "success-rate", "min": 99}, {"name": "latency-p95", "maxMs": 800}],
+                **analysis,
+            },
+        },
+    }
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def releases_status(cp: ControlPlane) -> list[dict[str, Any]]:
+    out = cp.kubectl("get", "grayreleases", "-n", NS, "-o", "json").stdout
+    items: list[dict[str, Any]] = json.loads(out)["items"]
+    return items
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--releases", type=int, default=100)
+    ap.add_argument("--cells", type=int, default=27)
+    ap.add_argument("--window", type=float, default=60.0, help="seconds the operator's CPU is measured over")
+    ap.add_argument("--writes", type=int, default=200, help="routing-table writes timed for propagation")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="tinct-release-bench-"))
+    schedulers = BackgroundSchedulers()
+    log("starting the control plane and Prometheus")
+    with ControlPlane() as cp, Prometheus(build.ensure_prometheus(), work / "prometheus") as prom:
+        env = dict(os.environ, KUBECONFIG=str(cp.kubeconfig))
+        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
+        cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        cp.kubectl(
+            "wait", "--for=condition=Established", "crd/grayreleases.tinct.io", "crd/modelversions.tinct.io"
+        )
+        cp.kubectl("create", "namespace", NS)
+        onnx = make_onnx(work / "m.onnx")
+        objs: list[dict[str, Any]] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": s},
+                "spec": {"ports": [{"port": 8000}]},
+            }
+            for s in ("sched-v1", "sched-v2")
+        ]
+        objs += [
+            {
+                "apiVersion": "tinct.io/v1alpha1",
+                "kind": "ModelVersion",
+                "metadata": {"name": name},
+                "spec": {
+                    "model": "m",
+                    "version": version,
+                    "artifacts": [{"format": "onnx", "uri": onnx.as_uri()}],
+                },
+            }
+            for name, version in (("m-1-0-0", "1.0.0"), ("m-1-1-0", "1.1.0"))
+        ]
+        cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump_all(objs))
+
+        with (
+            router(NS, work / "router-prop.log", release="prop") as prop,
+            router(NS, work / "router.log", release="rollback") as rt,
+        ):
+            prom.set_targets([f"127.0.0.1:{rt.port}"], wait=True)
+            propagation = measure_propagation(cp, prop, args.writes)
+
+            metrics_port = free_port()
+            op_env = {**env, "TINCT_LINEAGE_ROOT": str(work / "lineage"), "TINCT_RELEASE_TICK": "5"}
+            with (work / "operator.log").open("wb") as fh:
+                op = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tinct.cli",
+                        "operator",
+                        "--namespace",
+                        NS,
+                        "--metrics-port",
+                        str(metrics_port),
+                    ],
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=op_env,
+                )
+                try:
+                    result = run_releases(cp, prom, rt, schedulers, op, args)
+                finally:
+                    op.terminate()
+                    try:
+                        op.wait(20)
+                    except subprocess.TimeoutExpired:
+                        op.kill()
+                        op.wait()
+    schedulers.stop()
+    summary = {**result, **propagation, "releases": args.releases, "cells_per_release": args.cells}
+    print(json.dumps(summary))
+    return 0
+
+
+def measure_propagation(cp: ControlPlane, rt: Any, writes: int) -> dict[str, float]:
+    """ConfigMap write answered -> the router serving that version, ``writes`` times."""
+    log(f"timing {writes} routing-table writes to the router")
+    delays: list[float] = []
+    for version in range(1, writes + 1):
+        cm = routing_configmap(
+            table("http://127.0.0.1:1", "http://127.0.0.1:2", version=version, release="prop")
+        )
+        cm["metadata"]["namespace"] = NS
+        from kubernetes import client, config
+
+        if version == 1:
+            config.load_kube_config(config_file=str(cp.kubeconfig))  # type: ignore[no-untyped-call]
+        api = client.CoreV1Api()
+        api.patch_namespaced_config_map(
+            cm["metadata"]["name"],
+            NS,
+            cm,
+            field_manager="bench",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        written = time.perf_counter()
+        while rt.table_version("prop") != version:
+            if time.perf_counter() - written > 10:
+                raise SystemExit(f"the router did not take table version {version} within 10 s")
+            time.sleep(0.002)
+        delays.append((time.perf_counter() - written) * 1000)
+    delays.sort()
+    return {
+        "table_propagation_p50_ms": round(statistics.median(delays), 1),
+        "table_propagation_p99_ms": round(delays[min(len(delays) - 1, int(0.99 * len(delays)))], 1),
+    }
+
+
+def run_releases(
+    cp: ControlPlane,
+    prom: Prometheus,
+    rt: Any,
+    schedulers: BackgroundSchedulers,
+    op: subprocess.Popen[bytes],
+    args: Any,
+) -> dict[str, float]:
+    log(f"applying {args.releases} GrayReleases of {args.cells} cells")
+    docs = [
+        release(f"r{i:03d}", args.cells, prom.url, schedulers.v1.url, schedulers.v2.url)
+        for i in range(args.releases)
+    ]
+    for chunk in range(0, len(docs), 20):
+        cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs[chunk : chunk + 20]))
+
+    def progressing() -> bool:
+        items = releases_status(cp)
+        n = sum(1 for i in items if (i.get("status") or {}).get("phase") == "Progressing")
+        log(f"{n}/{args.releases} Progressing")
+        return n >= args.releases
+
+    wait_for("every release Progressing", progressing, timeout=600, every=5)
+    wait_for(
+        "a first round of analyses",
+        lambda: all((i.get("status") or {}).get("lastAnalysis") for i in releases_status(cp)),
+        timeout=120,
+        every=5,
+    )
+    log(f"measuring the operator for {args.window:.0f} s")
+    cpu0, t0 = proc_cpu_seconds(op.pid), time.monotonic()
+    rss = 0.0
+    end = t0 + args.window
+    while time.monotonic() < end:
+        rss = max(rss, proc_rss_mb(op.pid))
+        time.sleep(1)
+    cores = (proc_cpu_seconds(op.pid) - cpu0) / (time.monotonic() - t0)
+    analysed = releases_status(cp)
+    fresh = sum(
+        1
+        for i in analysed
+        if (la := (i.get("status") or {}).get("lastAnalysis"))
+        and time.time() - datetime.fromisoformat(la["time"].replace("Z", "+00:00")).timestamp() < 25
+    )
+    log(f"operator: {cores:.3f} cores, {rss:.0f} MB RSS; {fresh}/{len(analysed)} analysed in the last 25 s")
+
+    log("rollback reaction: a candidate answering 5xx")
+    schedulers.set_mode(schedulers.v2, "error")
+    rb = release(
+        "rollback",
+        3,
+        prom.url,
+        schedulers.v1.url,
+        schedulers.v2.url,
+        failureLimit=1,
+        interval="5s",
+        minRequests=5,
+    )
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(rb))
+    seen: dict[int, float] = {}
+    stop = threading.Event()
+
+    def follow() -> None:  # the router's table version, every 2 ms, stamped when it changes
+        while not stop.is_set():
+            version = rt.table_version("rollback")
+            if version is not None and version not in seen:
+                seen[version] = time.time()
+            time.sleep(0.002)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    with Background(rt.port, [CellTraffic("user", "low", 5)]):
+
+        def rolled_back() -> dict[str, Any] | None:
+            obj = json.loads(cp.kubectl("get", "grayrelease", "rollback", "-n", NS, "-o", "json").stdout)
+            st: dict[str, Any] = obj.get("status") or {}
+            return st if st.get("phase") == "RolledBack" and st["routing"]["version"] in seen else None
+
+        st = wait_for("the rollback", rolled_back, timeout=180, every=0.5)
+    stop.set()
+    follower.join(5)
+    failed_at = datetime.fromisoformat(st["lastAnalysis"]["time"].replace("Z", "+00:00")).timestamp()
+    reaction = seen[st["routing"]["version"]] - failed_at
+    log(f"rollback: analysis at {failed_at:.3f}, router on the 0% table {reaction:.3f} s later")
+    return {
+        "rollback_reaction_s": round(reaction, 3),
+        "operator_cpu_cores": round(cores, 3),
+        "operator_rss_mb": round(rss, 1),
+        "releases_analysed_in_window": fresh,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

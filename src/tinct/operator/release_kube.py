@@ -1,0 +1,76 @@
+"""The Kubernetes API calls of the GrayRelease controller, on the synchronous client.
+
+Every method blocks; the controller runs them in a thread pool. It only writes: what it
+reads comes from kopf's indices. Children are server-side applied under the field manager
+:data:`FIELD_MANAGER`, so a retried reconcile converges instead of duplicating.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from tinct.api.v1alpha1.common import GROUP, VERSION
+
+__all__ = ["FIELD_MANAGER", "ReleaseKube"]
+
+FIELD_MANAGER = "tinct-operator"
+_APPLY = "application/apply-patch+yaml"
+
+
+class ReleaseKube:
+    """Lazily connected; one instance serves every release of the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._client: Any = None
+
+    def _api(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from kubernetes import client, config
+
+                try:
+                    config.load_incluster_config()  # type: ignore[no-untyped-call]
+                except config.ConfigException:
+                    config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+                self._client = client.ApiClient()
+            return self._client
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self._api())
+
+    def apply_configmap(self, manifest: dict[str, Any]) -> None:
+        meta = manifest["metadata"]
+        self._core().patch_namespaced_config_map(
+            meta["name"],
+            meta["namespace"],
+            manifest,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=_APPLY,
+        )
+
+    def apply_hpa(self, manifest: dict[str, Any]) -> None:
+        from kubernetes import client
+
+        meta = manifest["metadata"]
+        client.AutoscalingV2Api(self._api()).patch_namespaced_horizontal_pod_autoscaler(
+            meta["name"],
+            meta["namespace"],
+            manifest,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=_APPLY,
+        )
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch ``status`` of a GrayRelease; ``None`` values remove fields."""
+        from kubernetes import client
+
+        client.CustomObjectsApi(self._api()).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "grayreleases", name, {"status": status}
+        )

@@ -1,0 +1,259 @@
+"""Releases judged by a real Prometheus scraping a real router, with the operator running.
+
+The router (`tinct router --watch`) follows the table the operator writes and proxies to the
+v1/v2 stand-ins; Prometheus scrapes the router every second; the operator queries it each
+interval. Shares are checked request by request: every session must land where the sticky
+hash and the weight in force say, and the share per cell stays within the binomial spread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.harness import Cluster
+from controlplane.prometheus import Prometheus
+from release_cluster import (
+    apply,
+    backends,
+    condition,
+    events,
+    example,
+    get,
+    history,
+    operator,
+    wait,
+    wait_release,
+)
+from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, burst, router
+from router_fakes import BackgroundSchedulers
+from tinct.api.routing import DATA_KEY, parse_table
+from tinct.router.choose import point
+from tinct.router.table import CompiledTable
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+LONG = "len:long+role:admin+latency:high"
+DEFAULT = "len:*+role:*+latency:*"
+CELLS = [
+    {"match": {"promptLength": "long", "role": "admin", "latency": "high"}, "weights": [20, 50, 100]},
+    {"match": {}, "weights": [10, 30, 100]},
+]
+BUCKET = {LONG_ADMIN_HIGH: ("long", "admin", "high"), MEDIUM_AUDIT_LOW: ("medium", "audit", "low")}
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    ns: str
+    root: Path
+    schedulers: BackgroundSchedulers
+    router: Router
+    prometheus: Prometheus
+
+    def release(self, **kw: Any) -> dict[str, Any]:
+        analysis = {
+            "interval": kw.pop("interval", "6s"),
+            "failureLimit": kw.pop("failureLimit", 2),
+            "minRequests": kw.pop("minRequests", 5),
+            "perCell": kw.pop("perCell", False),
+            "prometheus": {"url": self.prometheus.url},
+            "metrics": kw.pop(
+                "metrics", [{"name": "success-rate", "min": 95}, {"name": "latency-p95", "maxMs": 800}]
+            ),
+        }
+        doc = example(analysis=analysis, cells=CELLS, autoscaling={"minReplicas": 1, "maxReplicas": 10}, **kw)
+        doc["spec"]["stable"]["url"] = self.schedulers.v1.url
+        doc["spec"]["candidate"]["url"] = self.schedulers.v2.url
+        return doc
+
+    def status(self) -> dict[str, Any]:
+        obj = get(self.cluster, self.ns, "grayrelease", "chat") or {}
+        st: dict[str, Any] = obj.get("status") or {}
+        return st
+
+    def table(self) -> dict[str, Any]:
+        cm = get(self.cluster, self.ns, "configmap", "tinct-routing-chat")
+        assert cm is not None
+        doc: dict[str, Any] = json.loads(cm["data"][DATA_KEY])
+        return doc
+
+    def hpa(self, side: str) -> tuple[int, int] | None:
+        hpa = get(self.cluster, self.ns, "hpa", f"tinct-chat-{side}")
+        return None if hpa is None else (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"])
+
+
+@pytest.fixture
+def stack(
+    cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
+) -> Iterator[Stack]:
+    backends(cluster, namespace, tmp_path)
+    schedulers = BackgroundSchedulers()
+    try:
+        with router(namespace, tmp_path / "router.log") as r:
+            prom = prometheus()
+            prom.set_targets([f"127.0.0.1:{r.port}"])
+            yield Stack(cluster, namespace, tmp_path / "lineage", schedulers, r, prom)
+    finally:
+        schedulers.stop()
+
+
+def _check_shares(stack: Stack, table_doc: dict[str, Any], label: str, n: int = 200) -> dict[str, float]:
+    """Send ``n`` sessions per cell; each must land where the table says. Returns the shares."""
+    compiled = CompiledTable(parse_table(json.dumps(table_doc)))
+    shares: dict[str, float] = {}
+    for cell in (LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW):
+        route = compiled.routes[BUCKET[cell]]
+        got = burst(stack.router.port, cell, f"{label}-{cell.role}", n)
+        want = {
+            s: ("v2" if route.weight > 0 and point(compiled, s.encode()) < route.weight else "v1")
+            for s in got
+        }
+        assert got == want, f"{label}: sessions landed off the table's weights"
+        share = 100.0 * sum(1 for side in got.values() if side == "v2") / n
+        spread = 4.5 * math.sqrt(route.weight * (100 - route.weight) / n)
+        assert abs(share - route.weight) <= spread + 1e-9, (label, cell, share, route.weight)
+        shares[route.tag] = share
+    return shares
+
+
+def _warnings_with(stack: Stack, reason: str) -> list[dict[str, Any]] | None:
+    warnings = [e for e in events(stack.cluster, stack.ns) if e["type"] == "Warning"]
+    return warnings if any(e["reason"] == reason for e in warnings) else None
+
+
+def _in_force(stack: Stack, version: int) -> bool:
+    return stack.router.table_version() == version
+
+
+def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: Stack) -> None:
+    checked: dict[int, tuple[dict[str, float], tuple[int, int] | None]] = {}
+    with operator(stack.ns, stack.root), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
+        apply(stack.cluster, stack.ns, stack.release())
+
+        def promoted() -> bool:
+            st = stack.status()
+            if st.get("phase") == "Progressing" and st.get("step") not in checked and st.get("routing"):
+                version = st["routing"]["version"]
+                wait("the router on the new table", lambda: _in_force(stack, version), timeout=30)
+                table = stack.table()
+                if table["version"] == version:
+                    shares = _check_shares(stack, table, f"step{st['step']}")
+                    if _in_force(stack, version):  # the table held during the burst
+                        checked[st["step"]] = (shares, stack.hpa("candidate"))
+            return st.get("phase") == "Promoted"
+
+        wait("Promoted", promoted, timeout=240)
+        st = stack.status()
+        final = stack.table()
+        wait("the router on the final table", lambda: _in_force(stack, final["version"]), timeout=30)
+        after = _check_shares(stack, final, "promoted")
+        hpas = (stack.hpa("stable"), stack.hpa("candidate"))
+    assert sorted(checked) == [0, 1], checked
+    assert checked[0][1] == (1, 2)  # 20% at most in any cell: ceil(10 * 0.2)
+    assert checked[1][1] == (1, 5)
+    assert set(after.values()) == {100.0}
+    assert hpas[1] == (1, 10)
+    assert st["failedAnalyses"] == 0
+    by = {m["name"]: m for m in st["lastAnalysis"]["metrics"]}
+    assert by["success-rate"]["verdict"] == "Pass"
+    assert by["success-rate"]["value"] == pytest.approx(100.0)
+    assert by["latency-p95"]["value"] < 800
+    rows = history(stack.root)
+    assert [(r["reason"].split(":")[0], r["state"], r["step"]) for r in rows] == [
+        ("Started", "Progressing", 0),
+        ("StepAdvanced", "Progressing", 1),
+        ("Promoted", "Promoted", 2),
+    ]
+    assert dict(rows[1]["metrics"])["success-rate"] == pytest.approx(100.0)
+
+
+def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
+    stack.schedulers.set_mode(stack.schedulers.v2, "error")
+    with (
+        operator(stack.ns, stack.root),
+        Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]) as bg,
+    ):
+        apply(stack.cluster, stack.ns, stack.release(failureLimit=2))
+        st = wait_release(
+            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
+        )
+        table = stack.table()
+        wait("the router on the rollback table", lambda: _in_force(stack, table["version"]), timeout=30)
+        stack.schedulers.set_mode(stack.schedulers.v2, "ok")  # healthy again: still nothing goes there
+        after = burst(stack.router.port, LONG_ADMIN_HIGH, "after", 100)
+        candidate_hpa = stack.hpa("candidate")
+        warnings = wait("the RolledBack event", lambda: _warnings_with(stack, "RolledBack"))
+    assert bg.answered.get(("v1", "upstream_error"), 0) > 0
+    assert {c["weight"] for c in table["cells"]} == {0}
+    assert set(after.values()) == {"v1"}
+    assert (st["step"], st["failedAnalyses"]) == (0, 2)
+    assert "rolled back at step 0 after 2 failed analyses" in st["message"]
+    assert "success-rate" in st["message"]
+    assert candidate_hpa == (1, 1)
+    assert condition(st, "AnalysisPassing")["status"] == "False"
+    assert [(r["reason"].split(":")[0], r["state"]) for r in history(stack.root)] == [
+        ("Started", "Progressing"),
+        ("RolledBack", "RolledBack"),
+    ]
+    assert [e["reason"] for e in warnings].count("AnalysisFailed") == 1
+
+
+def test_slow_candidate_falls_back_per_request_and_fails_on_latency(stack: Stack) -> None:
+    stack.schedulers.set_mode(stack.schedulers.v2, "stall")
+    with (
+        operator(stack.ns, stack.root),
+        Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]) as bg,
+    ):
+        doc = stack.release(
+            failureLimit=1,
+            metrics=[{"name": "latency-p95", "maxMs": 300}],
+            fallback={"latencyMs": 300, "consecutiveFailures": 1000, "cooldownSeconds": 0},
+        )
+        apply(stack.cluster, stack.ns, doc)
+        st = wait_release(
+            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
+        )
+    assert bg.answered.get(("v1", "latency_too_high"), 0) > 0
+    lat = st["lastAnalysis"]["metrics"][0]
+    assert (lat["name"], lat["verdict"]) == ("latency-p95", "Fail")
+    assert lat["value"] >= 300
+    assert "fell back at the latency limit" in lat["message"]
+
+
+def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> None:
+    # Only the default cell gets traffic: the long/admin/high cell is inconclusive, not failed.
+    with operator(stack.ns, stack.root), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
+        apply(stack.cluster, stack.ns, stack.release(perCell=True, interval="5s"))
+        st = wait_release(stack.cluster, stack.ns, lambda s: s.get("step") == 1, "step 1", timeout=120)
+        cells = {c["cell"]: c for c in st["lastAnalysis"]["cells"]}
+        assert cells[LONG]["verdict"] == "Inconclusive"
+        assert cells[DEFAULT]["verdict"] == "Pass"
+        assert st["lastAnalysis"]["verdict"] == "Pass"
+
+        stack.prometheus.stop()
+        try:
+            held = wait_release(
+                stack.cluster,
+                stack.ns,
+                lambda s: s.get("inconclusiveAnalyses", 0) >= 2,
+                "two inconclusive analyses",
+                timeout=120,
+            )
+        finally:
+            stack.prometheus.start()
+        cond = condition(held, "AnalysisPassing")
+        assert (cond["status"], cond["reason"]) == ("Unknown", "Inconclusive")
+        assert f"Prometheus at {stack.prometheus.url} failed" in cond["message"]
+        assert (held["phase"], held["step"], held["failedAnalyses"]) == ("Progressing", 1, 0)
+        done = wait_release(
+            stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
+        )
+    assert done["failedAnalyses"] == 0
+    assert done["inconclusiveAnalyses"] == 0
