@@ -35,6 +35,7 @@ from tinct.api.routing import TABLE_LABEL, configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, RoutingRef
 from tinct.lineage.records import release_event_rows
+from tinct.lineage.writer import BatchWriter
 from tinct.operator import context
 from tinct.operator.analysis import analyse
 from tinct.operator.autoscaling import hpa_name, plan_autoscaling
@@ -91,6 +92,11 @@ class Runtime:
 
     def remember(self, key: tuple[str, str], manifest: dict[str, Any]) -> None:
         self.applied[key] = (time.monotonic(), manifest)
+
+    def lineage(self) -> BatchWriter:
+        """The process's lineage writer, opened by the startup handler of
+        :mod:`tinct.operator.modelversion` (the one place that knows where it lives)."""
+        return context.current().writer
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
@@ -207,7 +213,7 @@ async def reconcile(gr: GrayRelease, rt: Runtime, view: View, now: datetime | No
 
     t = decision.transition
     if t is not None and t.record:
-        ctx = context.current()
+        writer = rt.lineage()
         seq = st.transitions
         metrics = {}
         if st.last_analysis is not None:
@@ -225,9 +231,9 @@ async def reconcile(gr: GrayRelease, rt: Runtime, view: View, now: datetime | No
             metrics=metrics,
             reason=f"{t.reason}: {t.message}"[:2000],
             event_id=f"{gr.metadata.uid}/{seq}/{st.phase}/{st.step}",
-            operator_version=ctx.store.operator_version,
+            operator_version=writer.store.operator_version,
         )
-        await ctx.writer.record(rows, "release_events")
+        await writer.record(rows, "release_events")
         st.transitions = seq + 1
 
     changed = st.wire() != old.wire()
