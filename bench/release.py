@@ -190,7 +190,12 @@ def main() -> int:
             propagation = measure_propagation(cp, prop, args.writes)
 
             metrics_port = free_port()
-            op_env = {**env, "TINCT_LINEAGE_ROOT": str(work / "lineage"), "TINCT_RELEASE_TICK": "5"}
+            op_env = {
+                **env,
+                "TINCT_LINEAGE_ROOT": str(work / "lineage"),
+                "TINCT_RELEASE_TICK": "5",
+                "TINCT_ARTIFACT_ROOTS": str(work),
+            }
             with (work / "operator.log").open("wb") as fh:
                 op = subprocess.Popen(
                     [

@@ -137,6 +137,8 @@ def example(**spec: Any) -> dict[str, Any]:
 
 @contextmanager
 def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
+    """The operator on ``ns``, lineage under ``root``; it may read artifacts beside ``root``."""
+    env.setdefault("TINCT_ARTIFACT_ROOTS", str(root.parent))
     with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_RELEASE_TICK="0.5", **env):
         with KopfRunner(["run", *MODULES, "--standalone", "--namespace", ns], timeout=60) as runner:
             yield runner

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import free_port, make_onnx
+from controlplane.harness import Cluster, free_port
+from lineage_artifacts import make_onnx
 from release_cluster import (
     apply,
     backends,
@@ -96,17 +96,17 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
             lambda s: s.get("phase") == "Pending" and s.get("conditions"),
             "Pending with conditions",
         )
+        # While the versions are hashed both are Pending; then only the candidate, Failed, holds it.
+        failed = "candidate ModelVersion llama3-8b-2-0-0 is Failed, not Ready"
         cond = wait(
-            "candidate not Ready",
+            "candidate Failed",
             lambda: (
                 c
-                if (c := condition(release_status(cluster, ns), "ModelVersionsReady"))["reason"]
-                == "ModelVersionNotReady"
+                if failed == (c := condition(release_status(cluster, ns), "ModelVersionsReady"))["message"]
                 else None
             ),
         )
-        assert cond["status"] == "False"
-        assert "candidate ModelVersion llama3-8b-2-0-0 is Failed, not Ready" in cond["message"]
+        assert (cond["status"], cond["reason"]) == ("False", "ModelVersionNotReady")
         assert condition(st, "BackendsAvailable")["status"] == "True"
         pending = wait("the Pending table", lambda: _table(cluster, ns))
         assert pending[1]["state"] == "Pending"
@@ -259,7 +259,12 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
     backends(cluster, ns, tmp_path)
-    env = {**os.environ, "TINCT_LINEAGE_ROOT": str(root), "TINCT_RELEASE_TICK": "0.5"}
+    env = {
+        **os.environ,
+        "TINCT_LINEAGE_ROOT": str(root),
+        "TINCT_RELEASE_TICK": "0.5",
+        "TINCT_ARTIFACT_ROOTS": str(tmp_path),
+    }
     metrics_port = free_port()
     proc = subprocess.Popen(
         [
