@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 __all__ = ["HANDLER_MODULES", "register"]
 
@@ -29,9 +30,17 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     for key, value in env.items():
         if value:
             os.environ[key] = value
+    namespaces = args.namespace or []
+    if args.peering:
+        from tinct.operator.peering import PeeringError, ensure_peering
+
+        try:
+            ensure_peering(args.peering, namespaces)
+        except PeeringError as exc:
+            print(f"tinct operator: {exc}", file=sys.stderr)
+            return 2
     for module in HANDLER_MODULES:
         importlib.import_module(module)
-    namespaces = args.namespace or []
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,
