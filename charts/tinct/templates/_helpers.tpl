@@ -78,14 +78,7 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [kopf.dev]
   resources: [clusterkopfpeerings]
   verbs: [get, list, watch, patch, create]
-# framework: kopf follows CRDs being added and removed to know what it can serve.
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
-# framework: kopf serving the whole cluster follows namespaces coming and going.
-- apiGroups: [""]
-  resources: [namespaces]
-  verbs: [list, watch]
+{{ include "tinct.operator.discoveryRules" . }}
 {{- else }}
 # framework: leader election among replicas; the operator creates its peering object when missing.
 - apiGroups: [kopf.dev]
@@ -118,6 +111,23 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch]
+{{- end }}
+
+{{/*
+Read-only cluster metadata kopf scans at start and follows: CRDs (what it can serve) and
+namespaces (which exist). A ClusterRole even in scope=namespaced unless
+rbac.clusterDiscovery is off; without it kopf retries, warns and falls back, which delays
+its start by about a minute.
+*/}}
+{{- define "tinct.operator.discoveryRules" -}}
+# framework: kopf follows CRDs being added and removed to know what it can serve.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+# framework: kopf follows namespaces coming and going.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
 {{- end }}
 
 {{/* The router's rules: it only reads routing tables and reports bad ones. */}}
