@@ -125,12 +125,19 @@ def _add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     register(sub)
 
 
+def _add_release(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.release.cli import register
+
+    register(sub)
+
+
 #: Subcommand registrars, in the order ``tinct --help`` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_crds,
     _add_router,
     _add_operator,
     _add_lineage,
+    _add_release,
 ]
 
 

@@ -13,7 +13,7 @@ import sys
 __all__ = ["HANDLER_MODULES", "register"]
 
 #: Modules whose import registers kopf handlers; the operator loads them all.
-HANDLER_MODULES = ["tinct.operator.modelversion"]
+HANDLER_MODULES = ["tinct.operator.modelversion", "tinct.operator.grayrelease"]
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
@@ -26,6 +26,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         "TINCT_HASH_WORKERS": str(args.hash_workers) if args.hash_workers else None,
         "TINCT_S3_ENDPOINT": args.s3_endpoint,
         "TINCT_PEERING": args.peering,
+        "TINCT_METRICS_PORT": str(args.metrics_port) if args.metrics_port else None,
+        "TINCT_RELEASE_TICK": str(args.release_tick) if args.release_tick else None,
+        "TINCT_CLUSTER_DOMAIN": args.cluster_domain,
     }
     for key, value in env.items():
         if value:
@@ -54,7 +57,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "operator",
-        help="run the operator (ModelVersion lifecycle and lineage)",
+        help="run the operator (ModelVersion lifecycle and lineage, GrayRelease controller)",
         description="Run the tinct operator. Each flag has a TINCT_* environment variable.",
     )
     p.add_argument(
@@ -67,5 +70,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--hash-workers", type=int, help="threads hashing artifacts (TINCT_HASH_WORKERS)")
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint, e.g. http://minio:9000 (TINCT_S3_ENDPOINT)")
     p.add_argument("--peering", help="kopf peering name: enables leader election (TINCT_PEERING)")
+    p.add_argument(
+        "--metrics-port", type=int, help="serve operator metrics on this port (TINCT_METRICS_PORT)"
+    )
+    p.add_argument(
+        "--release-tick",
+        type=float,
+        help="seconds between GrayRelease precondition checks (TINCT_RELEASE_TICK)",
+    )
+    p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator, peering=os.environ.get("TINCT_PEERING"))

@@ -12,6 +12,9 @@ variable                       meaning                                          
 ``TINCT_ONNX_PARSE_LIMIT``     ONNX files up to this many bytes are fully parsed  ``67108864``
 ``TINCT_PROGRESS_INTERVAL``    seconds between progress updates in status         ``2``
 ``TINCT_PEERING``              kopf peering name for leader election              unset (standalone)
+``TINCT_METRICS_PORT``         port of the operator's ``/metrics`` (0: none)       ``0``
+``TINCT_RELEASE_TICK``         seconds between GrayRelease precondition checks    ``5``
+``TINCT_CLUSTER_DOMAIN``       DNS suffix of Service URLs in routing tables       ``cluster.local``
 =============================  =================================================  ===========================
 
 kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
@@ -52,6 +55,9 @@ class OperatorConfig:
     progress_interval: float = 2.0
     peering: str | None = None
     storage: StorageConfig = field(default_factory=StorageConfig)
+    metrics_port: int = 0
+    release_tick: float = 5.0
+    cluster_domain: str = "cluster.local"
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -65,6 +71,9 @@ class OperatorConfig:
             progress_interval=_float("TINCT_PROGRESS_INTERVAL", cls.progress_interval),
             peering=os.environ.get("TINCT_PEERING") or None,
             storage=StorageConfig(),
+            metrics_port=_int("TINCT_METRICS_PORT", cls.metrics_port),
+            release_tick=max(0.1, _float("TINCT_RELEASE_TICK", cls.release_tick)),
+            cluster_domain=os.environ.get("TINCT_CLUSTER_DOMAIN", cls.cluster_domain),
         )
 
 

@@ -34,6 +34,13 @@ class Backend(Model):
         max_length=63,
         description="Sent as X-Scheduler-Version; a backend answering 426 rejects it.",
     )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$",
+        max_length=512,
+        description="Base URL routers use instead of the Service's cluster DNS name, e.g. for a "
+        "backend outside the cluster; the Service must still exist.",
+    )
 
 
 class Bucket(Model):
@@ -163,13 +170,35 @@ class Metric(Model):
     max: float | None = Field(default=None, description="Fail when the value is above.")
     max_ms: float | None = Field(default=None, gt=0, description="latency-p95: fail above this.")
     query: str | None = Field(default=None, max_length=4096, description="PromQL, for custom.")
+    max_stable_delta: float | None = Field(
+        default=None,
+        ge=0,
+        description="success-rate / latency-p95: also fail when the candidate is worse than stable over "
+        "the same window by more than this (percentage points / milliseconds).",
+    )
 
 
 class Analysis(Model):
     interval: Duration = "1m"
-    failure_limit: int = Field(default=2, ge=0, le=100, description="Failed analyses tolerated.")
+    failure_limit: int = Field(
+        default=2, ge=0, le=100, description="Failed analyses that roll the release back (0 acts as 1)."
+    )
     prometheus: PrometheusRef
     metrics: list[Metric] = Field(default_factory=list, max_length=16)
+    min_requests: int = Field(
+        default=10,
+        ge=0,
+        le=10_000_000,
+        description="Candidate requests needed in a window (per cell with perCell) for a verdict; "
+        "fewer is inconclusive.",
+    )
+    inconclusive_limit: int = Field(
+        default=10, ge=1, le=10000, description="Consecutive inconclusive analyses that pause the release."
+    )
+    per_cell: bool = Field(
+        default=False,
+        description="Judge success-rate and latency-p95 per dye cell: every cell with minRequests must pass.",
+    )
 
 
 class Fallback(Model):
@@ -237,20 +266,51 @@ class GrayReleaseSpec(Model):
     fallback: Fallback = defaulted(Fallback)
     autoscaling: Autoscaling | None = None
     paused: bool = False
+    allow_major_upgrade: bool = Field(
+        default=False,
+        description="Release a candidate whose MAJOR semver differs from stable's (an API break).",
+    )
+
+
+Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
 
 
 class MetricResult(Model):
     name: str
     value: float | None = None
     threshold: str
-    verdict: Literal["Pass", "Fail", "Error"]
+    verdict: Verdict
     message: str | None = None
+    stable_value: float | None = Field(default=None, description="The same metric of stable, if compared.")
+
+
+class CellResult(Model):
+    """Verdict of one dye cell when the analysis is per cell."""
+
+    cell: str
+    requests: float = 0
+    verdict: Verdict
+    metrics: list[MetricResult] = Field(default_factory=list)
 
 
 class AnalysisResult(Model):
     time: datetime
-    verdict: Literal["Pass", "Fail", "Error"]
+    verdict: Verdict
     metrics: list[MetricResult] = Field(default_factory=list)
+    step: int | None = Field(default=None, ge=0, description="The step this analysis judged.")
+    requests: float | None = Field(default=None, description="Candidate requests in the window.")
+    message: str | None = None
+    cells: list[CellResult] = Field(default_factory=list)
+
+
+class ScalerStatus(Model):
+    """The bounds tinct set on one backend's HorizontalPodAutoscaler."""
+
+    side: Literal["stable", "candidate"]
+    hpa: str
+    min_replicas: int
+    max_replicas: int
+    managed: bool = Field(default=True, description="False when another HPA targets the Deployment.")
 
 
 class RoutingRef(Model):
@@ -268,6 +328,18 @@ class GrayReleaseStatus(Model):
     last_analysis: AnalysisResult | None = None
     routing: RoutingRef | None = None
     conditions: list[Condition] = Field(default_factory=list)
+    inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
+    step_started_at: datetime | None = Field(
+        default=None, description="When the current step (or Promoted/RolledBack) began."
+    )
+    pause_reason: str | None = Field(
+        default=None, description="Why the operator paused the release; `tinct release resume` clears it."
+    )
+    acknowledged_action: str | None = Field(
+        default=None, description="The last tinct.io/action annotation value carried out."
+    )
+    transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
+    autoscaling: list[ScalerStatus] = Field(default_factory=list)
 
 
 class GrayRelease(Model):

@@ -1,0 +1,1 @@
+"""GrayRelease tooling for users: the `tinct release` command and its dye matrix."""

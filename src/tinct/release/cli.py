@@ -1,0 +1,146 @@
+"""``tinct release``: look at and steer a GrayRelease through the Kubernetes API.
+
+``pause`` and ``resume`` set ``spec.paused``; ``promote``, ``abort`` and ``retry`` (and
+``resume``, which also lifts a pause the operator made after inconclusive analyses) are
+requests written to the ``tinct.io/action`` annotation as ``<verb>@<nonce>``. The operator
+carries out each request once and records it in ``status.acknowledgedAction``. The same
+from GitOps or kubectl::
+
+    kubectl patch gr chat --type merge -p '{"spec":{"paused":true}}'
+    kubectl annotate gr chat tinct.io/action=promote@$(date +%s) --overwrite
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+__all__ = ["register"]
+
+_VERBS = ("status", "pause", "resume", "promote", "abort", "retry")
+
+
+def _clients(kubeconfig: str | None) -> tuple[Any, str]:
+    from kubernetes import client, config
+
+    namespace = "default"
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as fh:
+            namespace = fh.read().strip() or namespace
+    except (config.ConfigException, OSError):
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        config.load_kube_config(config_file=path)  # type: ignore[no-untyped-call]
+        _, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        namespace = (active or {}).get("context", {}).get("namespace") or namespace
+    return client.CustomObjectsApi(), namespace
+
+
+def _get(api: Any, ns: str, name: str) -> dict[str, Any]:
+    from tinct.api.v1alpha1.common import GROUP, VERSION
+
+    obj: dict[str, Any] = api.get_namespaced_custom_object(GROUP, VERSION, ns, "grayreleases", name)
+    return obj
+
+
+def _patch(api: Any, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    from tinct.api.v1alpha1.common import GROUP, VERSION
+
+    obj: dict[str, Any] = api.patch_namespaced_custom_object(GROUP, VERSION, ns, "grayreleases", name, body)
+    return obj
+
+
+def _status(api: Any, ns: str, name: str, args: argparse.Namespace) -> int:
+    from tinct.api.v1alpha1.grayrelease import GrayRelease
+    from tinct.release.matrix import matrix, render
+
+    obj = _get(api, ns, name)
+    release = GrayRelease.model_validate(
+        {"metadata": obj["metadata"], "spec": obj["spec"], "status": obj.get("status") or None}
+    )
+    data = matrix(release)
+    if args.output == "json":
+        json.dump(data, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+        sys.stdout.write(render(data, color=color))
+    return 0
+
+
+def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
+    from tinct.operator.release_state import ACTION_ANNOTATION
+
+    value = f"{verb}@{int(time.time())}-{uuid.uuid4().hex[:6]}"
+    body: dict[str, Any] = {"metadata": {"annotations": {ACTION_ANNOTATION: value}}}
+    if verb == "resume":
+        body["spec"] = {"paused": False}
+    _patch(api, ns, name, body)
+    print(f"grayrelease {ns}/{name}: requested {verb} ({ACTION_ANNOTATION}={value})")
+    if wait <= 0:
+        return 0
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        status = _get(api, ns, name).get("status") or {}
+        if status.get("acknowledgedAction") == value:
+            print(
+                f"grayrelease {ns}/{name}: {status.get('phase')} at step {status.get('step')}: {status.get('message')}"
+            )
+            return 0
+        time.sleep(0.5)
+    print(
+        f"grayrelease {ns}/{name}: the operator did not acknowledge {verb} within {wait:g}s", file=sys.stderr
+    )
+    return 1
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from kubernetes.client.exceptions import ApiException
+
+    api, default_ns = _clients(args.kubeconfig)
+    ns = args.namespace or default_ns
+    try:
+        if args.verb == "status":
+            return _status(api, ns, args.name, args)
+        if args.verb == "pause":
+            _patch(api, ns, args.name, {"spec": {"paused": True}})
+            print(f"grayrelease {ns}/{args.name}: paused (spec.paused=true)")
+            return 0
+        return _request(api, ns, args.name, args.verb, args.wait)
+    except ApiException as exc:
+        if exc.status == 404:
+            print(f"tinct release: grayrelease {ns}/{args.name} not found", file=sys.stderr)
+        else:
+            print(f"tinct release: the API server answered {exc.status}: {exc.reason}", file=sys.stderr)
+        return 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "release",
+        help="show or steer a GrayRelease: status, pause, resume, promote, abort, retry",
+        description="Show a GrayRelease's dye matrix, or steer it through the Kubernetes API. "
+        "pause/resume set spec.paused; promote/abort/retry are requests in the tinct.io/action "
+        "annotation that the operator carries out once.",
+    )
+    p.add_argument("verb", choices=_VERBS)
+    p.add_argument("name", help="GrayRelease name")
+    p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster or $KUBECONFIG)")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="status output format")
+    p.add_argument(
+        "--color", choices=["auto", "always", "never"], default="auto", help="colour status on a terminal"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="for promote/abort/retry/resume: wait until the operator acknowledges the request",
+    )
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,128 @@
+"""The dye matrix of a GrayRelease: a row per cell, a column per step; pure rendering.
+
+:func:`matrix` turns the resource into a plain dict (what ``tinct release status -o json``
+prints); :func:`render` lays it out as text, with ANSI colours when asked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
+from tinct.operator.release_state import cell_key
+
+__all__ = ["matrix", "render"]
+
+_RESET = "\033[0m"
+_STYLE = {
+    "bold": "\033[1m",
+    "dim": "\033[2m",
+    "green": "\033[32m",
+    "red": "\033[31m",
+    "yellow": "\033[33m",
+    "cyan": "\033[36m",
+}
+_PHASE_STYLE = {
+    "Progressing": "cyan",
+    "Promoted": "green",
+    "RolledBack": "red",
+    "Failed": "red",
+    "Paused": "yellow",
+    "Pending": "yellow",
+}
+_VERDICT_STYLE = {"Pass": "green", "Fail": "red", "Inconclusive": "yellow", "Error": "red"}
+
+
+def matrix(release: GrayRelease) -> dict[str, Any]:
+    """The release's matrix and last analysis as plain data."""
+    st = release.status or GrayReleaseStatus()
+    steps = len(release.spec.cells[0].weights)
+    return {
+        "name": release.metadata.name,
+        "namespace": release.metadata.namespace,
+        "phase": st.phase,
+        "step": st.step,
+        "steps": steps,
+        "message": st.message,
+        "tableVersion": st.routing.version if st.routing else None,
+        "cells": [
+            {
+                "cell": cell_key(c.match),
+                "weights": list(c.weights),
+                "inForce": st.weights.get(cell_key(c.match)),
+            }
+            for c in release.spec.cells
+        ],
+        "failedAnalyses": st.failed_analyses,
+        "inconclusiveAnalyses": st.inconclusive_analyses,
+        "lastAnalysis": st.last_analysis.wire() if st.last_analysis else None,
+        "autoscaling": [s.wire() for s in st.autoscaling],
+        "conditions": [c.wire() for c in st.conditions],
+    }
+
+
+def _num(w: float | None) -> str:
+    if w is None:
+        return "-"
+    return f"{w:g}"
+
+
+def render(data: dict[str, Any], color: bool = False) -> str:
+    """Text layout of :func:`matrix`; ``color`` adds ANSI styles (for a terminal)."""
+
+    def paint(text: str, style: str | None) -> str:
+        if not color or not style:
+            return text
+        return f"{_STYLE[style]}{text}{_RESET}"
+
+    phase, current, steps = data["phase"], data["step"], data["steps"]
+    marked = phase in ("Progressing", "Paused", "Pending")
+    head = (
+        f"GrayRelease {data['namespace']}/{data['name']}  phase {paint(phase, _PHASE_STYLE.get(phase))}"
+        f"  step {current}/{steps - 1}  table v{data['tableVersion'] if data['tableVersion'] is not None else '-'}"
+    )
+    lines = [head]
+    if data.get("message"):
+        lines.append(f"  {data['message']}")
+    width = max([len("cell")] + [len(c["cell"]) for c in data["cells"]])
+    cols = [f"step {i}" + ("*" if marked and i == current else "") for i in range(steps)]
+    colw = max(8, *(len(c) for c in cols))
+    header = "cell".ljust(width) + "".join(c.rjust(colw) for c in cols) + "in force".rjust(colw + 2)
+    lines.append(paint(header, "bold"))
+    for c in data["cells"]:
+        row = c["cell"].ljust(width)
+        for i, w in enumerate(c["weights"]):
+            text = _num(w).rjust(colw)
+            row += paint(text, "cyan" if marked and i == current else "dim")
+        now = c["inForce"]
+        row += paint(_num(now).rjust(colw + 2), "green" if now else None)
+        lines.append(row)
+    la = data.get("lastAnalysis")
+    if la:
+        verdict = la["verdict"]
+        lines.append(
+            f"last analysis {la['time']} (step {la.get('step', '-')}): "
+            f"{paint(verdict, _VERDICT_STYLE.get(verdict))}"
+            f"  failed {data['failedAnalyses']}, inconclusive in a row {data['inconclusiveAnalyses']}"
+        )
+        for m in la.get("metrics", []):
+            value = "n/a" if m.get("value") is None else f"{m['value']:.4g}"
+            note = f"  {m['message']}" if m.get("message") else ""
+            lines.append(
+                f"  {m['name']:<14} {value:>10}  {m['threshold']:<28} "
+                f"{paint(m['verdict'], _VERDICT_STYLE.get(m['verdict']))}{note}"
+            )
+        for cell in la.get("cells", []):
+            lines.append(
+                f"  cell {cell['cell']}: {paint(cell['verdict'], _VERDICT_STYLE.get(cell['verdict']))}"
+                f" ({cell.get('requests', 0):.0f} requests)"
+            )
+    for s in data.get("autoscaling", []):
+        managed = "" if s.get("managed", True) else "  (not managed: another HPA)"
+        lines.append(f"hpa {s['hpa']}: {s['minReplicas']}-{s['maxReplicas']} replicas{managed}")
+    for cond in data.get("conditions", []):
+        if cond["status"] != "True":
+            lines.append(
+                paint(f"{cond['type']}={cond['status']} {cond['reason']}: {cond['message']}", "yellow")
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,314 @@
+"""The GrayRelease controller on the real API server: preconditions, steps, history, manual
+control, HPAs, and an operator killed mid-release.
+
+These releases have no analysis metrics, so a step advances every ``analysis.interval``;
+the analysis against a real Prometheus is in ``test_grayrelease_analysis.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.harness import Cluster
+from lineage_artifacts import make_onnx
+from release_cluster import (
+    apply,
+    backends,
+    condition,
+    events,
+    example,
+    get,
+    history,
+    modelversion,
+    operator,
+    release_status,
+    wait,
+    wait_release,
+)
+from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+NO_METRICS = {"interval": "2s", "prometheus": {"url": "http://127.0.0.1:9"}, "metrics": []}
+
+
+def _table(cluster: Cluster, ns: str) -> tuple[int, dict[str, Any]] | None:
+    cm = get(cluster, ns, "configmap", "tinct-routing-chat")
+    if cm is None:
+        return None
+    return int(cm["metadata"]["annotations"][VERSION_ANNOTATION]), json.loads(cm["data"][DATA_KEY])
+
+
+def _hpa_bounds(cluster: Cluster, ns: str, side: str) -> tuple[int, int] | None:
+    hpa = get(cluster, ns, "hpa", f"tinct-chat-{side}")
+    if hpa is None:
+        return None
+    return hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]
+
+
+def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tinct.cli", *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def test_waits_for_a_ready_candidate_then_steps_to_promoted(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path, wrong_digest=True)
+    with operator(ns, root):
+        apply(cluster, ns, example(analysis=NO_METRICS))
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: s.get("phase") == "Pending" and s.get("conditions"),
+            "Pending with conditions",
+        )
+        cond = wait(
+            "candidate not Ready",
+            lambda: (
+                c
+                if (c := condition(release_status(cluster, ns), "ModelVersionsReady"))["reason"]
+                == "ModelVersionNotReady"
+                else None
+            ),
+        )
+        assert cond["status"] == "False"
+        assert "candidate ModelVersion llama3-8b-2-0-0 is Failed, not Ready" in cond["message"]
+        assert condition(st, "BackendsAvailable")["status"] == "True"
+        pending = wait("the Pending table", lambda: _table(cluster, ns))
+        assert pending[1]["state"] == "Pending"
+        assert {c["weight"] for c in pending[1]["cells"]} == {0}
+
+        # Fixing the candidate is noticed through its watch; the release starts and steps on.
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", make_onnx(tmp_path / "model.onnx")))
+        seen: list[tuple[int, str, int, list[float]]] = []
+
+        def promoted() -> bool:
+            got = _table(cluster, ns)
+            if got is not None:
+                version, table = got
+                entry = (version, table["state"], table["step"], [c["weight"] for c in table["cells"]])
+                if not seen or seen[-1] != entry:
+                    seen.append(entry)
+            return release_status(cluster, ns).get("phase") == "Promoted"
+
+        wait("Promoted", promoted)
+        st = release_status(cluster, ns)
+        hpas = {side: _hpa_bounds(cluster, ns, side) for side in ("stable", "candidate")}
+        cm = get(cluster, ns, "configmap", "tinct-routing-chat")
+    versions = [v for v, *_ in seen]
+    assert versions == sorted(versions)
+    assert len(set(versions)) == len(versions)
+    steps = [(state, step, weights) for _, state, step, weights in seen if state != "Pending"]
+    assert steps == [
+        ("Progressing", 0, [5, 0.1, 1]),
+        ("Progressing", 1, [20, 1, 10]),
+        ("Progressing", 2, [50, 10, 50]),
+        ("Promoted", 3, [100, 100, 100]),
+    ]
+    assert st["routing"]["version"] == versions[-1]
+    assert st["weights"] == {
+        "len:long+role:admin+latency:high": 100,
+        "len:short+role:user+latency:low": 100,
+        "len:*+role:*+latency:*": 100,
+    }
+    assert cm is not None
+    assert cm["metadata"]["ownerReferences"][0]["kind"] == "GrayRelease"
+    assert hpas["candidate"] == (1, 12)
+    assert hpas["stable"] is not None
+    assert hpas["stable"][0] == 1
+    rows = history(root)
+    assert [(r["state"], r["step"]) for r in rows] == [
+        ("Progressing", 0),
+        ("Progressing", 1),
+        ("Progressing", 2),
+        ("Promoted", 3),
+    ]
+    assert [r["reason"].split(":")[0] for r in rows] == [
+        "Started",
+        "StepAdvanced",
+        "StepAdvanced",
+        "Promoted",
+    ]
+    assert dict(rows[1]["weights"]) == {
+        "len:long+role:admin+latency:high": 20,
+        "len:short+role:user+latency:low": 1,
+        "len:*+role:*+latency:*": 10,
+    }
+    reasons = [e["reason"] for e in events(cluster, ns)]
+    for reason in ("Started", "StepAdvanced", "Promoted"):
+        assert reason in reasons
+
+
+def test_major_upgrade_waits_for_the_opt_in(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path, candidate_version="2.0.0")
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}, allowMajorUpgrade=False))
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: any(c["reason"] == "MajorUpgradeNotAllowed" for c in s.get("conditions", [])),
+            "MAJOR jump held",
+        )
+        assert st["phase"] == "Pending"
+        assert "set spec.allowMajorUpgrade: true" in condition(st, "ModelVersionsReady")["message"]
+        cluster.kubectl(
+            "patch",
+            "grayrelease",
+            "chat",
+            "-n",
+            ns,
+            "--type",
+            "merge",
+            "-p",
+            '{"spec":{"allowMajorUpgrade":true}}',
+        )
+        st = wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "started after opt-in")
+    assert condition(st, "ModelVersionsReady")["status"] == "True"
+    assert st["step"] == 0
+
+
+def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with operator(ns, root):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+
+        out = _tinct("release", "pause", "chat", "-n", ns)
+        assert out.returncode == 0, out.stderr
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Paused", "Paused")
+        out = _tinct("release", "resume", "chat", "-n", ns, "--wait", "60")
+        assert out.returncode == 0, out.stderr
+        assert "Progressing at step 0" in out.stdout
+
+        out = _tinct("release", "abort", "chat", "-n", ns, "--wait", "60")
+        assert out.returncode == 0, out.stderr
+        assert "RolledBack" in out.stdout
+        rolled = _table(cluster, ns)
+        assert rolled is not None
+        assert {c["weight"] for c in rolled[1]["cells"]} == {0}
+
+        out = _tinct("release", "retry", "chat", "-n", ns, "--wait", "60")
+        assert out.returncode == 0, out.stderr
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
+        out = _tinct("release", "promote", "chat", "-n", ns, "--wait", "60")
+        assert out.returncode == 0, out.stderr
+        assert "Promoted" in out.stdout
+
+        status = _tinct("release", "status", "chat", "-n", ns, "-o", "json")
+        text = _tinct("release", "status", "chat", "-n", ns)
+        # The same request seen twice is carried out once.
+        ack = release_status(cluster, ns)["acknowledgedAction"]
+        missing = _tinct("release", "status", "nope", "-n", ns)
+    data = json.loads(status.stdout)
+    assert (data["phase"], data["step"], data["steps"]) == ("Promoted", 3, 4)
+    assert [c["inForce"] for c in data["cells"]] == [100, 100, 100]
+    assert text.stdout.startswith(f"GrayRelease {ns}/chat  phase Promoted")
+    assert "\033[" not in text.stdout
+    assert ack.startswith("promote@")
+    assert missing.returncode == 1
+    assert f"grayrelease {ns}/nope not found" in missing.stderr
+    rows = history(root)
+    assert [(r["reason"].split(":")[0], r["state"]) for r in rows] == [
+        ("Started", "Progressing"),
+        ("Paused", "Paused"),
+        ("Resumed", "Progressing"),
+        ("Aborted", "RolledBack"),
+        ("Retried", "Pending"),
+        ("Started", "Progressing"),
+        ("Promoted", "Promoted"),
+    ]
+
+
+def test_operator_killed_mid_release_continues_from_the_recorded_step(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    env = {**os.environ, "TINCT_LINEAGE_ROOT": str(root), "TINCT_RELEASE_TICK": "0.5"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinct.cli", "operator", "--namespace", ns],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "4s"}))
+        wait_release(
+            cluster,
+            ns,
+            lambda s: s.get("step") == 1,
+            "step 1",
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    at_kill = release_status(cluster, ns)
+    killed_version = int(at_kill["routing"]["version"])
+    time.sleep(5)  # the next step falls due while nobody runs the release
+    assert release_status(cluster, ns)["step"] == at_kill["step"]
+    with operator(ns, root):
+        st = wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted after restart")
+    assert st["routing"]["version"] > killed_version
+    rows = history(root)
+    assert [(r["state"], r["step"]) for r in rows] == [
+        ("Progressing", 0),
+        ("Progressing", 1),
+        ("Progressing", 2),
+        ("Promoted", 3),
+    ]
+    assert len({r["event_id"] for r in rows}) == len(rows)
+    assert st["transitions"] == 4
+
+
+def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    foreign = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "team-hpa"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sched-v2"},
+            "minReplicas": 3,
+            "maxReplicas": 5,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+                }
+            ],
+        },
+    }
+    apply(cluster, ns, foreign)
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: any(c["type"] == "AutoscalingReady" for c in s.get("conditions", [])),
+            "autoscaling condition",
+        )
+        stable = wait("stable HPA", lambda: _hpa_bounds(cluster, ns, "stable"))
+    cond = condition(st, "AutoscalingReady")
+    assert (cond["status"], cond["reason"]) == ("False", "ForeignHPA")
+    assert "HPA team-hpa" in cond["message"]
+    assert stable == (1, 12)
+    assert _hpa_bounds(cluster, ns, "candidate") is None
+    team = get(cluster, ns, "hpa", "team-hpa")
+    assert team is not None
+    assert (team["spec"]["minReplicas"], team["spec"]["maxReplicas"]) == (3, 5)
+    assert [s["managed"] for s in st["autoscaling"]] == [True, False]

@@ -1,0 +1,156 @@
+"""Cluster-side helpers of the GrayRelease tests: the objects a release needs, waiting on it,
+running the operator in-process, reading its history."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kopf.testing import KopfRunner
+
+from conftest import EXAMPLES
+from controlplane.environ import patched_environ
+from controlplane.harness import Cluster
+from lineage_artifacts import make_onnx, sha256_file
+from tinct.lineage.sql import query
+
+WAIT = 120.0
+MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease"]
+
+
+def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def get(cluster: Cluster, ns: str, kind: str, name: str) -> dict[str, Any] | None:
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    if proc.returncode != 0:
+        return None
+    obj: dict[str, Any] = json.loads(proc.stdout)
+    return obj
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def release_status(cluster: Cluster, ns: str, name: str = "chat") -> dict[str, Any]:
+    obj = get(cluster, ns, "grayrelease", name) or {}
+    st: dict[str, Any] = obj.get("status") or {}
+    return st
+
+
+def wait_release(
+    cluster: Cluster, ns: str, pred: Callable[[dict[str, Any]], bool], what: str, name: str = "chat"
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        st = release_status(cluster, ns, name)
+        return st if st and pred(st) else None
+
+    st: dict[str, Any] = wait(what, check)
+    return st
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == type_)
+
+
+def modelversion(
+    name: str, version: str, onnx: Path, *, wrong_digest: bool = False, model: str = "llama3-8b"
+) -> dict[str, Any]:
+    art: dict[str, Any] = {"format": "onnx", "uri": onnx.as_uri()}
+    if wrong_digest:
+        art["sha256"] = "0" * 64
+    else:
+        art["sha256"] = sha256_file(onnx)
+    return {
+        "apiVersion": "tinct.io/v1alpha1",
+        "kind": "ModelVersion",
+        "metadata": {"name": name},
+        "spec": {"model": model, "version": version, "artifacts": [art]},
+    }
+
+
+def service(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 8000, "targetPort": 8000}]},
+    }
+
+
+def deployment(name: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "scheduler", "image": "registry.invalid/scheduler:1"}]},
+            },
+        },
+    }
+
+
+def backends(cluster: Cluster, ns: str, tmp: Path, *, candidate_version: str = "1.5.0", **kw: Any) -> None:
+    """Services, Deployments and the two ModelVersions of examples/grayrelease.yaml."""
+    onnx = make_onnx(tmp / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        service("sched-v2"),
+        deployment("sched-v1"),
+        deployment("sched-v2"),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", candidate_version, onnx, **kw),
+    )
+
+
+def example(**spec: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
+    doc["spec"].update(spec)
+    return doc
+
+
+@contextmanager
+def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
+    with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_RELEASE_TICK="0.5", **env):
+        with KopfRunner(["run", *MODULES, "--standalone", "--namespace", ns], timeout=60) as runner:
+            yield runner
+        assert runner.exception is None, runner.output
+        assert runner.exit_code == 0, runner.output
+
+
+def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = query(
+        f"SELECT event_id, step, state, reason, weights, metrics FROM release_events "
+        f"WHERE release = '{release}' ORDER BY recorded_at, event_id",
+        str(root),
+    ).to_pylist()
+    return rows
+
+
+def events(cluster: Cluster, ns: str, kind: str = "GrayRelease") -> list[dict[str, Any]]:
+    out = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", f"involvedObject.kind={kind}", "-o", "json"
+    ).stdout
+    items: list[dict[str, Any]] = json.loads(out).get("items", [])
+    return items

@@ -1,0 +1,40 @@
+"""`tinct release status` layout: the dye matrix with the current step marked."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from release_helpers import LONG, T0, release, result, step
+from tinct.release.matrix import matrix, render
+
+
+def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
+    gr = step(release(), T0)
+    gr = step(gr, T0 + timedelta(minutes=1), result("Pass", T0 + timedelta(minutes=1)))
+    data = matrix(gr)
+    assert (data["phase"], data["step"], data["steps"]) == ("Progressing", 1, 4)
+    assert data["cells"][0] == {"cell": LONG, "weights": [5, 20, 50, 100], "inForce": 20}
+    assert data["lastAnalysis"]["verdict"] == "Pass"
+
+    plain = render(data)
+    lines = plain.splitlines()
+    assert "\033[" not in plain
+    assert lines[0].startswith("GrayRelease llm/chat  phase Progressing  step 1/3")
+    header = next(ln for ln in lines if ln.startswith("cell"))
+    assert header.split() == ["cell", "step", "0", "step", "1*", "step", "2", "step", "3", "in", "force"]
+    row = next(ln for ln in lines if ln.startswith(LONG))
+    assert row.split() == [LONG, "5", "20", "50", "100", "20"]
+    assert any(ln.strip().startswith("success-rate") and ln.rstrip().endswith("Pass") for ln in lines)
+
+    colored = render(data, color=True)
+    assert "\033[36m" in colored  # the current step's column
+    assert "\033[32mPass\033[0m" in colored
+
+
+def test_rolled_back_matrix_shows_zero_in_force_and_no_marked_step() -> None:
+    gr = step(step(release(), T0), T0, action="abort@1")
+    text = render(matrix(gr))
+    assert "*" not in text.split("\n")[2]
+    row = next(ln for ln in text.splitlines() if ln.startswith(LONG))
+    assert row.split()[-1] == "0"
+    assert "phase RolledBack" in text
