@@ -1,7 +1,8 @@
 """The container image's install, performed here without a container engine.
 
-The Dockerfile builds a wheel of tinct and installs it into a virtualenv that has no pip;
-the final stage is that virtualenv on the slim Python base. This test does the same in a
+The Dockerfile builds a wheel of tinct with pip from a throwaway virtualenv and installs
+it into a virtualenv created without pip; the final stage is that virtualenv on the slim
+Python base. This test does the same in a
 fresh virtualenv outside the source tree (without extras: the base dependencies must be
 enough) and runs both entry points the chart uses, then checks the Dockerfile's promises.
 """
@@ -42,6 +43,7 @@ def test_wheel_installs_into_a_bare_virtualenv_and_both_commands_run(tmp_path: P
 
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path)
+    # The Dockerfile installs with pip --python; uv does the same install from its warm cache.
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
     _run(uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel), cwd=tmp_path)
 
