@@ -2,8 +2,9 @@
 # Install everything tinct's tests and demo need on a bare machine, idempotently:
 #   - a virtualenv in .venv with tinct (editable) and its test dependencies,
 #     reinstalled only when pyproject.toml changes;
-#   - kube-apiserver, kubectl and etcd built from Go modules into ~/.cache/tinct,
-#     rebuilt only when what they are built from changes (tests/controlplane/build.py).
+#   - kube-apiserver, kube-controller-manager, kubectl and etcd, Prometheus and helm,
+#     built from Go modules into ~/.cache/tinct, each rebuilt only when what it is built
+#     from changes (tests/controlplane/build.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,5 +36,5 @@ if ! command -v go >/dev/null 2>&1; then
   echo "building the test control plane needs Go >= 1.26 on PATH (go.dev toolchain or the Go module proxy's)" >&2
   exit 1
 fi
-say "control plane binaries"
+say "control plane, Prometheus and helm binaries"
 "$VENV/bin/python" tests/controlplane/build.py

@@ -1,22 +1,25 @@
-"""Shared fixtures: the real control plane, the CRDs, a namespace per test.
+"""Shared fixtures: the real control plane, the CRDs, a namespace per test, Prometheus, helm.
 
 Tests under ``tests/k8s/`` are marked ``k8s`` automatically; they run against the
-kube-apiserver + etcd that ``tests/controlplane`` builds and starts (or the cluster
-``TINCT_TEST_KUBECONFIG`` names). If the control plane cannot start, those tests error:
-they are never skipped silently.
+kube-apiserver + etcd + kube-controller-manager that ``tests/controlplane`` builds and
+starts (or the cluster ``TINCT_TEST_KUBECONFIG`` names). If the control plane cannot
+start, those tests error: they are never skipped silently.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from controlplane import build
 from controlplane.environ import patched_environ
 from controlplane.harness import Cluster, cluster_from_env
+from controlplane.helm import Helm
+from controlplane.prometheus import Prometheus
 from router_fakes import FakeScheduler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +38,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A running control plane; ``KUBECONFIG`` points at its admin kubeconfig meanwhile."""
-    with cluster_from_env() as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
+    # The CRDs go in before the controller-manager starts, so garbage collection of objects
+    # owned by tinct's resources works from the first test.
+    with cluster_from_env(preapply=[CRDS]) as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
         yield c
 
 
@@ -56,8 +61,52 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     try:
         yield name
     finally:
-        # Without a controller-manager the namespace stays Terminating; its name is unique.
+        # The namespace controller finishes the deletion in the background; not waiting keeps
+        # each test short, and the name is unique.
         cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> Path:
+    """The Prometheus binary built from its Go module (cached)."""
+    return build.ensure_prometheus()
+
+
+@pytest.fixture
+def prometheus(prometheus_bin: Path, tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
+    """A factory of started Prometheus servers, all stopped and removed at the end of the test.
+
+    ``prom = prometheus()`` starts one on a free port (scrape and evaluation every 1 s);
+    ``prom.set_targets(["127.0.0.1:9100"], {"fleet": "edge"}, wait=True)``,
+    ``prom.query("up")``, ``prom.stop()`` / ``prom.start()`` (same port and data),
+    ``prom.url``. Target labels named like the router's metric labels (``release``,
+    ``side``, ...) would override them: pick other names.
+    """
+    started: list[Prometheus] = []
+
+    def make(**options: str) -> Prometheus:
+        prom = Prometheus(prometheus_bin, tmp_path / f"prometheus-{len(started)}", **options)
+        started.append(prom)
+        return prom.start()
+
+    yield make
+    for prom in started:
+        prom.close()
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The helm binary built from its Go module (cached)."""
+    return build.ensure_helm()
+
+
+@pytest.fixture(scope="session")
+def helm(helm_bin: Path, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """Run helm as the cluster admin: ``helm("install", "r", chart_dir, "-n", ns)``.
+
+    ``kubeconfig=`` on a call acts as someone else (e.g. a ServiceAccount kubeconfig).
+    """
+    return Helm(helm_bin, tmp_path_factory.mktemp("helm-home"), cluster.kubeconfig)
 
 
 @pytest.fixture

@@ -1,4 +1,7 @@
-"""Build the test control plane (kube-apiserver, kubectl, etcd) from Go modules.
+"""Build the test control plane and its tools from Go modules.
+
+The control plane is kube-apiserver, kube-controller-manager, kubectl and etcd; the
+tools are Prometheus and helm.
 
 There is no Docker engine and no download site for prebuilt Kubernetes binaries on the
 machines tinct is developed on, so the binaries are built with the ordinary ``go``
@@ -10,21 +13,27 @@ command from the published modules:
   own repository.  ``generate`` reads the module's own go.mod and writes one ``replace``
   per staging module to the published ``v0.<minor>.<patch>`` release.
 * ``etcd/`` is a wrapper module requiring ``go.etcd.io/etcd/server/v3``.
+* Prometheus and helm are single mains with no ``replace`` directives, so they are
+  built with ``go install <module>/cmd/<name>@<version>`` (see ``TOOLS``).
 
 Binaries land in ``$TINCT_CACHE_DIR`` (default ``~/.cache/tinct``) under
-``controlplane/<key>/bin``, where the key hashes everything they are built from: the
-wrapper modules' files, the Go version and this file.  A second build with the same
-inputs is a no-op.
+``controlplane/<versions>-<key>/bin``, ``prometheus/<version>-<key>/bin`` and
+``helm/<version>-<key>/bin``.  Each component's key hashes what it is built from (its
+wrapper modules' files or its module version, the build recipe and the Go version), so
+changing one component does not rebuild the others, and a second build with the same
+inputs is a no-op.  A lock per component makes concurrent test runs wait for one build.
 
 Usage::
 
-    python tests/controlplane/build.py            # build (or reuse) and print the bin dir
+    python tests/controlplane/build.py            # build (or reuse) all, print the bin dirs
     python tests/controlplane/build.py generate --kube v1.37.2 --etcd v3.7.3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -34,12 +43,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KUBE_MODULE = HERE / "kube"
 ETCD_MODULE = HERE / "etcd"
-BINARIES = ("kube-apiserver", "kubectl", "etcd")
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl", "etcd")
+# How the control plane is built (see ensure_built); part of its cache key.
+CONTROLPLANE_RECIPE = (
+    "kube: go build -trimpath -ldflags '-s -w' + hack/lib/version.sh -X values ./cmd/...; "
+    "etcd: go build -trimpath -ldflags '-s -w' .; CGO_ENABLED=0"
+)
 
 _STAGING_RE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._/-]+)\s+v0\.0\.0\s*$", re.M)
 
@@ -52,12 +68,13 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tinct"
 
 
-def _go(*args: str, cwd: Path, capture: bool = False) -> str:
-    env = dict(os.environ, GOFLAGS="-mod=mod -buildvcs=false", CGO_ENABLED="0")
+def _go(
+    *args: str, cwd: Path, capture: bool = False, goflags: str = "-mod=mod -buildvcs=false", **env: str
+) -> str:
     proc = subprocess.run(
         ["go", *args],
         cwd=cwd,
-        env=env,
+        env=dict(os.environ, GOFLAGS=goflags, CGO_ENABLED="0", **env),
         check=True,
         text=True,
         stdout=subprocess.PIPE if capture else None,
@@ -123,10 +140,10 @@ def _go_version() -> str:
 
 
 def build_key() -> str:
-    """Hash of everything the binaries are built from."""
+    """Hash of everything the control-plane binaries are built from."""
     h = hashlib.sha256()
     h.update(_go_version().encode())
-    h.update(Path(__file__).read_bytes())
+    h.update(CONTROLPLANE_RECIPE.encode())
     for module in (KUBE_MODULE, ETCD_MODULE):
         for f in sorted(p for p in module.rglob("*") if p.is_file()):
             h.update(f"{module.name}/{f.relative_to(module)}".encode())
@@ -174,8 +191,66 @@ def _prune(keep: Path, newest: int = 3) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock for building ``target`` (other checkouts share the cache)."""
+    target.parent.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent.parent / f".{target.parent.name}.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _build_into(
+    target: Path, names: tuple[str, ...], what: str, verbose: bool, build: dict[str, str]
+) -> Path:
+    """Run ``build[...]`` steps into a staging dir and move it to ``target`` when all succeed."""
+    if all((target / b).is_file() for b in names):
+        return target
+    if shutil.which("go") is None:
+        raise RuntimeError(f"building {what} for the tests needs the go command on PATH")
+    with _locked(target):
+        if all((target / b).is_file() for b in names):  # built meanwhile by another process
+            return target
+        staging = target.parent / f"bin.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        started = time.monotonic()
+        if verbose:
+            print(f"building {what} into {target}", file=sys.stderr)
+        _BUILDERS[build["kind"]](staging, build)
+        seconds = round(time.monotonic() - started, 1)
+        (staging / "BUILD.json").write_text(
+            json.dumps(
+                {**{k: v for k, v in build.items() if k != "kind"}, "go": _go_version(), "seconds": seconds}
+            )
+        )
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        _prune(keep=target.parent)
+        if verbose:
+            print(f"built {what} in {seconds:.0f}s", file=sys.stderr)
+    return target
+
+
+def _build_controlplane(staging: Path, build: dict[str, str]) -> None:
+    _go(
+        "build",
+        "-trimpath",
+        "-ldflags",
+        _ldflags(build["kube"]),
+        "-o",
+        str(staging) + "/",
+        "./cmd/...",
+        cwd=KUBE_MODULE,
+    )
+    _go("build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / "etcd"), ".", cwd=ETCD_MODULE)
+
+
 def ensure_built(verbose: bool = True) -> Path:
-    """Return the directory holding the binaries, building them first when needed."""
+    """Return the directory holding the control-plane binaries, building them when needed."""
     override = os.environ.get("KUBEBUILDER_ASSETS")
     if override:
         d = Path(override)
@@ -183,47 +258,109 @@ def ensure_built(verbose: bool = True) -> Path:
         if missing:
             raise RuntimeError(f"KUBEBUILDER_ASSETS={d} lacks {', '.join(missing)}")
         return d
-    target = bin_dir()
-    if all((target / b).is_file() for b in BINARIES):
-        return target
-    if shutil.which("go") is None:
-        raise RuntimeError("building the test control plane needs the go command on PATH")
-    staging = target.parent / f"bin.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    kube = kube_version()
-    started = time.monotonic()
-    if verbose:
-        print(
-            f"building kube-apiserver + kubectl {kube}, etcd {etcd_version()} into {target}", file=sys.stderr
-        )
-    _go(
-        "build",
-        "-trimpath",
-        "-ldflags",
-        _ldflags(kube),
-        "-o",
-        str(staging) + "/",
-        "./cmd/...",
-        cwd=KUBE_MODULE,
+    kube, etcd = kube_version(), etcd_version()
+    return _build_into(
+        bin_dir(),
+        BINARIES,
+        f"kube-apiserver, kube-controller-manager, kubectl {kube} and etcd {etcd}",
+        verbose,
+        {"kind": "controlplane", "kube": kube, "etcd": etcd},
     )
-    _go("build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / "etcd"), ".", cwd=ETCD_MODULE)
-    (staging / "BUILD.json").write_text(
-        json.dumps(
-            {
-                "kube": kube,
-                "etcd": etcd_version(),
-                "go": _go_version(),
-                "seconds": round(time.monotonic() - started, 1),
-            }
+
+
+@dataclass(frozen=True)
+class GoTool:
+    """A main package installed with ``go install <package>@<version>``."""
+
+    name: str
+    package: str
+    version: str
+    tags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ("-s", "-w")
+
+    def key(self) -> str:
+        h = hashlib.sha256()
+        h.update(_go_version().encode())
+        h.update(repr(self).encode())
+        return h.hexdigest()[:16]
+
+    def bin_dir(self) -> Path:
+        return cache_root() / self.name / f"{self.version}-{self.key()}" / "bin"
+
+
+def _prometheus_release(module_version: str) -> str:
+    """Prometheus 3.x is published as Go module v0.3MM.P for release 3.MM.P."""
+    m = re.fullmatch(r"v0\.(\d)(\d\d)\.(\d+)", module_version)
+    if not m:
+        raise ValueError(f"not a Prometheus 3.x module version: {module_version}")
+    return f"{m.group(1)}.{int(m.group(2))}.{m.group(3)}"
+
+
+PROMETHEUS_VERSION = "v0.316.0"
+HELM_VERSION = "v4.3.1"
+TOOLS = {
+    "prometheus": GoTool(
+        name="prometheus",
+        package="github.com/prometheus/prometheus/cmd/prometheus",
+        version=PROMETHEUS_VERSION,
+        # Only file and HTTP service discovery: the tests write file_sd targets, and the
+        # cloud discoverers (AWS, Azure, GCE, Kubernetes, ...) are most of the build. The
+        # web UI assets are not embedded (no builtinassets tag); the HTTP API is complete.
+        tags=("remove_all_sd",),
+        ldflags=(
+            "-s",
+            "-w",
+            f"-X github.com/prometheus/common/version.Version={_prometheus_release(PROMETHEUS_VERSION)}",
+        ),
+    ),
+    "helm": GoTool(
+        name="helm",
+        package="helm.sh/helm/v4/cmd/helm",
+        version=HELM_VERSION,
+        # What helm's Makefile sets; without it `helm version` says only "v4.3".
+        ldflags=("-s", "-w", f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
+    ),
+}
+
+
+def _build_tool(staging: Path, build: dict[str, str]) -> None:
+    tool = TOOLS[build["tool"]]
+    args = ["install", "-trimpath", "-ldflags", " ".join(tool.ldflags)]
+    if tool.tags:
+        args += ["-tags", ",".join(tool.tags)]
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        _go(
+            *args,
+            f"{tool.package}@{tool.version}",
+            cwd=Path(outside_any_module),
+            goflags="-buildvcs=false",
+            GOBIN=str(staging),
+            GOWORK="off",
         )
+
+
+_BUILDERS = {"controlplane": _build_controlplane, "tool": _build_tool}
+
+
+def ensure_tool(name: str, verbose: bool = True) -> Path:
+    """Return the path of tool ``name`` (a key of ``TOOLS``), building it when needed."""
+    tool = TOOLS[name]
+    target = _build_into(
+        tool.bin_dir(),
+        (tool.name,),
+        f"{tool.name} {tool.version}",
+        verbose,
+        {"kind": "tool", "tool": tool.name, "package": tool.package, "version": tool.version},
     )
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    _prune(keep=target.parent)
-    if verbose:
-        print(f"built in {time.monotonic() - started:.0f}s", file=sys.stderr)
-    return target
+    return target / tool.name
+
+
+def ensure_prometheus(verbose: bool = True) -> Path:
+    return ensure_tool("prometheus", verbose)
+
+
+def ensure_helm(verbose: bool = True) -> Path:
+    return ensure_tool("helm", verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,14 +369,18 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="rewrite the wrapper go.mod files for new releases")
     gen.add_argument("--kube", default=None, help="k8s.io/kubernetes release, e.g. v1.37.2")
     gen.add_argument("--etcd", default=None, help="go.etcd.io/etcd/server/v3 release, e.g. v3.7.3")
-    sub.add_parser("key", help="print the cache key")
+    sub.add_parser("key", help="print the cache keys")
     args = parser.parse_args(argv)
     if args.cmd == "generate":
         generate(args.kube or kube_version(), args.etcd or etcd_version())
     elif args.cmd == "key":
-        print(build_key())
+        print(f"controlplane {build_key()}")
+        for tool in TOOLS.values():
+            print(f"{tool.name} {tool.key()}")
     else:
         print(ensure_built())
+        for name in TOOLS:
+            print(ensure_tool(name).parent)
     return 0
 
 

@@ -1,13 +1,14 @@
-"""Start a real etcd + kube-apiserver on loopback for tests, and tear them down.
+"""Start a real etcd + kube-apiserver + kube-controller-manager on loopback for tests.
 
 The API server runs with RBAC authorization and client-certificate authentication.
 The harness holds an admin identity (a client certificate in ``system:masters``) and
 mints kubeconfigs for ServiceAccounts through the TokenRequest API, so a test can act
 with exactly the permissions a chart grants.
 
-There is no kube-controller-manager: nothing garbage-collects owned objects, finishes
-namespace deletion, or turns Deployments into Pods. Tests assert on what the API server
-and tinct do, not on controllers that are not there.
+The controller-manager runs the controllers tinct relies on (see ``CONTROLLERS``):
+garbage collection of owned objects, namespace deletion, Deployments into ReplicaSets,
+HorizontalPodAutoscalers, ServiceAccounts and their tokens. There is no scheduler and no
+kubelet: Pods are created but stay Pending.
 
 ``TINCT_TEST_KUBECONFIG`` points the tests at an existing cluster instead; then nothing
 is started and teardown only deletes what the tests created.
@@ -41,6 +42,22 @@ from controlplane import build
 from controlplane.pki import Pki, make_pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+# The controllers the controller-manager runs; the rest (nodes, volumes, endpoints, jobs,
+# certificates, ...) have nothing to act on without kubelets, or nothing tinct uses.
+CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "horizontal-pod-autoscaler-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+)
+# How often the HPA controller evaluates each HPA (Kubernetes' default is 15 s).
+HPA_SYNC_PERIOD = "1s"
 
 
 class ControlPlaneError(RuntimeError):
@@ -94,9 +111,9 @@ def _die_with_parent() -> None:
 
 
 class _Process:
-    def __init__(self, argv: Sequence[str], log: Path) -> None:
+    def __init__(self, argv: Sequence[str], log: Path, append: bool = False) -> None:
         self.log = log
-        self._fh = log.open("wb")
+        self._fh = log.open("ab" if append else "wb")
         self.proc = subprocess.Popen(
             list(argv),
             stdout=self._fh,
@@ -145,21 +162,39 @@ class _Clients:
 
 
 class ControlPlane(_Clients):
-    """etcd + kube-apiserver started from the binaries ``build.ensure_built`` provides.
+    """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries.
+
+    ``preapply`` manifests (CRDs, typically) are applied before the controller-manager
+    starts, so its garbage collector watches their kinds from the first second instead of
+    after its next 30 s discovery round. A ``bin_dir`` without ``kube-controller-manager``
+    (e.g. ``KUBEBUILDER_ASSETS`` from setup-envtest) runs without controllers;
+    :attr:`controllers` says which.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, bin_dir: Path | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self, bin_dir: Path | None = None, workdir: Path | None = None, preapply: Sequence[Path] = ()
+    ) -> None:
         self.bin_dir: Path = bin_dir or build.ensure_built()
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-cp-"))
+        self.preapply = tuple(preapply)
         self.pki: Pki | None = None
         self.server = ""
         self.kubeconfig = self.workdir / "admin.kubeconfig"
         self._etcd: _Process | None = None
         self._apiserver: _Process | None = None
+        self._controller_manager: _Process | None = None
+        self.controller_manager_url = ""
+        # Seconds from starting each process until it answered healthy.
+        self.ready_after: dict[str, float] = {}
         self._stopped = False
+
+    @property
+    def controllers(self) -> bool:
+        """Whether a kube-controller-manager runs (garbage collection, namespace deletion, ...)."""
+        return self._controller_manager is not None and self._controller_manager.alive()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -236,13 +271,76 @@ class ControlPlane(_Clients):
             )
         )
         self._wait(self.ready, self._apiserver, "kube-apiserver", deadline)
+        if self.preapply:
+            self._apply_before_controllers()
+        if (self.bin_dir / "kube-controller-manager").is_file():
+            self._start_controller_manager(deadline)
+
+    def _apply_before_controllers(self) -> None:
+        for manifest in self.preapply:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+        crds = self.kubectl("get", "crd", "-o", "name").stdout.split()
+        if crds:
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+
+    def _start_controller_manager(self, deadline: float) -> None:
+        assert self.pki is not None
+        pki = self.pki
+        kubeconfig = self.workdir / "controller-manager.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                _kubeconfig(
+                    self.server,
+                    pki.ca_cert,
+                    {
+                        "client-certificate": str(pki.controller_manager_cert),
+                        "client-key": str(pki.controller_manager_key),
+                    },
+                    "system:kube-controller-manager",
+                )
+            )
+        )
+        port = free_port()
+        self.controller_manager_url = f"https://127.0.0.1:{port}"
+        self._controller_manager = _Process(
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                # Its serving cert is the API server's: same CA, 127.0.0.1 in the SANs.
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                "--leader-elect=false",
+                # Each controller acts as its own ServiceAccount with its bootstrap role.
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
+                # A test session deletes hundreds of namespaces; client-side throttling at the
+                # default 20 qps would leave them Terminating for minutes.
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--v=1",
+            ],
+            self.workdir / "kube-controller-manager.log",
+        )
+        self._wait(
+            lambda: self._http_ok(f"{self.controller_manager_url}/healthz", self._ssl_context()),
+            self._controller_manager,
+            "kube-controller-manager",
+            deadline,
+        )
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
         try:
-            for p in (self._apiserver, self._etcd):
+            for p in (self._controller_manager, self._apiserver, self._etcd):
                 if p is not None:
                     with contextlib.suppress(OSError, subprocess.SubprocessError):
                         p.stop()
@@ -259,7 +357,8 @@ class ControlPlane(_Clients):
 
     @property
     def pids(self) -> list[int]:
-        return [p.proc.pid for p in (self._etcd, self._apiserver) if p is not None and p.alive()]
+        procs = (self._etcd, self._apiserver, self._controller_manager)
+        return [p.proc.pid for p in procs if p is not None and p.alive()]
 
     # -- readiness -------------------------------------------------------------------
 
@@ -284,12 +383,13 @@ class ControlPlane(_Clients):
             data: dict[str, str] = json.load(r)
             return data
 
-    @staticmethod
-    def _wait(check: Any, proc: _Process, what: str, deadline: float) -> None:
+    def _wait(self, check: Any, proc: _Process, what: str, deadline: float) -> None:
+        started = time.monotonic()
         while time.monotonic() < deadline:
             if not proc.alive():
                 raise ControlPlaneError(f"{what} exited with code {proc.proc.returncode}", proc.log)
             if check():
+                self.ready_after[what] = round(time.monotonic() - started, 2)
                 return
             time.sleep(0.1)
         raise ControlPlaneError(f"{what} was not ready in time", proc.log)
@@ -308,6 +408,8 @@ class ExistingCluster(_Clients):
         self.server = cluster["server"]
         bins = os.environ.get("KUBEBUILDER_ASSETS")
         self.bin_dir = Path(bins) if bins else None
+        # A real cluster runs its controller-manager.
+        self.controllers = True
 
     def stop(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -372,8 +474,11 @@ def mint_service_account_kubeconfig(
 
 
 @contextlib.contextmanager
-def cluster_from_env() -> Iterator[Cluster]:
-    """The cluster tests run against: ``TINCT_TEST_KUBECONFIG``, or a fresh control plane."""
+def cluster_from_env(preapply: Sequence[Path] = ()) -> Iterator[Cluster]:
+    """The cluster tests run against: ``TINCT_TEST_KUBECONFIG``, or a fresh control plane.
+
+    ``preapply`` goes to :class:`ControlPlane`; an existing cluster gets nothing applied.
+    """
     existing = os.environ.get("TINCT_TEST_KUBECONFIG")
     if existing:
         ext = ExistingCluster(Path(existing))
@@ -382,5 +487,5 @@ def cluster_from_env() -> Iterator[Cluster]:
         finally:
             ext.stop()
         return
-    with ControlPlane() as cp:
+    with ControlPlane(preapply=preapply) as cp:
         yield cp

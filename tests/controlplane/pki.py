@@ -1,4 +1,4 @@
-"""A throwaway PKI for the test control plane: CA, API server serving cert, admin client cert."""
+"""A throwaway PKI for the test control plane: CA, serving cert, admin and controller-manager client certs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ class Pki:
     serving_key: Path
     admin_cert: Path
     admin_key: Path
+    controller_manager_cert: Path
+    controller_manager_key: Path
     sa_key: Path
     sa_pub: Path
 
@@ -105,6 +107,8 @@ def make_pki(directory: Path) -> Pki:
         serving_key=directory / "apiserver.key",
         admin_cert=directory / "admin.crt",
         admin_key=directory / "admin.key",
+        controller_manager_cert=directory / "controller-manager.crt",
+        controller_manager_key=directory / "controller-manager.key",
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
     )
@@ -118,6 +122,13 @@ def make_pki(directory: Path) -> Pki:
         (p.serving_cert, p.serving_key, _name("kube-apiserver"), True),
         # system:masters is the group RBAC grants everything; only the harness holds it.
         (p.admin_cert, p.admin_key, _name("tinct-test-admin", "system:masters"), False),
+        # The user the bootstrap RBAC policy binds to the system:kube-controller-manager role.
+        (
+            p.controller_manager_cert,
+            p.controller_manager_key,
+            _name("system:kube-controller-manager"),
+            False,
+        ),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
         cert = _issue(subject, key, ca_name, ca_key, server=server)

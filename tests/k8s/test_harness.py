@@ -77,14 +77,14 @@ def test_teardown_leaves_no_process_or_directory_even_when_the_body_fails() -> N
     def body() -> None:
         with cp:
             seen.extend(cp.pids)
-            assert len(seen) == 2
+            assert len(seen) == 3  # etcd, kube-apiserver, kube-controller-manager
             assert all(_running(p) for p in seen)
             assert cp.workdir.is_dir()
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
         body()
-    assert len(seen) == 2
+    assert len(seen) == 3
     assert not any(_running(p) for p in seen)
     assert not cp.workdir.exists()
 
@@ -112,7 +112,7 @@ def test_existing_cluster_is_used_when_named(cluster: Cluster, monkeypatch: pyte
 
 
 def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
-    """SIGKILL skips atexit and finally; etcd and the API server must not outlive it."""
+    """SIGKILL skips atexit and finally; no control-plane process may outlive it."""
     if os.environ.get("TINCT_TEST_KUBECONFIG"):
         pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     pids_file = tmp_path / "pids"
@@ -133,7 +133,7 @@ def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
             time.sleep(0.2)
         *pid_words, workdir = pids_file.read_text().split()
         pids = [int(p) for p in pid_words]
-        assert len(pids) == 2
+        assert len(pids) == 3
         assert all(_running(p) for p in pids)
     finally:
         owner.kill()
@@ -143,4 +143,4 @@ def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
         time.sleep(0.2)
     # Nothing ran the owner's cleanup, so its scratch directory is left; remove it here.
     shutil.rmtree(workdir, ignore_errors=True)
-    assert not any(_running(p) for p in pids), "etcd or kube-apiserver outlived its owner"
+    assert not any(_running(p) for p in pids), "a control-plane process outlived its owner"

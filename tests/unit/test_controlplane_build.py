@@ -1,9 +1,13 @@
-"""The control-plane build: staging replaces match k8s.io/kubernetes' go.mod, cache keys, overrides."""
+"""The control-plane build: staging replaces, per-component cache keys, overrides, one build at a time."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +61,52 @@ def test_cache_dir_follows_environment(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("TINCT_CACHE_DIR", str(tmp_path))
     assert build.bin_dir().is_relative_to(tmp_path / "controlplane")
     assert build.kube_version() in build.bin_dir().parent.name
+
+
+def test_each_component_has_its_own_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    controlplane, helm = build.build_key(), build.TOOLS["helm"].key()
+    prometheus = build.TOOLS["prometheus"]
+    monkeypatch.setitem(build.TOOLS, "prometheus", dataclasses.replace(prometheus, version="v0.316.1"))
+    assert build.TOOLS["prometheus"].key() != prometheus.key()
+    assert build.TOOLS["prometheus"].bin_dir().parent.name.startswith("v0.316.1-")
+    assert build.build_key() == controlplane
+    assert build.TOOLS["helm"].key() == helm
+    # Build tags are an input too.
+    assert dataclasses.replace(prometheus, tags=()).key() != prometheus.key()
+
+
+def test_prometheus_release_from_its_module_version() -> None:
+    assert build._prometheus_release("v0.316.0") == "3.16.0"
+    assert build._prometheus_release("v0.305.2") == "3.5.2"
+    with pytest.raises(ValueError, match=r"not a Prometheus 3\.x module version"):
+        build._prometheus_release("v2.53.0")
+
+
+def test_concurrent_builds_of_one_component_build_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def slow_build(staging: Path, spec: dict[str, str]) -> None:
+        calls.append(spec["tool"])
+        time.sleep(0.5)
+        (staging / "fake").write_text("binary")
+
+    monkeypatch.setitem(build._BUILDERS, "fake", slow_build)
+    target = tmp_path / "fake" / "v1-key" / "bin"
+    spec = {"kind": "fake", "tool": "fake"}
+    results: list[Path] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(build._build_into(target, ("fake",), "fake", False, spec))
+        )
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["fake"]
+    assert results == [target, target]
+    assert (target / "fake").read_text() == "binary"
+    assert json.loads((target / "BUILD.json").read_text())["tool"] == "fake"

@@ -1,0 +1,220 @@
+"""A real Prometheus server for tests: file-discovered targets, 1 s scrape and evaluation.
+
+The binary comes from ``build.ensure_prometheus`` (built from the Go module). A test
+points it at routers with :meth:`Prometheus.set_targets`, which rewrites the file_sd file
+Prometheus watches, and reads results with :meth:`Prometheus.query`. :meth:`stop` and
+:meth:`start` keep the port and the data directory, so a test can simulate an outage and
+a recovery of the same server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from controlplane.harness import ControlPlaneError, _Process, free_port
+
+JOB = "tinct"
+
+
+class Prometheus:
+    """One Prometheus process on ``127.0.0.1:<port>``; a context manager as well."""
+
+    def __init__(
+        self,
+        binary: Path,
+        workdir: Path | None = None,
+        *,
+        scrape_interval: str = "1s",
+        evaluation_interval: str = "1s",
+    ) -> None:
+        self.binary = binary
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-prom-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.targets_file = self.workdir / "targets.json"
+        self.config_file = self.workdir / "prometheus.yml"
+        self.data_dir = self.workdir / "data"
+        self.log = self.workdir / "prometheus.log"
+        self._proc: _Process | None = None
+        self._closed = False
+        # No retries: a test asking a stopped server wants the refusal now, not after backoff.
+        self._client = PrometheusConnect(url=self.url, disable_ssl=True, retry=Retry(total=0), timeout=10)
+        self.set_targets([])
+        self.config_file.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {
+                        "scrape_interval": scrape_interval,
+                        "scrape_timeout": scrape_interval,
+                        "evaluation_interval": evaluation_interval,
+                    },
+                    "scrape_configs": [
+                        {
+                            "job_name": JOB,
+                            # The file is watched (inotify); the refresh is a fallback.
+                            "file_sd_configs": [
+                                {"files": [str(self.targets_file)], "refresh_interval": "1s"}
+                            ],
+                        }
+                    ],
+                }
+            )
+        )
+
+    # -- targets ---------------------------------------------------------------------
+
+    def set_targets(
+        self,
+        targets: Sequence[str],
+        labels: Mapping[str, str] | None = None,
+        *,
+        wait: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Scrape exactly ``targets`` (``host:port``) from now on, each with ``labels``.
+
+        The file is replaced atomically, so Prometheus never reads half of it. Prometheus
+        passes discovery changes on at most every 5 s, so the change takes effect within
+        a few seconds; ``wait=True`` returns only once every target was scraped and is up.
+        """
+        for t in targets:
+            host, sep, port = t.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"a target is host:port, got {t!r}")
+        groups = [{"targets": list(targets), "labels": dict(labels or {})}] if targets else []
+        tmp = self.targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(groups))
+        os.replace(tmp, self.targets_file)
+        if wait:
+            self.wait_for_targets(targets, timeout)
+
+    def wait_for_targets(self, targets: Sequence[str], timeout: float = 30.0) -> None:
+        """Return when each of ``targets`` is an active target that was scraped and is up."""
+        deadline = time.monotonic() + timeout
+        seen: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            seen = self.active_targets()
+            up = {t["labels"].get("instance") for t in seen if t.get("health") == "up"}
+            if set(targets) <= up:
+                return
+            time.sleep(0.2)
+        state = [(t["labels"].get("instance"), t.get("health"), t.get("lastError")) for t in seen]
+        raise AssertionError(f"targets {list(targets)} not all up within {timeout}s: {state}")
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> Prometheus:
+        """Start (or restart) on the same port with the same data; return when ready."""
+        if self._closed:
+            raise RuntimeError("this Prometheus was closed; create a new one")
+        if self.alive():
+            return self
+        atexit.register(self.close)
+        self._proc = _Process(
+            [
+                str(self.binary),
+                f"--config.file={self.config_file}",
+                f"--storage.tsdb.path={self.data_dir}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=2h",
+                # Apply discovered target changes within 1 s of discovery passing them on
+                # (default 5 s), so set_targets takes effect in seconds.
+                "--scrape.discovery-reload-interval=1s",
+                "--log.level=warn",
+            ],
+            self.log,
+            append=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._proc.alive():
+                raise ControlPlaneError(f"prometheus exited with code {self._proc.proc.returncode}", self.log)
+            if self.ready():
+                return self
+            time.sleep(0.1)
+        raise ControlPlaneError("prometheus was not ready in time", self.log)
+
+    def stop(self) -> None:
+        """Stop the process; the port and the data stay for :meth:`start`."""
+        if self._proc is not None:
+            self._proc.stop()
+            self._proc = None
+
+    def close(self) -> None:
+        """Stop for good and remove the working directory if this object made it."""
+        self._closed = True
+        try:
+            self.stop()
+        finally:
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            atexit.unregister(self.close)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.proc.pid if self._proc is not None and self._proc.alive() else None
+
+    def __enter__(self) -> Prometheus:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query through the HTTP API: the ``data.result`` list.
+
+        Raises ``requests.ConnectionError`` at once when Prometheus is down, and
+        ``PrometheusApiClientException`` when it rejects the query.
+        """
+        result: list[dict[str, Any]] = self._client.custom_query(query=promql)
+        return result
+
+    def wait_for(self, promql: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Poll ``promql`` until it returns a non-empty result; fail with the last answer."""
+        deadline = time.monotonic() + timeout
+        last: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            last = self.query(promql)
+            if last:
+                return last
+            time.sleep(0.2)
+        raise AssertionError(
+            f"{promql!r} returned nothing within {timeout}s; targets: {self.active_targets()}"
+        )
+
+    def active_targets(self) -> list[dict[str, Any]]:
+        """The scrape targets with their health and last error, from ``/api/v1/targets``."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=active", timeout=5) as r:
+            targets: list[dict[str, Any]] = json.load(r)["data"]["activeTargets"]
+            return targets
+
+
+__all__ = ["JOB", "Prometheus"]
