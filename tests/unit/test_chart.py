@@ -99,6 +99,8 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
     assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in op["ports"]
     assert not any(a.startswith("--namespace") for a in op["args"]), "cluster scope watches every namespace"
     assert op["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert one(docs, "Deployment", "t-tinct-operator")["spec"]["replicas"] == 1, "one Pod on the RWO volume"
+    assert one(docs, "Deployment", "t-tinct-operator")["spec"]["strategy"] == {"type": "Recreate"}
     spec = one(docs, "Deployment", "t-tinct-operator")["spec"]["template"]["spec"]
     lineage = next(v for v in spec["volumes"] if v["name"] == "lineage")
     assert lineage["persistentVolumeClaim"]["claimName"] == "t-tinct-lineage"
@@ -206,6 +208,8 @@ def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> Non
     )
     assert not by_kind(docs, "PersistentVolumeClaim"), "no lineage PVC with an object-store URI"
     dep = one(docs, "Deployment", "t-tinct-operator")
+    assert dep["spec"]["replicas"] == 2, "a standby replica when nothing ties the operator to a node"
+    assert "strategy" not in dep["spec"]
     c = container(dep)
     assert "--lineage-root=s3://lineage/tinct" in c["args"]
     assert "--s3-endpoint=http://minio.storage:9000" in c["args"]
