@@ -86,7 +86,13 @@ def _operator_process(
     kubeconfig: Path, lineage: Path, log: Path, *args: str, peering: str = "tinct"
 ) -> Iterator[None]:
     """``tinct operator`` as the chart runs it, acting as the chart's operator ServiceAccount."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "TINCT_PROGRESS_INTERVAL": "0.5"}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "TINCT_PROGRESS_INTERVAL": "0.5",
+        # What the chart's artifactRoots set: file:// artifacts are read only below these.
+        "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
+    }
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [

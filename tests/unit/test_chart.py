@@ -215,7 +215,7 @@ def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> Non
     assert "--s3-endpoint=http://minio.storage:9000" in c["args"]
     assert c["envFrom"] == [{"secretRef": {"name": "lineage-s3"}}]
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["TINCT_ARTIFACT_ROOTS"] == "/models,/ckpt"
+    assert env["TINCT_ARTIFACT_ROOTS"] == "/models:/ckpt"
     assert env["TINCT_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/models"]["readOnly"] is True
