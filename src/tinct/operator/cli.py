@@ -34,9 +34,17 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             config, storage=dataclasses.replace(config.storage, s3_endpoint=args.s3_endpoint)
         )
+    namespaces = args.namespace or []
+    if config.peering:
+        from tinct.operator.peering import PeeringError, ensure_peering
+
+        try:
+            ensure_peering(config.peering, namespaces)
+        except PeeringError as exc:
+            print(f"tinct operator: {exc}", file=sys.stderr)
+            return 2
     for module in HANDLER_MODULES:
         importlib.import_module(module)
-    namespaces = args.namespace or []
     kopf.run(
         standalone=config.peering is None,
         peering_name=config.peering,

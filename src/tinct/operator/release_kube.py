@@ -7,7 +7,6 @@ reads comes from kopf's indices. Children are server-side applied under the fiel
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -29,13 +28,9 @@ class ReleaseKube:
     def _api(self) -> Any:
         with self._lock:
             if self._client is None:
-                from kubernetes import client, config
+                from tinct.kubeconfig import api_client
 
-                try:
-                    config.load_incluster_config()  # type: ignore[no-untyped-call]
-                except config.ConfigException:
-                    config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
-                self._client = client.ApiClient()
+                self._client = api_client()
             return self._client
 
     def _core(self) -> Any:

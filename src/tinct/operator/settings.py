@@ -131,4 +131,5 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     if config.peering:
         settings.peering.name = config.peering
         settings.peering.mandatory = True
-        settings.peering.clusterwide = False
+        # Cluster-wide or namespaced peering follows the serving mode kopf.run set:
+        # a ClusterKopfPeering for the whole cluster, a KopfPeering per served namespace.

@@ -13,8 +13,8 @@ from GitOps or kubectl::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import sys
 import time
 import uuid
@@ -22,23 +22,25 @@ from typing import Any
 
 __all__ = ["register"]
 
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _VERBS = ("status", "pause", "resume", "promote", "abort", "retry")
 
 
 def _clients(kubeconfig: str | None) -> tuple[Any, str]:
+    """The API (through :mod:`tinct.kubeconfig`) and the namespace of the chosen context."""
     from kubernetes import client, config
 
+    from tinct.kubeconfig import api_client, choose
+
+    access = choose(kubeconfig)
     namespace = "default"
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as fh:
+    if access.in_cluster:
+        with contextlib.suppress(OSError), open(_SA_NAMESPACE) as fh:
             namespace = fh.read().strip() or namespace
-    except (config.ConfigException, OSError):
-        path = kubeconfig or os.environ.get("KUBECONFIG")
-        config.load_kube_config(config_file=path)  # type: ignore[no-untyped-call]
-        _, active = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+    else:
+        _, active = config.list_kube_config_contexts(config_file=access.kubeconfig)  # type: ignore[no-untyped-call]
         namespace = (active or {}).get("context", {}).get("namespace") or namespace
-    return client.CustomObjectsApi(), namespace
+    return client.CustomObjectsApi(api_client(kubeconfig)), namespace
 
 
 def _get(api: Any, ns: str, name: str) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""charts/tinct through the real helm: rendering with values, picking documents out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.helm import Helm
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "tinct"
+
+
+def sets(values: dict[str, Any] | None) -> list[str]:
+    """``--set-json`` arguments for a flat mapping of dotted keys to values."""
+    out: list[str] = []
+    for key, value in (values or {}).items():
+        out += ["--set-json", f"{key}={json.dumps(value)}"]
+    return out
+
+
+def template(
+    helm: Helm, values: dict[str, Any] | None = None, *extra: str, namespace: str = "tinct"
+) -> list[dict[str, Any]]:
+    """The documents ``helm template`` renders, parsed."""
+    out = helm("template", "t", str(CHART), "--namespace", namespace, *sets(values), *extra).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: Sequence[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: Sequence[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = c
+    return result

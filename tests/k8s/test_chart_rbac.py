@@ -1,0 +1,342 @@
+"""The chart's RBAC, proven: the operator and the router run with the tokens of the
+ServiceAccounts the chart creates, do their whole job, and are refused everything else.
+
+The harness mints a kubeconfig per ServiceAccount through the TokenRequest API (the way a
+kubelet gets a Pod's token), so every request below is authorized by exactly the Roles and
+ClusterRoles `helm install` created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from chart_helpers import CHART
+from controlplane.harness import Cluster
+from controlplane.helm import Helm
+from lineage_artifacts import make_onnx, make_ptx, sha256_file
+from router_fakes import FakeScheduler, running_router, table
+from tinct.api.routing import DATA_KEY, routing_configmap
+from tinct.router.app import RouterConfig
+from tinct.router.watch import EVENT_REASON
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+WAIT = 120.0  # an upper bound, never a measured figure
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT, log: Path | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            tail = log.read_text()[-4000:] if log and log.exists() else ""
+            raise AssertionError(f"gave up waiting for {what}\n{tail}")
+        time.sleep(0.2)
+
+
+def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
+    if proc.returncode != 0:
+        return None
+    obj: dict[str, Any] = json.loads(proc.stdout)
+    return obj
+
+
+def _refused(cluster: Cluster, kubeconfig: Path, *args: str) -> str:
+    """Run kubectl as the ServiceAccount and require the API server to refuse it."""
+    proc = cluster.kubectl(*args, kubeconfig=kubeconfig, check=False)
+    assert proc.returncode != 0, f"kubectl {' '.join(args)} was allowed:\n{proc.stdout}"
+    assert "Forbidden" in proc.stderr or "forbidden" in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def _allowed(cluster: Cluster, kubeconfig: Path, *args: str) -> str:
+    proc = cluster.kubectl(*args, kubeconfig=kubeconfig, check=False)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)} was refused:\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture
+def other_namespace(cluster: Cluster, namespace: str) -> Iterator[str]:
+    name = f"other-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("create", "configmap", "elsewhere", "-n", name, "--from-literal=k=v")
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@contextmanager
+def _operator_process(
+    kubeconfig: Path, lineage: Path, log: Path, *args: str, peering: str = "tinct"
+) -> Iterator[None]:
+    """``tinct operator`` as the chart runs it, acting as the chart's operator ServiceAccount."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "TINCT_PROGRESS_INTERVAL": "0.5",
+        # What the chart's artifactRoots set: file:// artifacts are read only below these.
+        "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tinct.cli",
+                "operator",
+                f"--peering={peering}",
+                f"--lineage-root={lineage}",
+                *args,
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield
+            assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-4000:]}"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _modelversion(name: str, tmp: Path) -> tuple[dict[str, Any], Path]:
+    onnx = make_onnx(tmp / f"{name}.onnx")
+    ptx = make_ptx(tmp / f"{name}.ptx")
+    doc = {
+        "apiVersion": "tinct.io/v1alpha1",
+        "kind": "ModelVersion",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "llama3-8b",
+            "version": "1.0.0",
+            "artifacts": [{"format": "onnx", "uri": onnx.as_uri()}, {"format": "ptx", "uri": ptx.as_uri()}],
+        },
+    }
+    return doc, onnx
+
+
+def _ready(cluster: Cluster, namespace: str, name: str, log: Path) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = _json(cluster.kubectl("get", "modelversion", name, "-n", namespace, "-o", "json", check=False))
+        phase = ((obj or {}).get("status") or {}).get("phase")
+        return obj if phase in ("Ready", "Failed") else None
+
+    obj: dict[str, Any] = _wait(f"{namespace}/{name} Ready", check, log=log)
+    assert obj["status"]["phase"] == "Ready", obj["status"]
+    return obj
+
+
+def _refusals_common(cluster: Cluster, kc: Path, namespace: str) -> None:
+    _refused(cluster, kc, "get", "secrets", "-n", namespace)
+    _refused(cluster, kc, "get", "secret", "any", "-n", namespace)
+    _refused(cluster, kc, "delete", "crd", "modelversions.tinct.io", "--dry-run=server")
+    _refused(cluster, kc, "create", "clusterrolebinding", "x", "--clusterrole=cluster-admin", "--user=me")
+    _refused(cluster, kc, "delete", "deployment", "any", "-n", namespace, "--dry-run=server")
+
+
+async def test_namespaced_identities_do_their_job_and_nothing_else(
+    helm: Helm,
+    cluster: Cluster,
+    namespace: str,
+    other_namespace: str,
+    tmp_path: Path,
+    backends: tuple[FakeScheduler, FakeScheduler],
+) -> None:
+    rel = f"rbac-{namespace[-6:]}"
+    helm(
+        "install",
+        rel,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        "scope=namespaced",
+        "--set-json",
+        f'watchNamespaces=["{namespace}"]',
+    )
+    op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
+    rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
+
+    # The operator: peering on, as the chart's Deployment runs it; a ModelVersion to Ready.
+    log = tmp_path / "operator.log"
+    doc, onnx = _modelversion("llama-1-0-0", tmp_path)
+    with _operator_process(op_kc, tmp_path / "lineage", log, f"--namespace={namespace}"):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+        obj = _ready(cluster, namespace, "llama-1-0-0", log)
+        assert obj["status"]["digests"]["onnx"] == sha256_file(onnx)
+        assert "tinct.io/finalizer" in obj["metadata"]["finalizers"]
+        peering = _json(cluster.kubectl("get", "kopfpeering", "tinct", "-n", namespace, "-o", "json"))
+        assert (peering or {}).get("status"), "the replica announced itself in the peering"
+        events = _json(
+            cluster.kubectl(
+                "get", "events", "-n", namespace, "--field-selector", "reason=Verified", "-o", "json"
+            )
+        )
+        assert (events or {}).get("items"), "the operator posted its Event"
+
+        # Out of scope: the same kind in another namespace is neither seen nor touched.
+        cluster.kubectl("apply", "-n", other_namespace, "-f", "-", input=json.dumps(doc))
+        time.sleep(3)
+        stray = _json(cluster.kubectl("get", "mv", "llama-1-0-0", "-n", other_namespace, "-o", "json"))
+        assert stray is not None
+        assert not stray.get("status"), "the operator acted outside its namespace"
+    text = log.read_text()
+    assert "Traceback" not in text, text[-4000:]
+    assert "Not enough permissions" not in text, "kopf lacked a permission it looks for"
+    assert "APIForbiddenError" not in text, text[-4000:]
+
+    _refusals_common(cluster, op_kc, namespace)
+    _refused(cluster, op_kc, "get", "modelversions", "-n", other_namespace)
+    _refused(cluster, op_kc, "get", "configmaps", "-n", other_namespace)
+    _refused(cluster, op_kc, "get", "namespace", namespace)  # may list them, never read one
+    _refused(cluster, op_kc, "delete", "namespace", other_namespace, "--dry-run=server")
+    _refused(cluster, op_kc, "delete", "modelversion", "llama-1-0-0", "-n", namespace, "--dry-run=server")
+    _refused(cluster, op_kc, "scale", "deployment", f"{rel}-tinct-router", "-n", namespace, "--replicas=5")
+
+    # The router: follows routing tables in its namespace, reports a bad one with an Event.
+    v1, v2 = backends
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=rt_kc)
+    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
+        holder = app.state.holder
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+        async def side() -> str:
+            async with http.post(
+                f"{base}/v1/chat/completions", json=body, headers={"X-Session-Id": "s"}
+            ) as r:
+                assert r.status == 200
+                return r.headers["X-Scheduler-Active"]
+
+        def publish(cm: dict[str, Any]) -> None:
+            cm["metadata"]["namespace"] = namespace
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
+
+        publish(routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
+        await _async_wait(lambda: holder.current is not None and holder.current.version == 1, "table 1")
+        assert await side() == "v1"
+        publish(routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
+        await _async_wait(lambda: holder.current is not None and holder.current.version == 2, "table 2")
+        assert await side() == "v2"
+        bad = routing_configmap(table(v1.url, v2.url, version=3))
+        bad["data"][DATA_KEY] = "{not json"
+        publish(bad)
+
+        def event_posted() -> bool:
+            out = cluster.kubectl(
+                "get", "events", "-n", namespace, "--field-selector", f"reason={EVENT_REASON}", "-o", "json"
+            ).stdout
+            return bool(json.loads(out)["items"])
+
+        await _async_wait(event_posted, "the router's InvalidRoutingTable Event")
+        assert holder.current is not None
+        assert holder.current.version == 2
+
+    _refusals_common(cluster, rt_kc, namespace)
+    _refused(cluster, rt_kc, "get", "configmaps", "-n", other_namespace)
+    _refused(cluster, rt_kc, "create", "configmap", "forged", "-n", namespace, "--from-literal=k=v")
+    _refused(cluster, rt_kc, "patch", "configmap", "tinct-routing-chat", "-n", namespace, "-p", "{}")
+    _refused(cluster, rt_kc, "get", "modelversions", "-n", namespace)
+    _allowed(cluster, rt_kc, "get", "configmaps", "-n", namespace)
+
+
+async def _async_wait(check: Callable[[], Any], what: str) -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_cluster_wide_operator_does_its_job_and_nothing_else(
+    helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    rel = f"cw-{namespace[-6:]}"
+    helm("install", rel, str(CHART), "--namespace", namespace, "--set", "router.enabled=false")
+    op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
+    log = tmp_path / "operator.log"
+    doc, _ = _modelversion("cw-1-0-0", tmp_path)
+    # A ClusterKopfPeering of its own keeps this operator apart from any other in the cluster.
+    peering = f"tinct-{namespace[-6:]}"
+    with _operator_process(op_kc, tmp_path / "lineage", log, peering=peering):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+        _ready(cluster, namespace, "cw-1-0-0", log)
+        cp = _json(cluster.kubectl("get", "clusterkopfpeering", peering, "-o", "json"))
+        assert (cp or {}).get("status"), "the replica announced itself cluster-wide"
+    text = log.read_text()
+    assert "Traceback" not in text, text[-4000:]
+    assert "Not enough permissions" not in text, "kopf lacked a permission it looks for"
+
+    _refusals_common(cluster, op_kc, namespace)
+    _allowed(cluster, op_kc, "get", "modelversions", "--all-namespaces")
+    _refused(cluster, op_kc, "get", "secrets", "--all-namespaces")
+    _refused(cluster, op_kc, "delete", "namespace", namespace, "--dry-run=server")
+    _refused(cluster, op_kc, "patch", "crd", "modelversions.tinct.io", "-p", "{}")
+    helm("uninstall", rel, "--namespace", namespace)
+
+
+def test_grayrelease_steps_to_promoted_with_the_chart_identity(
+    helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    from release_cluster import apply, backends, example, get, history, wait_release
+
+    rel = f"gr-{namespace[-6:]}"
+    helm(
+        "install",
+        rel,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        "scope=namespaced",
+        "--set-json",
+        f'watchNamespaces=["{namespace}"]',
+        "--set",
+        "router.enabled=false",
+    )
+    op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
+    log, lineage = tmp_path / "operator.log", tmp_path / "lineage"
+    backends(cluster, namespace, tmp_path)
+    no_metrics = {"interval": "2s", "prometheus": {"url": "http://127.0.0.1:9"}, "metrics": []}
+    with _operator_process(op_kc, lineage, log, f"--namespace={namespace}", "--release-tick=0.5"):
+        apply(cluster, namespace, example(analysis=no_metrics))
+        st = wait_release(cluster, namespace, lambda s: s.get("phase") == "Promoted", "Promoted")
+        table = get(cluster, namespace, "configmap", "tinct-routing-chat")
+        hpas = {
+            side: get(cluster, namespace, "hpa", f"tinct-chat-{side}") for side in ("stable", "candidate")
+        }
+    text = log.read_text()
+    assert "Traceback" not in text, text[-4000:]
+    assert "APIForbiddenError" not in text, text[-4000:]
+    assert st["step"] == 3
+    assert table is not None
+    assert json.loads(table["data"][DATA_KEY])["state"] == "Promoted"
+    assert all(hpas.values()), "an HPA per backend, applied with the chart's verbs"
+    steps = [(r["state"], r["step"]) for r in history(lineage)]
+    assert ("Promoted", 3) in steps
+    # What the controller reads it may not change.
+    _refused(cluster, op_kc, "scale", "deployment", "sched-v2", "-n", namespace, "--replicas=3")
+    _refused(cluster, op_kc, "delete", "hpa", "tinct-chat-candidate", "-n", namespace, "--dry-run=server")

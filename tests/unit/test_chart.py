@@ -1,0 +1,313 @@
+"""charts/tinct with the real helm: lint, render, RBAC shape, security, schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from chart_helpers import CHART, by_kind, container, one, sets, template
+from conftest import CRDS
+from controlplane.helm import Helm
+
+
+@pytest.fixture(scope="module")
+def helm(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm for rendering only: no cluster, a private home."""
+    return Helm(helm_bin, tmp_path_factory.mktemp("helm-home"))
+
+
+NAMESPACED = {"scope": "namespaced", "watchNamespaces": ["llm", "llm-canary"]}
+
+#: What each identity may do, exactly: (apiGroup, resource) -> verbs.
+OPERATOR_NAMESPACED = {
+    ("", "events"): {"create"},
+    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch", "create"},
+    ("tinct.io", "modelversions"): {"get", "list", "watch", "patch"},
+    ("tinct.io", "grayreleases"): {"get", "list", "watch", "patch"},
+    ("tinct.io", "modelversions/status"): {"get", "patch"},
+    ("tinct.io", "grayreleases/status"): {"get", "patch"},
+    ("tinct.io", "modelversions/finalizers"): {"update"},
+    ("tinct.io", "grayreleases/finalizers"): {"update"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "create", "patch"},
+    ("", "services"): {"get", "list", "watch"},
+    ("apps", "deployments"): {"get", "list", "watch"},
+}
+DISCOVERY = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
+}
+OPERATOR_CLUSTER = {
+    **{k: v for k, v in OPERATOR_NAMESPACED.items() if k[1] != "kopfpeerings"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
+    **DISCOVERY,
+}
+ROUTER = {("", "configmaps"): {"get", "list", "watch"}, ("", "events"): {"create"}}
+
+
+def _grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert not rule.get("resourceNames"), rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
+def test_lint_is_clean_in_strict_mode(helm: Helm, values: dict[str, Any]) -> None:
+    out = helm("lint", "--strict", str(CHART), *sets(values))
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout, out.stdout
+    assert "[WARNING]" not in out.stdout, out.stdout
+    assert "[ERROR]" not in out.stdout, out.stdout
+
+
+def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
+    docs = template(helm)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRoleBinding",
+            "Deployment",
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "PersistentVolumeClaim",
+            "PodDisruptionBudget",
+            "Service",
+            "ServiceAccount",
+            "ServiceAccount",
+        ]
+    ), "ServiceMonitor, NetworkPolicy and templated CRDs are off by default"
+    assert _grants(one(docs, "ClusterRole", "t-tinct-operator")) == OPERATOR_CLUSTER
+    assert _grants(one(docs, "ClusterRole", "t-tinct-router")) == ROUTER
+    binding = one(docs, "ClusterRoleBinding", "t-tinct-operator")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "t-tinct-operator", "namespace": "tinct"}
+    ]
+
+    op = container(one(docs, "Deployment", "t-tinct-operator"))
+    assert op["args"][:3] == ["operator", "--peering=tinct", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert "--lineage-root=/var/lib/tinct/lineage" in op["args"]
+    assert "--metrics-port=9100" in op["args"]
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in op["ports"]
+    assert not any(a.startswith("--namespace") for a in op["args"]), "cluster scope watches every namespace"
+    assert op["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert one(docs, "Deployment", "t-tinct-operator")["spec"]["replicas"] == 1, "one Pod on the RWO volume"
+    assert one(docs, "Deployment", "t-tinct-operator")["spec"]["strategy"] == {"type": "Recreate"}
+    spec = one(docs, "Deployment", "t-tinct-operator")["spec"]["template"]["spec"]
+    lineage = next(v for v in spec["volumes"] if v["name"] == "lineage")
+    assert lineage["persistentVolumeClaim"]["claimName"] == "t-tinct-lineage"
+    pvc = one(docs, "PersistentVolumeClaim", "t-tinct-lineage")
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+    router = one(docs, "Deployment", "t-tinct-router")
+    assert "replicas" not in router["spec"], "the HPA owns the replica count"
+    rc = container(router)
+    assert rc["args"][:3] == ["router", "--watch", "--selector=tinct.io/routing-table=true"]
+    assert rc["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    hpa = one(docs, "HorizontalPodAutoscaler", "t-tinct-router")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "t-tinct-router"
+    pdb = one(docs, "PodDisruptionBudget", "t-tinct-router")
+    assert pdb["spec"]["selector"]["matchLabels"] == router["spec"]["selector"]["matchLabels"]
+    svc = one(docs, "Service", "t-tinct-router")
+    assert svc["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+
+
+def test_namespaced_mode_binds_roles_in_each_watched_namespace_only(helm: Helm) -> None:
+    docs = template(helm, NAMESPACED)
+    (discovery,) = by_kind(docs, "ClusterRole")
+    assert discovery["metadata"]["name"] == "t-tinct-operator-discovery"
+    assert _grants(discovery) == DISCOVERY, "cluster-wide: only reading CRDs and the namespace list"
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "t-tinct-operator", "namespace": "tinct"}
+    ]
+    strict = template(helm, {**NAMESPACED, "rbac.clusterDiscovery": False})
+    assert not by_kind(strict, "ClusterRole")
+    assert not by_kind(strict, "ClusterRoleBinding")
+    roles = by_kind(docs, "Role")
+    ops = [r for r in roles if r["metadata"]["name"] == "t-tinct-operator"]
+    assert sorted(r["metadata"]["namespace"] for r in ops) == ["llm", "llm-canary"]
+    for role in ops:
+        assert _grants(role) == OPERATOR_NAMESPACED
+    (router_role,) = [r for r in roles if r["metadata"]["name"] == "t-tinct-router"]
+    assert router_role["metadata"]["namespace"] == "llm"
+    assert _grants(router_role) == ROUTER
+    for binding in by_kind(docs, "RoleBinding"):
+        (subject,) = binding["subjects"]
+        assert subject["namespace"] == "tinct", "the ServiceAccounts live in the release namespace"
+    op = container(one(docs, "Deployment", "t-tinct-operator"))
+    assert [a for a in op["args"] if a.startswith("--namespace")] == [
+        "--namespace=llm",
+        "--namespace=llm-canary",
+    ]
+    assert "--namespace=llm" in container(one(docs, "Deployment", "t-tinct-router"))["args"]
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
+def test_no_wildcard_anywhere_in_rbac(helm: Helm, values: dict[str, Any]) -> None:
+    docs = template(helm, values)
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert all("*" not in item for item in rule[field]), f"{role['metadata']['name']}: {rule}"
+            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "patch", "update"}, rule
+        assert "secrets" not in {r for rule in role["rules"] for r in rule["resources"]}
+
+
+def test_rbac_template_groups_rules_under_framework_and_application() -> None:
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    body = helpers.split('define "tinct.operator.rules"')[1].split("{{- end }}\n\n")[0]
+    comments = [line.strip() for line in body.splitlines() if line.strip().startswith("#")]
+    assert comments
+    assert all(c.startswith(("# framework:", "# application:")) for c in comments), comments
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
+def test_every_pod_runs_restricted(helm: Helm, values: dict[str, Any]) -> None:
+    for dep in by_kind(template(helm, values), "Deployment"):
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        c = container(dep)
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert c["resources"]["requests"]["cpu"]
+        assert c["resources"]["limits"]["memory"]
+        assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], "a writable /tmp"
+
+
+def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> None:
+    docs = template(
+        helm,
+        {
+            "operator.lineage.uri": "s3://lineage/tinct",
+            "operator.lineage.s3Endpoint": "http://minio.storage:9000",
+            "operator.lineage.credentialsSecret": "lineage-s3",
+            "operator.prometheus.url": "http://prometheus.monitoring:9090",
+            "operator.artifactRoots": [
+                {
+                    "name": "models",
+                    "mountPath": "/models",
+                    "volume": {"persistentVolumeClaim": {"claimName": "m"}},
+                },
+                {"name": "ckpt", "mountPath": "/ckpt", "volume": {"nfs": {"server": "nfs", "path": "/c"}}},
+            ],
+        },
+    )
+    assert not by_kind(docs, "PersistentVolumeClaim"), "no lineage PVC with an object-store URI"
+    dep = one(docs, "Deployment", "t-tinct-operator")
+    assert dep["spec"]["replicas"] == 2, "a standby replica when nothing ties the operator to a node"
+    assert "strategy" not in dep["spec"]
+    c = container(dep)
+    assert "--lineage-root=s3://lineage/tinct" in c["args"]
+    assert "--s3-endpoint=http://minio.storage:9000" in c["args"]
+    assert c["envFrom"] == [{"secretRef": {"name": "lineage-s3"}}]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["TINCT_ARTIFACT_ROOTS"] == "/models:/ckpt"
+    assert env["TINCT_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts["/models"]["readOnly"] is True
+    assert mounts["/ckpt"]["readOnly"] is True
+    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert vols["artifacts-ckpt"]["nfs"] == {"server": "nfs", "path": "/c"}
+    assert "lineage" not in vols
+
+
+def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
+    docs = template(
+        helm,
+        {
+            "serviceMonitor.enabled": True,
+            "serviceMonitor.labels": {"release": "prom"},
+            "networkPolicy.enabled": True,
+            "networkPolicy.routerFrom": [{"namespaceSelector": {"matchLabels": {"gateway": "true"}}}],
+        },
+    )
+    sm = one(docs, "ServiceMonitor", "t-tinct-router")
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    router_np = one(docs, "NetworkPolicy", "t-tinct-router")
+    (rule,) = router_np["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"gateway": "true"}}}]
+    assert one(docs, "NetworkPolicy", "t-tinct-operator")["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:
+    docs = by_kind(template(helm, {"crds.enabled": True}), "CustomResourceDefinition")
+    files = [
+        d for p in sorted((CHART / "crds").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d
+    ]
+    assert sorted(d["metadata"]["name"] for d in docs) == sorted(d["metadata"]["name"] for d in files)
+    assert {"modelversions.tinct.io", "grayreleases.tinct.io", "kopfpeerings.kopf.dev"} <= {
+        d["metadata"]["name"] for d in docs
+    }
+    by_name = {d["metadata"]["name"]: d for d in files}
+    for crd in docs:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert crd["spec"] == by_name[crd["metadata"]["name"]]["spec"], "the same schema as crds/"
+    for generated in CRDS.glob("*.yaml"):
+        assert (CHART / "crds" / generated.name).read_text() == generated.read_text()
+    unkept = by_kind(template(helm, {"crds.enabled": True, "crds.keep": False}), "CustomResourceDefinition")
+    assert all("helm.sh/resource-policy" not in (d["metadata"].get("annotations") or {}) for d in unkept)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"scope": "everywhere"}, "/scope"),
+        ({"operator.replicas": 0}, "/operator/replicas"),
+        ({"operator.lineage.uri": "http://not-an-object-store"}, "/operator/lineage/uri"),
+        ({"operator.securityContext.allowPrivilegeEscalation": True}, "/operator/securityContext"),
+        ({"router.podSecurityContext.runAsNonRoot": False}, "/router/podSecurityContext"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "/watchNamespaces/0"),
+        ({"router.autoscaling.maxReplica": 3}, "maxReplica"),
+    ],
+)
+def test_schema_refuses_bad_values_and_names_them(helm: Helm, values: dict[str, Any], message: str) -> None:
+    proc = helm("template", "t", str(CHART), *sets(values), check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_autoscaling_bounds_are_checked(helm: Helm) -> None:
+    bad = {"router.autoscaling.minReplicas": 5, "router.autoscaling.maxReplicas": 2}
+    proc = helm("template", "t", str(CHART), *sets(bad), check=False)
+    assert proc.returncode != 0
+    assert (
+        "router.autoscaling.minReplicas (5) must not exceed router.autoscaling.maxReplicas (2)" in proc.stderr
+    )
+
+
+def test_every_value_is_commented() -> None:
+    """Each leaf value has a comment right above it, or sits in a block that has one."""
+    stack: list[tuple[int, bool]] = []  # (indent, commented) of the enclosing keys
+    previous = ""
+    for number, line in enumerate((CHART / "values.yaml").read_text().splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            previous = stripped
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        commented = previous.startswith("#") or any(c for _, c in stack)
+        if stripped.endswith(":"):
+            stack.append((indent, commented))
+        else:
+            assert commented, f"values.yaml:{number} has no comment: {line!r}"
+        previous = stripped
