@@ -45,7 +45,12 @@ def test_server_applies_schema_defaults(cluster: Cluster, namespace: str) -> Non
     rc, out = _apply(cluster, namespace, doc)
     assert rc == 0, out
     got = yaml.safe_load(cluster.kubectl("get", "gr", "chat", "-n", namespace, "-o", "yaml").stdout)
-    assert got["spec"]["fallback"] == {"consecutiveFailures": 3, "latencyMs": 800, "cooldownSeconds": 30}
+    assert got["spec"]["fallback"] == {
+        "consecutiveFailures": 3,
+        "latencyMs": 800,
+        "cooldownSeconds": 30,
+        "idleTimeoutMs": 60000,
+    }
     assert got["spec"]["dye"]["latency"] == {
         "header": "X-Latency-Class",
         "values": ["low", "high"],
