@@ -12,6 +12,10 @@ new ``X-Session-Id`` per request, so classification of a real prompt, the sticky
 the candidate choice all run; the candidate is the same nginx under another host name).
 Latency percentiles are reported side by side per run, never subtracted across runs.
 
+A router with 100 routing tables (one model each) against one with a single table, the
+request naming one of the models, shows that picking the table by model costs nothing that
+grows with the number of releases.
+
 Then, in process: the time to classify a 4k-token chat request; through the router, the
 time from sending a streaming request to reading its first SSE chunk (and the same straight
 to the backend); and the median delay of an SSE chunk from the backend's write to the
@@ -184,13 +188,25 @@ def _table(stable: str, candidate: str, weight: float = 0) -> dict[str, Any]:
     return table_doc(stable, candidate, release="bench", cells=[cell], default_weight=weight)
 
 
-def _start_router(tmp: Path, table: dict[str, Any], port: int, procs: list[subprocess.Popen[bytes]]) -> None:
-    f = tmp / f"table-{port}.json"
-    f.write_text(json.dumps(table))
-    argv = [sys.executable, "-m", "tinct.cli", "router", "--table", str(f), "--host", "127.0.0.1"]
+def _start_router(
+    tmp: Path, tables: dict[str, Any] | list[dict[str, Any]], port: int, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    argv = [sys.executable, "-m", "tinct.cli", "router", "--host", "127.0.0.1"]
+    for i, table in enumerate(tables if isinstance(tables, list) else [tables]):
+        f = tmp / f"table-{port}-{i}.json"
+        f.write_text(json.dumps(table))
+        argv += ["--table", str(f)]
     p = subprocess.Popen([*argv, "--port", str(port), "--log-level", "warning"])
     procs.append(p)
     _wait_port(port, p, "tinct router")
+
+
+def _release_tables(stable: str, candidate: str, n: int) -> list[dict[str, Any]]:
+    """``n`` releases, each serving one model ``model-<i>``, all on the same backends."""
+    return [
+        table_doc(stable, candidate, release=f"release-{i}", models=[f"model-{i}"], default_weight=50)
+        for i in range(n)
+    ]
 
 
 def classify_us() -> float:
@@ -370,6 +386,15 @@ def main() -> int:
         ):
             runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
             print(f"{name:>11}: {runs[name]}", file=sys.stderr)
+        # One table vs a hundred: the request's model picks its table among them.
+        one_table, hundred_tables = _port(), _port()
+        _start_router(tmp, _release_tables(stable_url, candidate_url, 100)[57:58], one_table, procs)
+        _start_router(tmp, _release_tables(stable_url, candidate_url, 100), hundred_tables, procs)
+        model_lua = tmp / "model.lua"
+        model_lua.write_text(_lua(REQUEST.replace('"bench"', '"model-57"'), sessions=True))
+        for name, port in (("tables_1", one_table), ("tables_100", hundred_tables)):
+            runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", model_lua, args.duration, args.connections)
+            print(f"{name:>11}: {runs[name]}", file=sys.stderr)
         share = _candidate_share(router50)
         print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
 
@@ -408,6 +433,9 @@ def main() -> int:
             "realistic_nginx_p99_ms": round(rn["p99"], 3),
             "realistic_router_p99_ms": round(rr["p99"], 3),
             "realistic_candidate_share": round(share, 3),
+            "rps_1_table": round(runs["tables_1"]["rps"], 1),
+            "rps_100_tables": round(runs["tables_100"]["rps"], 1),
+            "rps_100_tables_vs_1": round(runs["tables_100"]["rps"] / runs["tables_1"]["rps"], 3),
             "classify_us_4k_tokens": round(us, 2),
             "time_to_first_chunk_ms": round(ttfc["router"], 3),
             "time_to_first_chunk_direct_ms": round(ttfc["direct"], 3),

@@ -236,6 +236,8 @@ class RouterProcess:
     port: int
     base: str
     stderr: bytearray
+    #: Base URL of /metrics, /healthz, /readyz (the proxy's own without --metrics-port).
+    local: str = ""
 
     def rss(self) -> int:
         """Resident memory of the process, in bytes."""
@@ -266,9 +268,13 @@ async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) 
 
 
 @contextlib.asynccontextmanager
-async def router_process(table_file: str, *args: str, wait: float = 60.0) -> AsyncIterator[RouterProcess]:
+async def router_process(
+    table_file: str, *args: str, wait: float = 60.0, metrics_port: int | None = None
+) -> AsyncIterator[RouterProcess]:
     """``tinct router --table FILE`` as a child process on 127.0.0.1, ready; its stderr collected."""
     port = free_port()
+    if metrics_port is not None:
+        args = (*args, "--metrics-port", str(metrics_port))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -292,9 +298,10 @@ async def router_process(table_file: str, *args: str, wait: float = 60.0) -> Asy
 
     reader = asyncio.create_task(collect())
     base = f"http://127.0.0.1:{port}"
+    local = f"http://127.0.0.1:{metrics_port}" if metrics_port is not None else base
     try:
-        await _wait_ready(base, proc, wait)
-        yield RouterProcess(proc, port, base, err)
+        await _wait_ready(local, proc, wait)
+        yield RouterProcess(proc, port, base, err, local)
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -7,7 +7,7 @@ import json
 
 import aiohttp
 
-from router_fakes import FakeScheduler, running_router, table
+from router_fakes import FakeScheduler, free_port, running_router, table
 from tinct.router.config import RouterConfig
 
 WAIT = 30.0  # bound on a socket read; never a measured figure
@@ -279,3 +279,23 @@ async def test_absolute_form_target_is_sent_upstream_in_origin_form(
         assert v1.seen[-1].path == "/v1/models"
         assert v1.seen[-1].headers["Host"] == v1.url.removeprefix("http://")
         writer.close()
+
+
+async def test_metrics_port_serves_metrics_and_health_apart_from_the_proxy_port(
+    v1: FakeScheduler, v2: FakeScheduler
+) -> None:
+    mport = free_port()
+    cfg = RouterConfig(trust_role_from=("127.0.0.1/32",), metrics_port=mport)
+    async with running_router(table(v1.url, v2.url), cfg) as (base, _), aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/v1/chat/completions", data=CHAT) as r:
+            assert r.status == 200
+        # On the proxy port /metrics is a path like any other: stable answers it.
+        async with http.get(f"{base}/metrics") as r:
+            assert (await r.json())["served_by"] == "v1"
+        local = f"http://127.0.0.1:{mport}"
+        async with http.get(f"{local}/metrics") as r:
+            assert "tinct_router_requests_total{" in await r.text()
+        async with http.get(f"{local}/readyz") as r:
+            assert r.status == 200
+        async with http.get(f"{local}/v1/models") as r:
+            assert r.status == 404

@@ -100,6 +100,10 @@ class Router:
         )
         _wire_metrics(self.state)
         self._server: HttpServer | None = None
+        #: Servers of /metrics, /healthz, /readyz apart from the proxy port.
+        self._local: list[HttpServer] = []
+        #: Whether the proxy port answers /metrics, /healthz, /readyz itself.
+        self._local_on_proxy = config.metrics_port is None
         self._pool: UpstreamPool | None = None
         self._sources = contextlib.AsyncExitStack()
 
@@ -141,6 +145,10 @@ class Router:
             body_timeout=cfg.body_timeout,
         )
         await self._server.start(cfg.host, cfg.port)
+        if cfg.metrics_port is not None:
+            local = HttpServer(self.handle_local)
+            await local.start(cfg.host, cfg.metrics_port)
+            self._local.append(local)
 
     async def stop(self) -> None:
         """Drain: not ready, stop listening, let answers in progress finish, close upstreams."""
@@ -148,6 +156,8 @@ class Router:
         st.draining = True
         if self._server is not None:
             await self._server.shutdown(st.config.shutdown_timeout)
+        for local in self._local:
+            await local.shutdown(1.0)
         await self._sources.aclose()
         if self._pool is not None:
             await self._pool.close()
@@ -156,7 +166,7 @@ class Router:
         """Answer one request (the server's handler)."""
         st = self.state
         method = request.method
-        if method == "GET" or method == "HEAD":
+        if (method == "GET" or method == "HEAD") and self._local_on_proxy:
             local = _LOCAL.get(request.path)
             if local is not None:
                 conn.respond(local(st))
@@ -172,6 +182,14 @@ class Router:
             await self._classified(ex, proxy)
         else:
             await proxy.forward(ex)
+
+    async def handle_local(self, request: Request, conn: ServerConnection) -> None:
+        """Answer on the metrics port: ``/metrics``, ``/healthz``, ``/readyz`` only."""
+        local = _LOCAL.get(request.path) if request.method in ("GET", "HEAD") else None
+        if local is None:
+            conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
+        else:
+            conn.respond(local(self.state))
 
     def _refuse(self, ex: Exchange, answer: Answer, *, close: bool = True) -> None:
         """Answer a classified request the router will not pass on, and count it."""

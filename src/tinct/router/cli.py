@@ -23,6 +23,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
     return RouterConfig(
         host=args.host,
         port=args.port,
+        metrics_port=args.metrics_port,
         max_body_bytes=args.max_body_bytes,
         head_timeout=args.head_timeout,
         body_timeout=args.body_timeout,
@@ -92,6 +93,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
     p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_D.metrics_port,
+        help="serve /metrics, /healthz and /readyz on this port instead of the proxy port, where "
+        "those paths then go to stable like any other (default: on the proxy port)",
+    )
     p.add_argument(
         "--max-body-bytes",
         type=int,

@@ -29,6 +29,8 @@ class RouterConfig:
 
     host: str = "0.0.0.0"
     port: int = 8080
+    #: Port of ``/metrics``, ``/healthz`` and ``/readyz``; None: served on ``port`` itself.
+    metrics_port: int | None = None
     #: Largest classified request body; larger ones get a 413.
     max_body_bytes: int = 4 * 1024 * 1024
     #: Connect timeout towards either backend (the candidate also has the table's latencyMs).
