@@ -4,7 +4,8 @@
 #     reinstalled only when pyproject.toml changes;
 #   - kube-apiserver, kube-controller-manager, kubectl and etcd, Prometheus and helm,
 #     built from Go modules into ~/.cache/tinct, each rebuilt only when what it is built
-#     from changes (tests/controlplane/build.py).
+#     from changes (tests/controlplane/build.py);
+#   - a Java runtime for the Spark test when none is on PATH (apt-get, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
   "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[test,fast]"
   echo "$want" > "$stamp"
+fi
+
+# The Spark test reads the lineage tables with Delta's Spark connector, which needs a JVM.
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing a Java runtime for the Spark test (openjdk-17-jre-headless)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "the Spark test needs Java >= 17 on PATH (e.g. apt-get install openjdk-17-jre-headless)" >&2
+  fi
 fi
 
 if ! command -v go >/dev/null 2>&1; then
