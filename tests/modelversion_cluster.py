@@ -40,12 +40,17 @@ def apply(cluster: Cluster, ns: str, doc: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
 
 
-def get(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
-    proc = cluster.kubectl("get", "modelversion", name, "-n", ns, "-o", "json", check=False)
+def get_object(cluster: Cluster, ns: str, kind: str, name: str) -> dict[str, Any] | None:
+    """The object as JSON, or None when it does not exist (or cannot be read)."""
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
     if proc.returncode != 0:
         return None
     obj: dict[str, Any] = json.loads(proc.stdout)
     return obj
+
+
+def get(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
+    return get_object(cluster, ns, "modelversion", name)
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:

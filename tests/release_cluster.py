@@ -4,7 +4,6 @@ running the operator in-process, reading its history."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,33 +16,15 @@ from conftest import EXAMPLES
 from controlplane.environ import patched_environ
 from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx, sha256_file
+from modelversion_cluster import WAIT, wait
+from modelversion_cluster import get_object as get
 from tinct.lineage.sql import query
 
-WAIT = 120.0
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease"]
 
 
 def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-
-
-def get(cluster: Cluster, ns: str, kind: str, name: str) -> dict[str, Any] | None:
-    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
-    if proc.returncode != 0:
-        return None
-    obj: dict[str, Any] = json.loads(proc.stdout)
-    return obj
-
-
-def wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
 
 
 def release_status(cluster: Cluster, ns: str, name: str = "chat") -> dict[str, Any]:

@@ -8,6 +8,7 @@ reads comes from kopf's indices. Children are server-side applied under the fiel
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tinct.api.v1alpha1.common import GROUP, VERSION
@@ -38,9 +39,10 @@ class ReleaseKube:
 
         return client.CoreV1Api(self._api())
 
-    def apply_configmap(self, manifest: dict[str, Any]) -> None:
+    def _apply(self, patch: Callable[..., Any], manifest: dict[str, Any]) -> None:
+        """Server-side apply of ``manifest`` through the API's ``patch_namespaced_*`` call."""
         meta = manifest["metadata"]
-        self._core().patch_namespaced_config_map(
+        patch(
             meta["name"],
             meta["namespace"],
             manifest,
@@ -48,19 +50,14 @@ class ReleaseKube:
             force=True,
             _content_type=_APPLY,
         )
+
+    def apply_configmap(self, manifest: dict[str, Any]) -> None:
+        self._apply(self._core().patch_namespaced_config_map, manifest)
 
     def apply_hpa(self, manifest: dict[str, Any]) -> None:
         from kubernetes import client
 
-        meta = manifest["metadata"]
-        client.AutoscalingV2Api(self._api()).patch_namespaced_horizontal_pod_autoscaler(
-            meta["name"],
-            meta["namespace"],
-            manifest,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=_APPLY,
-        )
+        self._apply(client.AutoscalingV2Api(self._api()).patch_namespaced_horizontal_pod_autoscaler, manifest)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch ``status`` of a GrayRelease; ``None`` values remove fields."""
