@@ -148,14 +148,16 @@ class BackgroundSchedulers:
     """The v1 and v2 stand-ins served from an event loop of their own, for synchronous code
     (the demo, tests that run the router and the operator as processes or threads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, str] = ("v1", "v2")) -> None:
+        """``names``: what the stable and the candidate stand-in call themselves (the
+        ``model`` of their answers), to tell the schedulers of several releases apart."""
         import threading
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.v1: FakeScheduler = self.run(FakeScheduler("v1").start())
-        self.v2: FakeScheduler = self.run(FakeScheduler("v2").start())
+        self.v1: FakeScheduler = self.run(FakeScheduler(names[0]).start())
+        self.v2: FakeScheduler = self.run(FakeScheduler(names[1]).start())
 
     def run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)

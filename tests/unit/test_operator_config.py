@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,33 @@ def test_cluster_access_order(tmp_path: Path) -> None:
         assert not choose().in_cluster
     with patched_environ(KUBECONFIG=""):
         assert choose().kubeconfig == str(Path("~/.kube/config").expanduser())
+
+
+def test_peering_priority_ranks_the_older_replica_first() -> None:
+    from tinct.operator.settings import start_priority
+
+    older, newer = start_priority(1_800_000_000_000_000_000), start_priority(1_800_000_000_000_001_000)
+    assert older == newer + 1  # one microsecond apart
+    assert 0 < newer < older < 2**53  # exact in any JSON reader of the peering object
+    cfg = OperatorConfig.from_env({"TINCT_PEERING_PRIORITY": "7", "TINCT_PEERING_LIFETIME": "5"})
+    assert (cfg.peering_priority, cfg.peering_lifetime) == (7, 5)
+    assert (OperatorConfig().peering_priority, OperatorConfig().peering_lifetime) == (None, 60)
+    with pytest.raises(ValueError, match="peering-lifetime '1': must be at least 3 seconds"):
+        OperatorConfig().with_flags({"peering_lifetime": "1"})
+
+
+def test_replicas_with_the_same_arguments_get_different_priorities() -> None:
+    import kopf
+
+    from tinct.operator.settings import configure
+
+    cfg = OperatorConfig(peering="tinct", peering_lifetime=9)
+    first, second = kopf.OperatorSettings(), kopf.OperatorSettings()
+    configure(first, cfg)
+    time.sleep(0.001)  # two processes never start within the same microsecond
+    configure(second, cfg)
+    assert first.peering.priority > second.peering.priority  # the one started first acts
+    assert (first.peering.name, first.peering.mandatory, first.peering.lifetime) == ("tinct", True, 9)
+    pinned = kopf.OperatorSettings()
+    configure(pinned, OperatorConfig(peering="tinct", peering_priority=100))
+    assert pinned.peering.priority == 100

@@ -6,11 +6,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from release_helpers import DEFAULT, LONG, SHORT, T0, release, step
+from release_helpers import DEFAULT, LONG, SHORT, T0, mv, release, step
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, parse_table
 from tinct.api.v1alpha1.grayrelease import Autoscaling, GrayRelease
 from tinct.operator.autoscaling import STEP_DOWN_INTERVALS, bounds, hpa_name, plan_autoscaling
-from tinct.operator.routing import cells_by_tag, next_table
+from tinct.operator.routing import cells_by_tag, next_table, release_models
 
 
 def started(**spec: Any) -> GrayRelease:
@@ -58,6 +58,39 @@ def test_table_follows_status_and_its_version_only_grows() -> None:
     ahead = json.loads(json.dumps(manifest))
     ahead["metadata"]["annotations"][VERSION_ANNOTATION] = "12"
     assert next_table(later, later.status, ahead)[1] == 13
+
+
+def test_table_names_the_model_of_the_releases_modelversions() -> None:
+    gr = started()
+    assert gr.status is not None
+    both = {"llama3-8b-1-4-0": mv(version="1.4.0"), "llama3-8b-2-0-0": mv(version="1.5.0")}
+    models = release_models(gr, both)
+    assert models == ["llama3-8b"]
+    manifest, version = next_table(gr, gr.status, None, models=models)
+    assert manifest is not None
+    assert parse_table(manifest["data"][DATA_KEY]).models == ["llama3-8b"]
+
+    # The same table without the model is other content: written again, one version on.
+    bare, _ = next_table(gr, gr.status, None)
+    assert bare is not None
+    assert parse_table(bare["data"][DATA_KEY]).models == []
+    assert next_table(gr, gr.status, bare, models=models)[1] == version + 1
+    assert next_table(gr, gr.status, manifest, models=models) == (None, version)
+
+    # Only one ModelVersion known yet: its model; none known: none.
+    candidate_only = {"llama3-8b-1-4-0": None, "llama3-8b-2-0-0": mv(version="1.5.0")}
+    assert release_models(gr, candidate_only) == ["llama3-8b"]
+    assert release_models(gr, {"llama3-8b-1-4-0": None, "llama3-8b-2-0-0": None}) == []
+    assert release_models(gr, {"llama3-8b-1-4-0": {"spec": {}}}) == []
+    # Models that differ (the release cannot proceed, stable serves all): stable's.
+    assert release_models(gr, {**both, "llama3-8b-2-0-0": mv(model="coder-7b")}) == ["llama3-8b"]
+
+    # spec.models, when set, is what the table names.
+    named = started(models=["chat-prod", "chat"])
+    assert named.status is not None
+    listed, _ = next_table(named, named.status, None, models=models)
+    assert listed is not None
+    assert parse_table(listed["data"][DATA_KEY]).models == ["chat-prod", "chat"]
 
 
 def test_backend_url_overrides_the_service_address() -> None:

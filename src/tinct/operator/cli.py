@@ -45,6 +45,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             return 2
     for module in HANDLER_MODULES:
         importlib.import_module(module)
+    # kopf's format at INFO, each object's lines prefixed [namespace/name]: handling, peering
+    # (pausing, resuming) and Events show in the log.
+    kopf.configure(log_prefix=True)
     kopf.run(
         standalone=config.peering is None,
         peering_name=config.peering,
@@ -81,6 +84,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--s3-endpoint", help="S3-compatible endpoint, e.g. http://minio:9000 (TINCT_S3_ENDPOINT)")
     p.add_argument("--peering", help="kopf peering name: enables leader election (TINCT_PEERING)")
+    p.add_argument(
+        "--peering-priority",
+        type=int,
+        help="this replica's peering priority; the highest acts, equal ones all freeze "
+        "(TINCT_PEERING_PRIORITY; default: from the start time, the oldest replica acts)",
+    )
+    p.add_argument(
+        "--peering-lifetime",
+        help="seconds a peer counts as alive after its last keep-alive (TINCT_PEERING_LIFETIME, 60)",
+    )
     p.add_argument(
         "--metrics-port", type=int, help="serve operator metrics on this port (TINCT_METRICS_PORT)"
     )

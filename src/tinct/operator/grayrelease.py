@@ -49,7 +49,7 @@ from tinct.operator.release_state import (
     next_wakeup,
     preconditions,
 )
-from tinct.operator.routing import cells_by_tag, desired_table, next_table, table_version
+from tinct.operator.routing import cells_by_tag, desired_table, next_table, release_models, table_version
 
 __all__ = ["PLURAL", "Runtime", "reconcile"]
 
@@ -204,7 +204,8 @@ async def reconcile(
 
     # The index lags our own writes by a watch event; the table last applied covers the gap.
     cm = _newest(view.configmap, rt.recent((ns, configmap_name(name))))
-    manifest, version = next_table(gr, st, cm, rt.cluster_domain)
+    models = release_models(gr, view.modelversions)
+    manifest, version = next_table(gr, st, cm, rt.cluster_domain, models)
     if manifest is not None:
         await rt.run(rt.kube.apply_configmap, manifest)
         rt.remember((ns, configmap_name(name)), manifest)

@@ -4,10 +4,15 @@ The table version only grows, also across operator restarts: the next version is
 than the largest of the version recorded in status and the one on the ConfigMap in the
 cluster. A table whose content (everything but the version) is already in the ConfigMap is
 not written again, so a reconcile repeated after a crash converges without a new version.
+
+Each table names the OpenAI ``model`` values it serves, so one router can front many
+releases: ``spec.models`` when the GrayRelease lists them, else the ``model`` of its
+ModelVersions (:func:`release_models`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tinct.api.routing import (
@@ -25,7 +30,14 @@ from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.release_state import cell_key
 from tinct.router.table import CompiledTable
 
-__all__ = ["cells_by_tag", "desired_table", "next_table", "owner_reference", "table_version"]
+__all__ = [
+    "cells_by_tag",
+    "desired_table",
+    "next_table",
+    "owner_reference",
+    "release_models",
+    "table_version",
+]
 
 
 def owner_reference(release: GrayRelease) -> dict[str, Any]:
@@ -38,12 +50,38 @@ def owner_reference(release: GrayRelease) -> dict[str, Any]:
     }
 
 
+def release_models(release: GrayRelease, modelversions: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """The ``model`` the release's ModelVersions serve, as found in ``modelversions`` (name ->
+    object, None when missing); empty while neither is known.
+
+    Both share one model (a precondition of the release); should they differ, the release
+    cannot proceed and stable serves everything, so stable's model is the one named.
+    """
+
+    def model(name: str) -> str | None:
+        spec = (modelversions.get(name) or {}).get("spec") or {}
+        found = spec.get("model")
+        return found if isinstance(found, str) and found else None
+
+    spec = release.spec
+    chosen = model(spec.stable.model_version) or model(spec.candidate.model_version)
+    return [chosen] if chosen else []
+
+
 def desired_table(
-    release: GrayRelease, status: GrayReleaseStatus, version: int, cluster_domain: str = "cluster.local"
+    release: GrayRelease,
+    status: GrayReleaseStatus,
+    version: int,
+    cluster_domain: str = "cluster.local",
+    models: Sequence[str] = (),
 ) -> RoutingTable:
-    """The table for ``status``: its phase, its step, and ``status.weights`` per cell."""
+    """The table for ``status``: its phase, its step, and ``status.weights`` per cell.
+
+    ``models``: the model of the release's ModelVersions (:func:`release_models`), the
+    table's model names when ``spec.models`` is empty.
+    """
     table = routing_table_from(
-        release, status.step, status.phase, version=version, cluster_domain=cluster_domain
+        release, status.step, status.phase, version=version, cluster_domain=cluster_domain, models=models
     )
     cells = [
         RoutingCell(match=c.match, weight=status.weights.get(cell_key(c.match), 0.0))
@@ -87,12 +125,13 @@ def next_table(
     status: GrayReleaseStatus,
     configmap: dict[str, Any] | None,
     cluster_domain: str = "cluster.local",
+    models: Sequence[str] = (),
 ) -> tuple[dict[str, Any] | None, int]:
     """The ConfigMap manifest to apply (None if the cluster has this table already) and the
-    table version in force afterwards."""
+    table version in force afterwards; ``models`` as for :func:`desired_table`."""
     found_version, found = table_version(configmap)
     recorded = status.routing.version if status.routing else 0
-    want = desired_table(release, status, 0, cluster_domain)
+    want = desired_table(release, status, 0, cluster_domain, models)
     if found is not None and _content(found) == _content(want):
         return None, found_version
     version = max(found_version, recorded) + 1

@@ -21,7 +21,16 @@ variable                       meaning                                          
 ``TINCT_METRICS_PORT``         port of the operator's Prometheus metrics          ``0`` (not served)
 ``TINCT_RELEASE_TICK``         seconds between GrayRelease precondition checks    ``5``
 ``TINCT_CLUSTER_DOMAIN``       DNS suffix of Services in routing tables           ``cluster.local``
+``TINCT_PEERING_PRIORITY``     this replica's peering priority (highest acts)     from the start time
+``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
 =============================  =================================================  ===========================
+
+**Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
+replicas started with the same arguments must not share one: unless
+``TINCT_PEERING_PRIORITY`` is set, a replica's priority comes from its start time
+(:func:`start_priority`), the oldest replica acts and a newer one stands by. A replica that
+stops cleanly leaves the peering object at once; one that dies is taken over from when its
+last keep-alive is ``TINCT_PEERING_LIFETIME`` seconds old.
 
 kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
 ``status.kopf``: the CRD schemas are structural and the API server would prune it.
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +51,7 @@ from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
 from tinct.lineage.root import DEFAULT_ROOT, lineage_root
 
-__all__ = ["ANNOTATION_PREFIX", "FINALIZER", "OperatorConfig", "configure"]
+__all__ = ["ANNOTATION_PREFIX", "FINALIZER", "OperatorConfig", "configure", "start_priority"]
 
 ANNOTATION_PREFIX = "tinct.io"
 FINALIZER = "tinct.io/finalizer"
@@ -58,6 +68,23 @@ def _at_least_one(raw: str) -> int:
 
 def _tick(raw: str) -> float:
     return max(0.1, float(raw))
+
+
+def _lifetime(raw: str) -> int:
+    seconds = int(raw)
+    if seconds < 3:
+        raise ValueError("must be at least 3 seconds: a live peer would look dead between its keep-alives")
+    return seconds
+
+
+def start_priority(now_ns: int | None = None) -> int:
+    """A peering priority from the start time: an older process ranks higher.
+
+    Microseconds before the epoch's 2**53-th one: distinct for replicas started apart, exact
+    in any JSON reader of the peering object.
+    """
+    now = time.time_ns() if now_ns is None else now_ns
+    return 2**53 - 1 - now // 1000
 
 
 def _roots(raw: str | Sequence[str]) -> tuple[str, ...]:
@@ -83,6 +110,9 @@ class OperatorConfig:
     metrics_port: int = _env("TINCT_METRICS_PORT", int, 0)
     release_tick: float = _env("TINCT_RELEASE_TICK", _tick, 5.0)
     cluster_domain: str = _env("TINCT_CLUSTER_DOMAIN", str, "cluster.local")
+    #: None: :func:`start_priority` when the operator starts.
+    peering_priority: int | None = _env("TINCT_PEERING_PRIORITY", int, None)
+    peering_lifetime: int = _env("TINCT_PEERING_LIFETIME", _lifetime, 60)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -131,5 +161,9 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     if config.peering:
         settings.peering.name = config.peering
         settings.peering.mandatory = True
+        settings.peering.priority = (
+            start_priority() if config.peering_priority is None else config.peering_priority
+        )
+        settings.peering.lifetime = config.peering_lifetime
         # Cluster-wide or namespaced peering follows the serving mode kopf.run set:
         # a ClusterKopfPeering for the whole cluster, a KopfPeering per served namespace.
