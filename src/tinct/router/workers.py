@@ -34,7 +34,9 @@ Lifecycle:
   no worker behind. Workers are started from the parent's main thread, as the death signal
   follows the thread that started them.
 - Workers inherit the parent's stdout and stderr (one log stream, as in a container) and
-  nothing else: stdin is ``/dev/null`` and other descriptors are closed.
+  nothing else: stdin is ``/dev/null`` and other descriptors are closed. Each runs in a
+  session of its own, so a terminal's Ctrl-C reaches the parent only, which then drains
+  them. A worker whose ``/readyz`` does not answer within 1.5 s counts as not ready.
 """
 
 from __future__ import annotations
@@ -226,7 +228,9 @@ class Supervisor:
         w.sock.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "tinct.cli", "router", "--log-level", self.log_level]
         argv += ["--worker-of", str(os.getpid()), "--worker-config", config_to_json(cfg)]
-        w.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True)
+        # Its own session: a terminal's Ctrl-C reaches the parent alone, which drains the
+        # workers in order.
+        w.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True)
         w.started = asyncio.get_running_loop().time()
         w.last = None
         _log.info("worker %d started: pid %d", w.index, w.proc.pid)
@@ -283,18 +287,18 @@ class Supervisor:
 
     # --- the metrics port ------------------------------------------------------------------
 
-    async def _ask(self, w: _Worker, target: str) -> tuple[int, bytes] | None:
+    async def _ask(self, w: _Worker, target: str, timeout: float) -> tuple[int, bytes] | None:
         if w.proc is None or w.proc.poll() is not None:
             return None
         try:
-            return await _get(w.sock, target, 5.0)
+            return await _get(w.sock, target, timeout)
         except (OSError, TimeoutError, ValueError, IndexError):
             return None
 
     async def _readyz(self) -> tuple[int, Any, bytes]:
         if self.draining:
             return text_response(503, "draining\n")
-        answers = await asyncio.gather(*(self._ask(w, "/readyz") for w in self.workers))
+        answers = await asyncio.gather(*(self._ask(w, "/readyz", 1.5) for w in self.workers))
         lines = []
         for w, a in zip(self.workers, answers, strict=True):
             pid = w.proc.pid if w.proc is not None else "-"
@@ -305,7 +309,7 @@ class Supervisor:
         return text_response(200 if ready else 503, "\n".join([head, *lines]) + "\n")
 
     async def _metrics(self) -> tuple[int, Any, bytes]:
-        answers = await asyncio.gather(*(self._ask(w, "/metrics") for w in self.workers))
+        answers = await asyncio.gather(*(self._ask(w, "/metrics", 5.0) for w in self.workers))
         live: list[dict[str, Family]] = []
         per_worker = Family(
             "tinct_router_worker_requests", "counter", "Requests answered, by worker process."
