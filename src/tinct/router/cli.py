@@ -55,9 +55,8 @@ def _cmd_router(args: argparse.Namespace) -> int:
     from tinct.router.run import run
     from tinct.router.trust import RoleTrust
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    who = "%(name)s" if args.worker_of is None else "%(name)s[%(process)d]"  # which worker
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {who}: %(message)s")
     if args.worker_of is not None:
         from tinct.router.workers import config_from_json, die_with_parent
 
