@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -49,6 +50,10 @@ def _state(pid: int) -> str | None:
 
 def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
 
 def _children(pid: int) -> list[int]:
@@ -142,9 +147,13 @@ async def _fleet(tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler, *args: st
         yield fleet
     finally:
         seen = fleet.seen | (set(_children(proc.pid)) if proc.returncode is None else set())
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        if proc.returncode is None:  # as a user stops it, so it cleans up after itself
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), WAIT)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
         mine = f"--worker-of\0{proc.pid}\0".encode()
         for pid in seen:  # never leave one of ours behind, whatever the test saw
             with contextlib.suppress(OSError):  # gone (its pid may be another's by now: check)
@@ -182,6 +191,7 @@ async def test_sigterm_drains_every_worker_then_the_parent_exits(
 ) -> None:
     async with _fleet(tmp_path, v1, v2, "--workers", "2") as fleet:
         pids = set((await _until_ready(fleet)).values())
+        rundir = Path(json.loads(_argv(min(pids))[-1])["metrics_socket"]).parent
         v1.reset("gated")
         body = {**CHAT, "stream": True}
         async with aiohttp.ClientSession() as http:
@@ -203,11 +213,15 @@ async def test_sigterm_drains_every_worker_then_the_parent_exits(
             assert await asyncio.wait_for(fleet.proc.wait(), WAIT) == 0, fleet.output()
         assert [p for p in pids if _state(p) not in (None, "Z")] == []
         assert "router stopped" in fleet.output()
+        assert not rundir.exists(), "the workers' socket directory is removed"
 
 
 async def test_parent_killed_leaves_no_worker(tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler) -> None:
     async with _fleet(tmp_path, v1, v2, "--workers", "2") as fleet:
         pids = set((await _until_ready(fleet)).values())
+        config = json.loads(_argv(min(pids))[-1])
+        rundir = Path(config["metrics_socket"]).parent
+        assert rundir.is_dir()
         fleet.proc.kill()
         await fleet.proc.wait()
         loop = asyncio.get_running_loop()
@@ -215,6 +229,7 @@ async def test_parent_killed_leaves_no_worker(tmp_path: Path, v1: FakeScheduler,
         while (alive := [p for p in pids if _state(p) not in (None, "Z")]) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         assert alive == [], f"workers outlived their parent: {alive}"
+        shutil.rmtree(rundir)  # a parent killed outright cannot remove its sockets' directory
 
 
 async def test_a_killed_worker_is_restarted_and_its_counts_stay_in_the_sums(

@@ -58,7 +58,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST
+
 from tinct.router.config import RouterConfig
+from tinct.router.request import Request
 from tinct.router.server import HttpServer, ServerConnection
 from tinct.router.summing import Family, MetricsSum, parse, render, sample_sum
 from tinct.router.wire import simple_response, text_response
@@ -256,8 +259,13 @@ class Supervisor:
                     w.last, w.proc = None, None
                     due[w.index] = now + delay
                 elif w.proc is None and now >= due.get(w.index, 0.0):
-                    self.restarts += 1
-                    self._spawn(w)
+                    try:
+                        self._spawn(w)
+                    except OSError as e:  # out of processes or memory: try again later
+                        _log.error("worker %d could not be started: %s; retrying in 10s", w.index, e)
+                        due[w.index] = now + 10.0
+                    else:
+                        self.restarts += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), 0.2)
 
@@ -309,13 +317,15 @@ class Supervisor:
         return text_response(200 if ready else 503, "\n".join([head, *lines]) + "\n")
 
     async def _metrics(self) -> tuple[int, Any, bytes]:
+        procs = [w.proc for w in self.workers]
         answers = await asyncio.gather(*(self._ask(w, "/metrics", 5.0) for w in self.workers))
         live: list[dict[str, Family]] = []
         per_worker = Family(
             "tinct_router_worker_requests", "counter", "Requests answered, by worker process."
         )
-        for w, a in zip(self.workers, answers, strict=True):
-            if a is not None and a[0] == 200:
+        for w, proc, a in zip(self.workers, procs, answers, strict=True):
+            # Only the process asked: one that died meanwhile is retired already.
+            if a is not None and a[0] == 200 and w.proc is proc:
                 with contextlib.suppress(ValueError):
                     w.last = parse(a[1].decode())
             if w.last is not None:
@@ -327,11 +337,9 @@ class Supervisor:
         restarts = Family("tinct_router_worker_restarts", "counter", "Workers started again after dying.")
         restarts.samples[("tinct_router_worker_restarts_total", ())] = float(self.restarts)
         families[restarts.name] = restarts
-        from prometheus_client import CONTENT_TYPE_LATEST
-
         return simple_response(200, render(families.values()), CONTENT_TYPE_LATEST.encode())
 
-    async def handle(self, request: Any, conn: ServerConnection) -> None:
+    async def handle(self, request: Request, conn: ServerConnection) -> None:
         if request.method not in ("GET", "HEAD"):
             conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
         elif request.path == "/healthz":
