@@ -12,6 +12,11 @@ new ``X-Session-Id`` per request, so classification of a real prompt, the sticky
 the candidate choice all run; the candidate is the same nginx under another host name).
 Latency percentiles are reported side by side per run, never subtracted across runs.
 
+A router with two worker processes (``--workers 2``, SO_REUSEPORT) against one with
+``--workers 1``, both with a metrics port, same request, ``--worker-connections``
+connections: ``workers_speedup`` is the ratio. On a two-core machine the load generator and
+the backend share the cores with the workers, so it stays well under 2.
+
 A router with 100 routing tables (one model each) against one with a single table, the
 request naming one of the models, shows that picking the table by model costs nothing that
 grows with the number of releases.
@@ -189,16 +194,39 @@ def _table(stable: str, candidate: str, weight: float = 0) -> dict[str, Any]:
 
 
 def _start_router(
-    tmp: Path, tables: dict[str, Any] | list[dict[str, Any]], port: int, procs: list[subprocess.Popen[bytes]]
+    tmp: Path,
+    tables: dict[str, Any] | list[dict[str, Any]],
+    port: int,
+    procs: list[subprocess.Popen[bytes]],
+    *extra: str,
 ) -> None:
     argv = [sys.executable, "-m", "tinct.cli", "router", "--host", "127.0.0.1"]
     for i, table in enumerate(tables if isinstance(tables, list) else [tables]):
         f = tmp / f"table-{port}-{i}.json"
         f.write_text(json.dumps(table))
         argv += ["--table", str(f)]
-    p = subprocess.Popen([*argv, "--port", str(port), "--log-level", "warning"])
+    p = subprocess.Popen([*argv, "--port", str(port), "--log-level", "warning", *extra])
     procs.append(p)
     _wait_port(port, p, "tinct router")
+
+
+def _wait_ready(metrics_port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Wait until the router's /readyz on ``metrics_port`` is 200 (with workers: all of them)."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tinct router exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"tinct router on metrics port {metrics_port} never got ready")
 
 
 def _release_tables(stable: str, candidate: str, n: int) -> list[dict[str, Any]]:
@@ -332,6 +360,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default: %(default)s)")
     ap.add_argument("--connections", type=int, default=8, help="wrk connections (default: %(default)s)")
+    ap.add_argument(
+        "--worker-connections",
+        type=int,
+        default=32,
+        help="wrk connections of the one-worker vs two-workers runs: enough that the kernel's "
+        "per-connection spreading gives both workers a share (default: %(default)s)",
+    )
     args = ap.parse_args()
     _ensure_tools()
     procs: list[subprocess.Popen[bytes]] = []
@@ -395,6 +430,32 @@ def main() -> int:
         for name, port in (("tables_1", one_table), ("tables_100", hundred_tables)):
             runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", model_lua, args.duration, args.connections)
             print(f"{name:>11}: {runs[name]}", file=sys.stderr)
+        # One worker against two (SO_REUSEPORT), same table, same request, same connections;
+        # the runs alternate so a change in the machine's load falls on both alike.
+        worker_urls: dict[int, str] = {}
+        for n in (1, 2):
+            port, metrics_port = _port(), _port()
+            _start_router(
+                tmp,
+                _table(stable_url, candidate_url, 0),
+                port,
+                procs,
+                "--workers",
+                str(n),
+                "--metrics-port",
+                str(metrics_port),
+            )
+            _wait_ready(metrics_port, procs[-1])
+            worker_urls[n] = f"http://127.0.0.1:{port}{path}"
+        rounds: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+        for _ in range(2):
+            for n in (1, 2):
+                rounds[n].append(_wrk(worker_urls[n], trivial_lua, args.duration, args.worker_connections))
+                print(f"  workers_{n}: {rounds[n][-1]}", file=sys.stderr)
+        for n in (1, 2):
+            runs[f"workers_{n}"] = {
+                k: statistics.mean(r[k] for r in rounds[n]) for k in ("rps", "p50", "p99")
+            }
         share = _candidate_share(router50)
         print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
 
@@ -436,6 +497,9 @@ def main() -> int:
             "rps_1_table": round(runs["tables_1"]["rps"], 1),
             "rps_100_tables": round(runs["tables_100"]["rps"], 1),
             "rps_100_tables_vs_1": round(runs["tables_100"]["rps"] / runs["tables_1"]["rps"], 3),
+            "router_1_worker_rps": round(runs["workers_1"]["rps"], 1),
+            "router_workers_rps": round(runs["workers_2"]["rps"], 1),
+            "workers_speedup": round(runs["workers_2"]["rps"] / runs["workers_1"]["rps"], 3),
             "classify_us_4k_tokens": round(us, 2),
             "time_to_first_chunk_ms": round(ttfc["router"], 3),
             "time_to_first_chunk_direct_ms": round(ttfc["direct"], 3),

@@ -111,7 +111,11 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
     assert "replicas" not in router["spec"], "the HPA owns the replica count"
     rc = container(router)
     assert rc["args"][:3] == ["router", "--watch", "--selector=tinct.io/routing-table=true"]
-    assert rc["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--metrics-port=9090" in rc["args"]
+    assert "--workers=2" in rc["args"], "one worker per CPU of the default limit"
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in rc["ports"]
+    assert rc["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert rc["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     hpa = one(docs, "HorizontalPodAutoscaler", "t-tinct-router")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "t-tinct-router"
     pdb = one(docs, "PodDisruptionBudget", "t-tinct-router")
@@ -237,11 +241,26 @@ def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     )
     sm = one(docs, "ServiceMonitor", "t-tinct-router")
     assert sm["metadata"]["labels"]["release"] == "prom"
-    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    # The ServiceMonitor picks the metrics Service alone, which reaches the router Pods'
+    # metrics port; the client-facing Service does not carry it.
+    selected = [
+        d
+        for d in by_kind(docs, "Service")
+        if sm["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()
+    ]
+    assert [d["metadata"]["name"] for d in selected] == ["t-tinct-router-metrics"]
+    router = one(docs, "Deployment", "t-tinct-router")
+    assert selected[0]["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+    assert selected[0]["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert [p["name"] for p in one(docs, "Service", "t-tinct-router")["spec"]["ports"]] == ["http"]
     router_np = one(docs, "NetworkPolicy", "t-tinct-router")
-    (rule,) = router_np["spec"]["ingress"]
-    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
-    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"gateway": "true"}}}]
+    proxy_rule, metrics_rule = router_np["spec"]["ingress"]
+    assert proxy_rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert proxy_rule["from"] == [{"namespaceSelector": {"matchLabels": {"gateway": "true"}}}]
+    assert metrics_rule == {"ports": [{"port": "metrics", "protocol": "TCP"}]}, "probes and Prometheus"
     assert one(docs, "NetworkPolicy", "t-tinct-operator")["spec"]["policyTypes"] == ["Ingress"]
 
 
@@ -275,6 +294,8 @@ def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:
         ({"router.podSecurityContext.runAsNonRoot": False}, "/router/podSecurityContext"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "/watchNamespaces/0"),
         ({"router.autoscaling.maxReplica": 3}, "maxReplica"),
+        ({"router.workers": 0}, "/router/workers"),
+        ({"router.metricsPort": 70000}, "/router/metricsPort"),
     ],
 )
 def test_schema_refuses_bad_values_and_names_them(helm: Helm, values: dict[str, Any], message: str) -> None:
@@ -282,6 +303,30 @@ def test_schema_refuses_bad_values_and_names_them(helm: Helm, values: dict[str, 
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "workers"),
+    [
+        ({"router.resources.limits.cpu": "1500m"}, "--workers=2"),
+        ({"router.resources.limits.cpu": "250m"}, "--workers=1"),
+        ({"router.resources.limits.cpu": 4}, "--workers=4"),
+        ({"router.resources.limits.cpu": "0.5"}, "--workers=1"),
+        ({"router.resources.limits.cpu": "4", "router.workers": 3}, "--workers=3"),
+        ({"router.resources.limits.cpu": None}, None),
+    ],
+)
+def test_router_workers_follow_the_cpu_limit(helm: Helm, values: dict[str, Any], workers: str | None) -> None:
+    args = container(one(template(helm, values), "Deployment", "t-tinct-router"))["args"]
+    assert [a for a in args if a.startswith("--workers")] == ([workers] if workers else []), (
+        "no limit: tinct router reads the container's CPU quota itself"
+    )
+
+
+def test_metrics_port_must_differ_from_the_proxy_port(helm: Helm) -> None:
+    proc = helm("template", "t", str(CHART), *sets({"router.metricsPort": 8080}), check=False)
+    assert proc.returncode != 0
+    assert "router.metricsPort (8080) must differ from router.port" in proc.stderr
 
 
 def test_autoscaling_bounds_are_checked(helm: Helm) -> None:

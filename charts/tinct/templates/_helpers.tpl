@@ -178,3 +178,21 @@ subjects:
   name: {{ .sa }}
   namespace: {{ .ctx.Release.Namespace }}
 {{- end }}
+
+{{/*
+Worker processes per router Pod: router.workers, else the CPU limit rounded up (empty
+without a limit: `tinct router` then reads the container's CPU quota itself).
+*/}}
+{{- define "tinct.router.workers" -}}
+{{- $r := .Values.router }}
+{{- if $r.workers }}
+{{- $r.workers }}
+{{- else }}
+{{- $cpu := toString ((($r.resources).limits).cpu | default "") }}
+{{- if hasSuffix "m" $cpu }}
+{{- max 1 (ceil (divf (float64 (trimSuffix "m" $cpu)) 1000) | int) }}
+{{- else if $cpu }}
+{{- max 1 (ceil (float64 $cpu) | int) }}
+{{- end }}
+{{- end }}
+{{- end }}

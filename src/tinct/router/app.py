@@ -103,7 +103,7 @@ class Router:
         #: Servers of /metrics, /healthz, /readyz apart from the proxy port.
         self._local: list[HttpServer] = []
         #: Whether the proxy port answers /metrics, /healthz, /readyz itself.
-        self._local_on_proxy = config.metrics_port is None
+        self._local_on_proxy = config.metrics_port is None and config.metrics_socket is None
         self._pool: UpstreamPool | None = None
         self._sources = contextlib.AsyncExitStack()
 
@@ -135,7 +135,11 @@ class Router:
 
             await self._sources.enter_async_context(
                 watch_source(
-                    st.holder, namespace=cfg.namespace, selector=cfg.selector, kubeconfig=cfg.kubeconfig
+                    st.holder,
+                    namespace=cfg.namespace,
+                    selector=cfg.selector,
+                    kubeconfig=cfg.kubeconfig,
+                    post_events=cfg.post_events,
                 )
             )
         self._server = HttpServer(
@@ -144,10 +148,14 @@ class Router:
             head_timeout=cfg.head_timeout,
             body_timeout=cfg.body_timeout,
         )
-        await self._server.start(cfg.host, cfg.port)
+        await self._server.start(cfg.host, cfg.port, reuse_port=cfg.reuse_port)
         if cfg.metrics_port is not None:
             local = HttpServer(self.handle_local)
             await local.start(cfg.host, cfg.metrics_port)
+            self._local.append(local)
+        if cfg.metrics_socket is not None:
+            local = HttpServer(self.handle_local)
+            await local.start_unix(str(cfg.metrics_socket))
             self._local.append(local)
 
     async def stop(self) -> None:

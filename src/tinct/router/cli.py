@@ -35,7 +35,18 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         selector=args.selector,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         trust_role_from=tuple(args.trust_role_from),
+        workers=_workers(args),
     )
+
+
+def _workers(args: argparse.Namespace) -> int:
+    if args.workers is not None:
+        return int(args.workers)
+    if args.metrics_port is None:
+        return 1  # the workers' metrics can only be summed on a metrics port
+    from tinct.router.workers import cpu_limit
+
+    return cpu_limit()
 
 
 def _cmd_router(args: argparse.Namespace) -> int:
@@ -44,6 +55,15 @@ def _cmd_router(args: argparse.Namespace) -> int:
     from tinct.router.run import run
     from tinct.router.trust import RoleTrust
 
+    who = "%(name)s" if args.worker_of is None else "%(name)s[%(process)d]"  # which worker
+    logging.basicConfig(level=args.log_level.upper(), format=f"%(asctime)s %(levelname)s {who}: %(message)s")
+    if args.worker_of is not None:
+        from tinct.router.workers import config_from_json, die_with_parent
+
+        if not die_with_parent(args.worker_of):
+            return 1  # the parent is gone already
+        run(config_from_json(args.worker_config))
+        return 0
     if not args.table and not args.watch:
         print("tinct router: give --table FILE or --watch", file=sys.stderr)
         return 2
@@ -52,11 +72,30 @@ def _cmd_router(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tinct router: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    run(config_from_args(args))
+    if args.workers is not None and args.workers > 1 and args.metrics_port is None:
+        print(
+            "tinct router: --workers above 1 needs --metrics-port, where the workers' metrics "
+            "are summed and their readiness is reported",
+            file=sys.stderr,
+        )
+        return 2
+    config = config_from_args(args)
+    if config.workers > 1:
+        from tinct.router.workers import supervise
+
+        return supervise(config, args.log_level)
+    run(config)
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -100,6 +139,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve /metrics, /healthz and /readyz on this port instead of the proxy port, where "
         "those paths then go to stable like any other (default: on the proxy port)",
     )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="worker processes sharing the proxy port (SO_REUSEPORT); their metrics are summed "
+        "and their readiness reported on --metrics-port, which more than one worker needs. "
+        "1: a single process, no workers. Default: with --metrics-port, the CPU limit (the "
+        "cgroup CPU quota rounded up, else the CPUs this process may run on); without, 1",
+    )
+    p.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker-config", help=argparse.SUPPRESS)
     p.add_argument(
         "--max-body-bytes",
         type=int,

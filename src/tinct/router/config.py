@@ -60,6 +60,15 @@ class RouterConfig:
     kubeconfig: Path | None = None
     #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
     trust_role_from: tuple[str, ...] = ()
+    #: Worker processes accepting on ``port`` (``SO_REUSEPORT``); 1: this process serves alone.
+    workers: int = 1
+    #: Listen with ``SO_REUSEPORT``, sharing ``port`` with the other workers of one router.
+    reuse_port: bool = False
+    #: A worker's private Unix socket for ``/metrics``, ``/healthz`` and ``/readyz``, which
+    #: its parent reads to sum the workers' metrics and to know they are ready.
+    metrics_socket: Path | None = None
+    #: Post Kubernetes Events about routing tables (one worker of a router does).
+    post_events: bool = True
 
 
 @dataclass

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, cast
 
@@ -484,10 +485,22 @@ class HttpServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._empty = asyncio.Event()
 
-    async def start(self, host: str, port: int, backlog: int = 1024) -> None:
+    async def start(self, host: str, port: int, backlog: int = 1024, *, reuse_port: bool = False) -> None:
+        """Listen on ``host:port``; with ``reuse_port`` beside the other workers of a router."""
         self._server = await self.loop.create_server(
-            lambda: ServerConnection(self), host, port, backlog=backlog, reuse_address=True
+            lambda: ServerConnection(self),
+            host,
+            port,
+            backlog=backlog,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
         )
+        self._sweeper = self.loop.create_task(self._sweep(), name="tinct-router-keepalive-sweep")
+
+    async def start_unix(self, path: str) -> None:
+        """Listen on the Unix socket ``path`` (created owner-only)."""
+        self._server = await self.loop.create_unix_server(lambda: ServerConnection(self), path)
+        os.chmod(path, 0o600)
         self._sweeper = self.loop.create_task(self._sweep(), name="tinct-router-keepalive-sweep")
 
     @property

@@ -54,8 +54,11 @@ class ConfigMapWatch:
         namespace: str | None,
         selector: str,
         kubeconfig: Path | None = None,
+        post_events: bool = True,
     ) -> None:
         self.holder = holder
+        #: Post Warning Events (off in all workers of a router but one, so each is posted once).
+        self.post_events = post_events
         self.loop = loop
         self.namespace = namespace
         self.selector = selector
@@ -132,6 +135,8 @@ class ConfigMapWatch:
         self._event(cm, EVENT_REASON, f"routing table rejected, the last valid one stays in force: {reason}")
 
     def _event(self, cm: Any, event_reason: str, message: str) -> None:
+        if not self.post_events:
+            return
         from kubernetes.client.exceptions import ApiException
 
         meta = cm.metadata
@@ -231,7 +236,12 @@ class ConfigMapWatch:
 
 @contextlib.asynccontextmanager
 async def watch_source(
-    holder: TableHolder, *, namespace: str | None, selector: str, kubeconfig: Path | None = None
+    holder: TableHolder,
+    *,
+    namespace: str | None,
+    selector: str,
+    kubeconfig: Path | None = None,
+    post_events: bool = True,
 ) -> AsyncIterator[None]:
     """Keep ``holder`` on the ConfigMaps ``namespace`` and ``selector`` name while open."""
     w = ConfigMapWatch(
@@ -240,6 +250,7 @@ async def watch_source(
         namespace=namespace,
         selector=selector,
         kubeconfig=kubeconfig,
+        post_events=post_events,
     )
     w.start()
     try:
