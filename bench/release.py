@@ -173,7 +173,7 @@ def main() -> int:
                 "kind": "ModelVersion",
                 "metadata": {"name": name},
                 "spec": {
-                    "model": "m",
+                    "model": "llama3-8b",  # what the bench traffic asks for
                     "version": version,
                     "artifacts": [{"format": "onnx", "uri": onnx.as_uri()}],
                 },
