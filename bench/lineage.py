@@ -59,7 +59,7 @@ MIN_HASH_BYTES = 64 * MIB
 
 
 def _say(name: str, value: Any) -> None:
-    print(f"{name}: {value}", flush=True)
+    print(f"{name}: {value}", file=sys.stderr, flush=True)
 
 
 def _random_file(path: Path, size: int) -> Path:
