@@ -269,15 +269,9 @@ async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) 
             await asyncio.sleep(0.05)
 
 
-@contextlib.asynccontextmanager
-async def router_process(
-    table_file: str, *args: str, wait: float = 60.0, metrics_port: int | None = None
-) -> AsyncIterator[RouterProcess]:
-    """``tinct router --table FILE`` as a child process on 127.0.0.1, ready; its stderr collected."""
-    port = free_port()
-    if metrics_port is not None:
-        args = (*args, "--metrics-port", str(metrics_port))
-    proc = await asyncio.create_subprocess_exec(
+def router_argv(table_file: str, port: int, *args: str) -> list[str]:
+    """The argv of ``tinct router --table FILE`` listening on 127.0.0.1:``port``."""
+    return [
         sys.executable,
         "-m",
         "tinct.cli",
@@ -289,7 +283,19 @@ async def router_process(
         "--port",
         str(port),
         *args,
-        stderr=asyncio.subprocess.PIPE,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def router_process(
+    table_file: str, *args: str, wait: float = 60.0, metrics_port: int | None = None
+) -> AsyncIterator[RouterProcess]:
+    """``tinct router --table FILE`` as a child process on 127.0.0.1, ready; its stderr collected."""
+    port = free_port()
+    if metrics_port is not None:
+        args = (*args, "--metrics-port", str(metrics_port))
+    proc = await asyncio.create_subprocess_exec(
+        *router_argv(table_file, port, *args), stderr=asyncio.subprocess.PIPE
     )
     err = bytearray()
 

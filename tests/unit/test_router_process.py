@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
 
 from controlplane.harness import free_port
-from router_fakes import FakeScheduler, table_doc
+from router_fakes import FakeScheduler, router_argv, table_doc
 
 WAIT = 60.0  # bound on waiting for the process; never a measured figure
 
@@ -56,20 +55,7 @@ async def test_router_process_reloads_on_sighup_and_drains_on_sigterm(
     f = tmp_path / "table.json"
     f.write_text(json.dumps(table_doc(v1.url, v2.url, version=1)))
     port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tinct.cli",
-        "router",
-        "--table",
-        str(f),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    )
+    proc = await asyncio.create_subprocess_exec(*router_argv(str(f), port, "--log-level", "warning"))
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:

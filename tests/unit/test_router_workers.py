@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from controlplane.harness import free_port
-from router_fakes import FakeScheduler, table_doc
+from router_fakes import FakeScheduler, router_argv, table_doc
 from tinct.router import workers
 from tinct.router.summing import MetricsSum, parse, render
 
@@ -123,16 +123,7 @@ async def _fleet(tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler, *args: st
     log = tmp_path / "router.log"
     with log.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tinct.cli",
-            "router",
-            "--table",
-            str(table),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            *router_argv(str(table), port),
             "--metrics-port",
             str(mport),
             "--log-level",
