@@ -20,7 +20,7 @@ from modelversion_cluster import WAIT, wait
 from modelversion_cluster import get_object as get
 from tinct.lineage.sql import query
 
-MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease"]
+MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.release.handler"]
 
 
 def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import yaml
 
 from conftest import EXAMPLES
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, MetricResult
-from tinct.operator.release_state import decide
+from tinct.operator.release.decide import decide
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = "len:long+role:admin+latency:high"

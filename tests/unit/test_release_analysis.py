@@ -17,7 +17,7 @@ import pytest
 
 from router_fakes import free_port
 from tinct.api.v1alpha1.grayrelease import Analysis
-from tinct.operator.analysis import analyse, evaluate, quantile, queries, samples_from
+from tinct.operator.release.analysis import analyse, evaluate, quantile, queries, samples_from
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"

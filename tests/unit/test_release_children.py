@@ -9,8 +9,8 @@ from typing import Any
 from release_helpers import DEFAULT, LONG, SHORT, T0, mv, release, step
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, parse_table
 from tinct.api.v1alpha1.grayrelease import Autoscaling, GrayRelease
-from tinct.operator.autoscaling import STEP_DOWN_INTERVALS, bounds, hpa_name, plan_autoscaling
-from tinct.operator.routing import cells_by_tag, next_table, release_models
+from tinct.operator.release.scaling import STEP_DOWN_INTERVALS, bounds, hpa_name, plan_autoscaling
+from tinct.operator.release.tables import cells_by_tag, next_table, release_models
 
 
 def started(**spec: Any) -> GrayRelease:

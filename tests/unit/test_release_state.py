@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, step
-from tinct.operator.release_state import (
+from tinct.operator.release.decide import (
     Problem,
     analysis_due,
     cell_key,

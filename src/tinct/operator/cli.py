@@ -13,7 +13,7 @@ import sys
 __all__ = ["HANDLER_MODULES", "register"]
 
 #: Modules whose import registers kopf handlers; the operator loads them all.
-HANDLER_MODULES = ["tinct.operator.modelversion", "tinct.operator.grayrelease"]
+HANDLER_MODULES = ["tinct.operator.modelversion", "tinct.operator.release.handler"]
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:

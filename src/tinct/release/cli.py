@@ -76,7 +76,7 @@ def _status(api: Any, ns: str, name: str, args: argparse.Namespace) -> int:
 
 
 def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
-    from tinct.operator.release_state import ACTION_ANNOTATION
+    from tinct.operator.release.decide import ACTION_ANNOTATION
 
     value = f"{verb}@{int(time.time())}-{uuid.uuid4().hex[:6]}"
     body: dict[str, Any] = {"metadata": {"annotations": {ACTION_ANNOTATION: value}}}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
-from tinct.operator.release_state import cell_key
+from tinct.operator.release.decide import cell_key
 
 __all__ = ["matrix", "render"]
 

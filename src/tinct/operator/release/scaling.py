@@ -32,7 +32,7 @@ from tinct.api.v1alpha1.grayrelease import (
     GrayReleaseStatus,
     ScalerStatus,
 )
-from tinct.operator.release_state import parse_duration
+from tinct.operator.release.decide import parse_duration
 
 __all__ = ["STEP_DOWN_INTERVALS", "Plan", "bounds", "hpa_manifest", "hpa_name", "plan_autoscaling"]
 
@@ -152,7 +152,7 @@ def plan_autoscaling(
     release: GrayRelease, status: GrayReleaseStatus, hpas: list[dict[str, Any]], now: datetime
 ) -> Plan:
     """The HPAs to apply for ``status`` given the HPAs in the namespace."""
-    from tinct.operator.routing import owner_reference
+    from tinct.operator.release.tables import owner_reference
 
     plan = Plan()
     scaling = release.spec.autoscaling

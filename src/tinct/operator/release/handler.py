@@ -6,7 +6,7 @@ ModelVersions changes):
 
 1. check the preconditions (ModelVersions, Services, Deployments) through the API;
 2. when the current step is due, analyse the candidate in Prometheus (off the event loop);
-3. :func:`~tinct.operator.release_state.decide` the next status;
+3. :func:`~tinct.operator.release.decide.decide` the next status;
 4. server-side-apply the routing-table ConfigMap that status calls for, then the HPAs;
 5. append the transition to ``release_events`` (keyed by the transition count in status);
 6. write the status, post the Event, update the operator metrics.
@@ -15,7 +15,7 @@ The status written last is the record: an operator killed anywhere in a round re
 round from the same status, and every write above converges instead of adding.
 
 Runs with :mod:`tinct.operator.modelversion` (its startup handler opens the lineage writer):
-``kopf run -m tinct.operator.modelversion -m tinct.operator.grayrelease`` or ``tinct operator``.
+``kopf run -m tinct.operator.modelversion -m tinct.operator.release.handler`` or ``tinct operator``.
 """
 
 from __future__ import annotations
@@ -36,11 +36,8 @@ from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, RoutingRef
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
-from tinct.operator.analysis import analyse
-from tinct.operator.autoscaling import hpa_name, plan_autoscaling
-from tinct.operator.release_kube import ReleaseKube
-from tinct.operator.release_metrics import ReleaseMetrics, serve
-from tinct.operator.release_state import (
+from tinct.operator.release.analysis import analyse
+from tinct.operator.release.decide import (
     ACTION_ANNOTATION,
     Decision,
     Problem,
@@ -49,7 +46,16 @@ from tinct.operator.release_state import (
     next_wakeup,
     preconditions,
 )
-from tinct.operator.routing import cells_by_tag, desired_table, next_table, release_models, table_version
+from tinct.operator.release.kube import ReleaseKube
+from tinct.operator.release.metrics import ReleaseMetrics, serve
+from tinct.operator.release.scaling import hpa_name, plan_autoscaling
+from tinct.operator.release.tables import (
+    cells_by_tag,
+    desired_table,
+    next_table,
+    release_models,
+    table_version,
+)
 
 __all__ = ["PLURAL", "Runtime", "reconcile"]
 

@@ -1,0 +1,15 @@
+"""The GrayRelease controller.
+
+One package, so the safety rules live where a reader can check them:
+
+- :mod:`~tinct.operator.release.decide`: the pure decision, recorded status in and new
+  status out; every rule about when traffic may move is in it.
+- :mod:`~tinct.operator.release.analysis`: the verdict of one analysis window, from the
+  router metrics in Prometheus.
+- :mod:`~tinct.operator.release.scaling`: the HorizontalPodAutoscalers of both sides.
+- :mod:`~tinct.operator.release.tables`: the routing table a recorded status calls for.
+- :mod:`~tinct.operator.release.kube`: the Kubernetes writes.
+- :mod:`~tinct.operator.release.metrics`: the controller's own Prometheus metrics.
+- :mod:`~tinct.operator.release.handler`: the kopf handlers that gather the inputs,
+  persist each decision and then apply what the recorded status calls for.
+"""
