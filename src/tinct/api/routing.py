@@ -16,6 +16,7 @@ cell rules (:data:`~tinct.api.v1alpha1.grayrelease.CELL_RULES`) as its own (see
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -42,6 +43,8 @@ SCHEMA = "tinct.io/routing/v1"
 TABLE_LABEL = "tinct.io/routing-table"
 #: Label naming the GrayRelease a table belongs to.
 RELEASE_LABEL = "tinct.io/release"
+#: Label naming the namespace of the GrayRelease a table belongs to.
+RELEASE_NAMESPACE_LABEL = "tinct.io/release-namespace"
 #: Key of the JSON document in the ConfigMap's ``data``.
 DATA_KEY = "table.json"
 #: Annotation mirroring the table version, for ``kubectl get cm -o yaml`` readers.
@@ -84,7 +87,17 @@ class RoutingTable(Model):
     schema_: Literal["tinct.io/routing/v1"] = Field(default="tinct.io/routing/v1", alias="schema")
     release: str = Field(min_length=1, max_length=253, description="GrayRelease name; salts the sticky hash.")
     namespace: str | None = Field(default=None, max_length=63)
+    uid: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The GrayRelease's uid: a table whose version goes backward for the same uid is refused.",
+    )
     version: int = Field(ge=0, description="Increases with every table the operator writes.")
+    standing: bool = Field(
+        default=False,
+        description="The standing route of a deleted release: it serves the release's models "
+        "until a live release claims them.",
+    )
     state: GrayReleasePhase = "Progressing"
     step: int = Field(default=0, ge=0)
     stable: Endpoint
@@ -192,9 +205,23 @@ def routing_table_from(
     )
 
 
-def configmap_name(release_name: str) -> str:
-    """Name of the ConfigMap holding the table of ``release_name``."""
-    return f"tinct-routing-{release_name}"[:253]
+def configmap_name(namespace: str, release_name: str) -> str:
+    """Name of the ConfigMap holding the table of ``namespace/release_name``.
+
+    Tables of every namespace live side by side in the operator's table namespace, so the
+    name carries both (a namespace has no dots, so ``<namespace>.<release>`` is unique); a
+    name that would pass 253 characters ends in a digest of the whole instead.
+    """
+    name = f"tinct-routing-{namespace}.{release_name}"
+    if len(name) <= 253:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{name[:236]}-{digest}"
+
+
+def _label_value(text: str) -> str:
+    """``text`` cut to a valid label value (63 characters, alphanumeric at both ends)."""
+    return text[:63].rstrip("-_.")
 
 
 def routing_configmap(
@@ -207,22 +234,24 @@ def routing_configmap(
 
     Args:
         table: the table to publish.
-        namespace: defaults to the table's namespace.
-        owner: an ownerReference (apiVersion, kind, name, uid) to the GrayRelease, so the
-            ConfigMap goes away with it.
+        namespace: where the ConfigMap lives: the operator's table namespace, which only
+            the operator may write and the routers read (default: the table's namespace).
+        owner: an ownerReference to the GrayRelease, for a table kept in the release's own
+            namespace; tables in the table namespace have none (a reference cannot cross
+            namespaces) and outlive their release as its standing route.
     """
+    ns = namespace or table.namespace or "default"
     metadata: dict[str, Any] = {
-        "name": configmap_name(table.release),
+        "name": configmap_name(table.namespace or "default", table.release),
         "labels": {
             TABLE_LABEL: "true",
-            RELEASE_LABEL: table.release,
+            RELEASE_LABEL: _label_value(table.release),
+            RELEASE_NAMESPACE_LABEL: _label_value(table.namespace or "default"),
             "app.kubernetes.io/managed-by": "tinct",
         },
         "annotations": {VERSION_ANNOTATION: str(table.version)},
     }
-    ns = namespace or table.namespace
-    if ns:
-        metadata["namespace"] = ns
+    metadata["namespace"] = ns
     if owner:
         metadata["ownerReferences"] = [{**owner, "controller": True, "blockOwnerDeletion": True}]
     return {
@@ -236,6 +265,7 @@ def routing_configmap(
 __all__ = [
     "DATA_KEY",
     "RELEASE_LABEL",
+    "RELEASE_NAMESPACE_LABEL",
     "SCHEMA",
     "TABLE_LABEL",
     "VERSION_ANNOTATION",

@@ -36,7 +36,11 @@ GRAYRELEASE = CustomResource(
     columns=(
         PrinterColumn("Stable", ".spec.stable.modelVersion"),
         PrinterColumn("Candidate", ".spec.candidate.modelVersion"),
-        PrinterColumn("Step", ".status.step", type="integer"),
+        PrinterColumn("Step", ".status.progress", description="The step in force, e.g. 2/4."),
+        PrinterColumn(
+            "Weight", ".status.candidateWeight", type="number", description="Largest candidate weight in force."
+        ),
+        PrinterColumn("Table", ".status.routing.version", type="integer", description="Routing table version."),
         PrinterColumn("Phase", ".status.phase"),
         _AGE,
         PrinterColumn("Message", ".status.message", priority=1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from itertools import pairwise
 from typing import Annotated, Literal
@@ -20,6 +21,20 @@ DyeMatch = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$
 HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$", min_length=1, max_length=128)]
 Weight = Annotated[float, Field(ge=0, le=100)]
 Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
+
+_DURATION = re.compile(r"([0-9]+)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: The shortest analysis interval the schema takes: a shorter window holds too few scrapes
+#: of the routers to judge anything, and would have the operator query Prometheus non-stop.
+MIN_INTERVAL_SECONDS = 2
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration like ``1m30s`` or ``500ms`` (the CRD's ``Duration`` pattern)."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 1m, 1m30s)")
+    return sum(int(n) * _UNIT[u] for n, u in parts)
 
 
 #: An OpenAI ``model`` value as clients send it.
@@ -221,7 +236,37 @@ CELL_RULES = (
 
 
 class PrometheusRef(Model):
-    url: str = Field(pattern=r"^https?://.+", max_length=2048)
+    """Which Prometheus an analysis reads: one the operator is configured with.
+
+    The operator queries only URLs from its own configuration (``tinct operator
+    --prometheus-url`` and ``--prometheus``, the chart's ``operator.prometheus``): a release
+    names one of them, or takes the default by giving neither field. Any other URL is
+    refused, so creating a GrayRelease never makes the operator fetch an address of the
+    creator's choosing.
+    """
+
+    model_config = cel(
+        Rule(
+            cel="!(has(self.name) && has(self.url))",
+            holds=lambda s: s.name is None or s.url is None,
+            message="give prometheus.name or prometheus.url, not both",
+        )
+    )
+
+    name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Name of a Prometheus in the operator's configuration (tinct operator "
+        "--prometheus NAME=URL).",
+    )
+    url: str | None = Field(
+        default=None,
+        pattern=r"^https?://.+",
+        max_length=2048,
+        description="URL of a Prometheus; must be one the operator is configured with "
+        "(its default or one of its named ones), else the release is refused.",
+    )
 
 
 class Metric(Model):
@@ -261,11 +306,24 @@ class Metric(Model):
 
 
 class Analysis(Model):
-    interval: Duration = "1m"
+    model_config = cel(
+        Rule(
+            cel=f"duration(self.interval) >= duration('{MIN_INTERVAL_SECONDS}s')",
+            holds=lambda s: parse_duration(s.interval) >= MIN_INTERVAL_SECONDS,
+            message=f"interval must be at least {MIN_INTERVAL_SECONDS}s",
+            field_path=".interval",
+        )
+    )
+
+    interval: Duration = Field(
+        default="1m",
+        description=f"Length of each analysis window, e.g. 30s, 1m, 1m30s (at least {MIN_INTERVAL_SECONDS}s). "
+        "A step's window starts when the routers serve its table.",
+    )
     failure_limit: int = Field(
         default=2, ge=0, le=100, description="Failed analyses that roll the release back (0 acts as 1)."
     )
-    prometheus: PrometheusRef
+    prometheus: PrometheusRef = defaulted(PrometheusRef)
     metrics: list[Metric] = Field(default_factory=list, max_length=16)
     min_requests: int = Field(
         default=10,
@@ -351,6 +409,25 @@ class GrayReleaseSpec(Model):
         default=False,
         description="Release a candidate whose MAJOR semver differs from stable's (an API break).",
     )
+    progress_deadline_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=604800,
+        description="Seconds a release may be held without progress (preconditions unmet, "
+        "analyses inconclusive, candidate replicas not available) before it is paused, or "
+        "rolled back with progressDeadlineAbort.",
+    )
+    progress_deadline_abort: bool = Field(
+        default=False,
+        description="Roll back, instead of pausing, a release past its progressDeadlineSeconds.",
+    )
+    route_on_delete: Literal["Keep", "Remove"] = Field(
+        default="Keep",
+        description="What deleting the release does to its model's route: Keep serves the "
+        "model by the release's outcome (the candidate if Promoted, else stable) until another "
+        "release takes the model over; Remove takes the route away, and the model's requests "
+        "get 404.",
+    )
 
 
 Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
@@ -396,7 +473,38 @@ class ScalerStatus(Model):
 
 class RoutingRef(Model):
     config_map: str
-    version: int = Field(ge=0)
+    namespace: str | None = Field(default=None, description="Namespace of the routing-table ConfigMap.")
+    version: int = Field(ge=0, description="Version of the table written for this status.")
+    confirmed_at: datetime | None = Field(
+        default=None,
+        description="When every router was first seen serving this version; a step's analysis "
+        "window starts there.",
+    )
+
+
+ActionResult = Literal["Done", "Refused"]
+
+
+class ActionRecord(Model):
+    """What became of the last tinct.io/action request."""
+
+    value: str = Field(max_length=256)
+    result: ActionResult
+    message: str = Field(default="", max_length=1024)
+    time: datetime | None = None
+
+
+class HistoryEntry(Model):
+    """A transition recorded in status and not yet written to ``release_events``."""
+
+    seq: int = Field(ge=0)
+    reason: str
+    message: str = Field(default="", max_length=2000)
+    phase: GrayReleasePhase
+    step: int = Field(ge=0)
+    weights: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    time: datetime
 
 
 class GrayReleaseStatus(Model):
@@ -425,6 +533,36 @@ class GrayReleaseStatus(Model):
         default=None,
         description="The `stable -> candidate` ModelVersions this status is about; a spec naming "
         "others starts the release over.",
+    )
+    target: str | None = Field(
+        default=None,
+        description="Digest of what is released (both sides' Services, ports, Deployments, URLs, "
+        "scheduler versions and ModelVersion digests); a change starts the release over.",
+    )
+    attempt: int = Field(
+        default=0, ge=0, description="Counts the starts of this release (a retry or restart is a new one)."
+    )
+    last_action: ActionRecord | None = None
+    seen_actions: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="tinct.io/action values already handled; seen again, they are refused.",
+    )
+    blocked_since: datetime | None = Field(
+        default=None,
+        description="Since when the release is held without progress (see progressDeadlineSeconds).",
+    )
+    stable_floor: int | None = Field(
+        default=None, ge=0, description="Stable's replicas when the release started; kept until promotion."
+    )
+    history: list[HistoryEntry] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Transitions recorded here and not yet in the release_events table.",
+    )
+    progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
+    candidate_weight: float = Field(
+        default=0, ge=0, le=100, description="The largest candidate weight of any cell in force."
     )
 
 

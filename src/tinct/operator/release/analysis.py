@@ -388,7 +388,7 @@ def analyse(
     cutoff_ms: float | None = None,
 ) -> AnalysisResult:
     """Query Prometheus for the last ``spec.interval`` of ``release`` and judge it. Blocking."""
-    run = query or prometheus_query(spec.prometheus.url)
+    run = query or prometheus_query(spec.prometheus.url or "")
     window = spec.interval
     try:
         builtin = any(m.name != "custom" for m in spec.metrics)

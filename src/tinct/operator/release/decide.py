@@ -27,6 +27,7 @@ from tinct.api.v1alpha1.grayrelease import (
     GrayReleasePhase,
     GrayReleaseSpec,
     GrayReleaseStatus,
+    parse_duration,
 )
 
 __all__ = [
@@ -48,17 +49,7 @@ __all__ = [
 ACTION_ANNOTATION = "tinct.io/action"
 ACTIONS = ("promote", "abort", "retry", "resume")
 
-_DURATION = re.compile(r"([0-9]+)(ms|s|m|h)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _SEMVER_MAJOR = re.compile(r"^v?([0-9]+)\.")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a duration like ``1m30s`` or ``500ms`` (the CRD's ``Duration`` pattern)."""
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 1m, 1m30s)")
-    return sum(int(n) * _UNIT[u] for n, u in parts)
 
 
 def cell_key(match: CellMatch) -> str:

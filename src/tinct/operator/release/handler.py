@@ -168,7 +168,7 @@ def view_of(gr: GrayRelease, indices: dict[str, Any]) -> View:
         services={b.service: b.service in services for b in sides},
         deployments={b.deployment: b.deployment in deployments for b in sides if b.deployment},
         hpas=hpas,
-        configmap=_one(indices.get("tinct_tables"), (ns, configmap_name(gr.metadata.name))),
+        configmap=_one(indices.get("tinct_tables"), (ns, configmap_name(ns, gr.metadata.name))),
     )
 
 
@@ -209,13 +209,13 @@ async def reconcile(
     st = decision.status
 
     # The index lags our own writes by a watch event; the table last applied covers the gap.
-    cm = _newest(view.configmap, rt.recent((ns, configmap_name(name))))
+    cm = _newest(view.configmap, rt.recent((ns, configmap_name(ns, name))))
     models = release_models(gr, view.modelversions)
     manifest, version = next_table(gr, st, cm, rt.cluster_domain, models)
     if manifest is not None:
         await rt.run(rt.kube.apply_configmap, manifest)
-        rt.remember((ns, configmap_name(name)), manifest)
-    st.routing = RoutingRef(config_map=configmap_name(name), version=version)
+        rt.remember((ns, configmap_name(ns, name)), manifest)
+    st.routing = RoutingRef(config_map=configmap_name(ns, name), version=version)
 
     if spec.autoscaling is not None:
         plan = plan_autoscaling(gr, st, view.hpas, now)
@@ -347,7 +347,7 @@ def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> 
         rt.written.pop(key, None)
         rt.metrics.forget(*key)
         ns, name = key
-        for child in (configmap_name(name), hpa_name(name, "stable"), hpa_name(name, "candidate")):
+        for child in (configmap_name(ns, name), hpa_name(name, "stable"), hpa_name(name, "candidate")):
             rt.applied.pop((ns, child), None)
         return
     status = body.get("status") or {}
