@@ -1,8 +1,9 @@
-"""GrayRelease builders shared by the release tests: the shipped example, a step of the
-state machine, ModelVersion bodies."""
+"""GrayRelease builders shared by the release tests: the shipped example, a round of the
+decision as the controller records it, ModelVersion bodies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,12 +11,14 @@ import yaml
 
 from conftest import EXAMPLES
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, MetricResult
-from tinct.operator.release.decide import decide
+from tinct.operator.release.decide import Capacity, Decision, Inputs, Problem, decide, needs_confirmation
+from tinct.operator.release.tables import plan
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = "len:long+role:admin+latency:high"
 SHORT = "len:short+role:user+latency:low"
 DEFAULT = "len:*+role:*+latency:*"
+TABLES = "tinct-system"
 
 
 def release(**spec: Any) -> GrayRelease:
@@ -25,8 +28,11 @@ def release(**spec: Any) -> GrayRelease:
     return GrayRelease.model_validate(doc)
 
 
-def mv(model: str = "llama3-8b", version: str = "1.4.0", phase: str | None = "Ready") -> dict[str, Any]:
-    return {"spec": {"model": model, "version": version}, "status": {"phase": phase} if phase else {}}
+def mv(
+    model: str = "llama3-8b", version: str = "1.4.0", phase: str | None = "Ready", digest: str = "d1"
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "digests": {"onnx": digest}} if phase else {}
+    return {"spec": {"model": model, "version": version}, "status": status}
 
 
 def ok_objects(gr: GrayRelease) -> tuple[dict[str, Any], dict[str, bool], dict[str, bool]]:
@@ -43,7 +49,44 @@ def result(verdict: str, at: datetime) -> AnalysisResult:
     )
 
 
+def round_(
+    gr: GrayRelease,
+    now: datetime,
+    analysis: AnalysisResult | None = None,
+    *,
+    problems: Sequence[Problem] = (),
+    actions: Sequence[str] = (),
+    capacity: Capacity | None = None,
+    target: str | None = None,
+    routers: int | None = None,
+) -> Decision:
+    """One decision with its table planned into the status, as the controller records it."""
+    d = decide(
+        gr,
+        Inputs(
+            now=now,
+            problems=problems,
+            analysis=analysis,
+            actions=actions,
+            capacity=capacity or Capacity(),
+            target=target,
+            routers=routers,
+        ),
+    )
+    plan(gr, d.status, table_namespace=TABLES, models=["llama3-8b"])
+    return d
+
+
 def step(gr: GrayRelease, now: datetime, analysis: AnalysisResult | None = None, **kw: Any) -> GrayRelease:
-    """One decision applied to ``gr``, as the controller records it in status."""
-    d = decide(gr, problems=kw.pop("problems", []), analysis=analysis, action=kw.pop("action", None), now=now)
-    return gr.model_copy(update={"status": d.status})
+    """:func:`round_` applied to ``gr``; routers that serve every table at once confirm it
+    in a round of their own (pass ``confirm=False`` to leave the step unconfirmed)."""
+    confirm = kw.pop("confirm", True)
+    d = round_(gr, now, analysis, **kw)
+    out = gr.model_copy(update={"status": d.status})
+    if confirm and needs_confirmation(out):
+        assert out.status is not None
+        assert out.status.routing is not None
+        kw.pop("actions", None)
+        d = round_(out, now, routers=out.status.routing.version, **kw)
+        out = out.model_copy(update={"status": d.status})
+    return out

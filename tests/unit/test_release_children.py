@@ -2,134 +2,185 @@
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
-from release_helpers import DEFAULT, LONG, SHORT, T0, mv, release, step
+from release_helpers import DEFAULT, LONG, SHORT, T0, TABLES, mv, release, step
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, parse_table
-from tinct.api.v1alpha1.grayrelease import Autoscaling, GrayRelease
-from tinct.operator.release.scaling import STEP_DOWN_INTERVALS, bounds, hpa_name, plan_autoscaling
-from tinct.operator.release.tables import cells_by_tag, next_table, release_models
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
+from tinct.operator.release.scaling import (
+    STEP_DOWN_INTERVALS,
+    candidate_bounds,
+    hpa_name,
+    plan_autoscaling,
+    stable_bounds,
+)
+from tinct.operator.release.tables import (
+    cells_by_tag,
+    content_digest,
+    desired_table,
+    plan,
+    release_models,
+    standing_table,
+    table_manifest,
+    target_digest,
+)
 
 
 def started(**spec: Any) -> GrayRelease:
     return step(release(**spec), T0)
 
 
-def test_table_follows_status_and_its_version_only_grows() -> None:
-    gr = started()
+def _planned(
+    gr: GrayRelease, found: int = 0, models: list[str] | None = None
+) -> tuple[GrayReleaseStatus, Any]:
     assert gr.status is not None
-    manifest, version = next_table(gr, gr.status, None)
-    assert manifest is not None
-    assert version == 1
+    st = gr.status.model_copy(deep=True)
+    table = plan(gr, st, table_namespace=TABLES, found_version=found, models=models or ["llama3-8b"])
+    return st, table
+
+
+def test_table_follows_status_lives_in_the_table_namespace_and_its_version_only_grows() -> None:
+    gr = started()
+    st = gr.status
+    assert st is not None
+    assert st.routing is not None
+    assert (st.routing.config_map, st.routing.namespace, st.routing.version) == (
+        "tinct-routing-llm.chat",
+        TABLES,
+        1,
+    )
+    table = desired_table(gr, st, st.routing.version, models=["llama3-8b"])
+    assert st.routing.digest == content_digest(table)
+    manifest = table_manifest(table, TABLES)
     meta = manifest["metadata"]
-    assert meta["name"] == "tinct-routing-chat"
-    assert meta["namespace"] == "llm"
+    assert (meta["name"], meta["namespace"]) == ("tinct-routing-llm.chat", TABLES)
     assert meta["annotations"][VERSION_ANNOTATION] == "1"
-    assert meta["ownerReferences"] == [
-        {
-            "apiVersion": "tinct.io/v1alpha1",
-            "kind": "GrayRelease",
-            "name": "chat",
-            "uid": "uid-1",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-    table = parse_table(manifest["data"][DATA_KEY])
-    assert (table.state, table.step, [c.weight for c in table.cells]) == ("Progressing", 0, [5, 0.1, 1])
-    assert table.candidate.url == "http://sched-v2.llm.svc.cluster.local:8000"
+    assert meta["labels"]["tinct.io/release-namespace"] == "llm"
+    assert "ownerReferences" not in meta  # a reference cannot cross namespaces; it outlives the release
+    doc = parse_table(manifest["data"][DATA_KEY])
+    assert (doc.state, doc.step, doc.uid, doc.namespace) == ("Progressing", 0, "uid-1", "llm")
+    assert [c.weight for c in doc.cells] == [5, 0.1, 1]
+    assert doc.candidate.url == "http://sched-v2.llm.svc.cluster.local:8000"
 
-    # The same status against the ConfigMap now in the cluster: nothing to write.
-    assert next_table(gr, gr.status, manifest) == (None, 1)
-
-    # Status recorded version 7 but the ConfigMap was lost: the next version is 8.
-    from tinct.api.v1alpha1.grayrelease import RoutingRef
-
-    later = step(gr, T0 + timedelta(minutes=1), action="abort@1")
-    assert later.status is not None
-    later.status.routing = RoutingRef(config_map="tinct-routing-chat", version=7)
-    manifest2, version2 = next_table(later, later.status, None)
-    assert version2 == 8
-    assert manifest2 is not None
-    assert [c["weight"] for c in json.loads(manifest2["data"][DATA_KEY])["cells"]] == [0, 0, 0]
-    # A ConfigMap ahead of status (written, then the operator died): still grows.
-    ahead = json.loads(json.dumps(manifest))
-    ahead["metadata"]["annotations"][VERSION_ANNOTATION] = "12"
-    assert next_table(later, later.status, ahead)[1] == 13
+    # The same status planned again: the same version.
+    again, _ = _planned(gr)
+    assert again.routing is not None
+    assert again.routing.version == 1
+    # Other content: one version on; the cluster ahead of status (written, then the operator died): above it.
+    aborted = step(gr, T0 + timedelta(minutes=1), actions=["abort@a1-x"])
+    assert aborted.status is not None
+    assert aborted.status.routing is not None
+    assert aborted.status.routing.version == 2
+    ahead, table = _planned(aborted, found=12)
+    assert ahead.routing is not None
+    assert ahead.routing.version == 13
+    assert [c.weight for c in table.cells] == [0, 0, 0]
 
 
 def test_table_names_the_model_of_the_releases_modelversions() -> None:
     gr = started()
-    assert gr.status is not None
     both = {"llama3-8b-1-4-0": mv(version="1.4.0"), "llama3-8b-2-0-0": mv(version="1.5.0")}
-    models = release_models(gr, both)
-    assert models == ["llama3-8b"]
-    manifest, version = next_table(gr, gr.status, None, models=models)
-    assert manifest is not None
-    assert parse_table(manifest["data"][DATA_KEY]).models == ["llama3-8b"]
-
-    # The same table without the model is other content: written again, one version on.
-    bare, _ = next_table(gr, gr.status, None)
-    assert bare is not None
-    assert parse_table(bare["data"][DATA_KEY]).models == []
-    assert next_table(gr, gr.status, bare, models=models)[1] == version + 1
-    assert next_table(gr, gr.status, manifest, models=models) == (None, version)
-
-    # Only one ModelVersion known yet: its model; none known: none.
+    assert release_models(gr, both) == ["llama3-8b"]
     candidate_only = {"llama3-8b-1-4-0": None, "llama3-8b-2-0-0": mv(version="1.5.0")}
     assert release_models(gr, candidate_only) == ["llama3-8b"]
-    assert release_models(gr, {"llama3-8b-1-4-0": None, "llama3-8b-2-0-0": None}) == []
+    # Neither known (deleted mid-release): the models last recorded, never "any model".
+    assert release_models(gr, {"llama3-8b-1-4-0": None, "llama3-8b-2-0-0": None}, ["llama3-8b"]) == [
+        "llama3-8b"
+    ]
     assert release_models(gr, {"llama3-8b-1-4-0": {"spec": {}}}) == []
-    # Models that differ (the release cannot proceed, stable serves all): stable's.
     assert release_models(gr, {**both, "llama3-8b-2-0-0": mv(model="coder-7b")}) == ["llama3-8b"]
-
-    # spec.models, when set, is what the table names.
+    # A table naming other models is other content: a new version.
+    st, table = _planned(gr, models=["coder-7b"])
+    assert st.routing is not None
+    assert st.routing.version == 2
+    assert table.models == ["coder-7b"]
     named = started(models=["chat-prod", "chat"])
-    assert named.status is not None
-    listed, _ = next_table(named, named.status, None, models=models)
-    assert listed is not None
-    assert parse_table(listed["data"][DATA_KEY]).models == ["chat-prod", "chat"]
+    _, listed = _planned(named)
+    assert listed.models == ["chat-prod", "chat"]
+
+
+def test_target_digest_covers_what_is_released_and_waits_for_digests() -> None:
+    gr = release()
+    mvs = {"llama3-8b-1-4-0": mv(digest="a"), "llama3-8b-2-0-0": mv(version="1.5.0", digest="b")}
+    base = target_digest(gr, mvs)
+    assert base is not None
+    assert target_digest(gr, {**mvs, "llama3-8b-2-0-0": mv(version="1.5.0", digest="c")}) != base
+    assert target_digest(gr, {**mvs, "llama3-8b-2-0-0": mv(version="1.5.0", phase=None)}) is None
+    for change in (
+        {"port": 8001},
+        {"service": "sched-v3"},
+        {"deployment": "other"},
+        {"scheduler_version": "v3"},
+    ):
+        other = release()
+        other.spec.candidate = other.spec.candidate.model_copy(update=change)
+        assert target_digest(other, mvs) != base, change
+
+
+def test_a_deleted_release_leaves_its_outcome_as_the_standing_route() -> None:
+    gr = started()
+    assert gr.status is not None
+    stable = standing_table(gr, gr.status, found_version=3)
+    assert (stable.standing, stable.version, {c.weight for c in stable.cells}) == (True, 4, {0})
+    assert stable.models == ["llama3-8b"]
+    promoted = step(gr, T0 + timedelta(seconds=1), actions=["promote@a1-p"])
+    assert promoted.status is not None
+    assert promoted.status.phase == "Promoted"
+    cand = standing_table(promoted, promoted.status)
+    assert {c.weight for c in cand.cells} == {100}
+    assert cand.version == promoted.status.routing.version + 1  # type: ignore[union-attr]
 
 
 def test_backend_url_overrides_the_service_address() -> None:
     gr = started()
     gr.spec.candidate.url = "http://127.0.0.1:18080"
     assert gr.status is not None
-    manifest, _ = next_table(gr, gr.status, None, cluster_domain="")
-    assert manifest is not None
-    table = parse_table(manifest["data"][DATA_KEY])
+    table = desired_table(gr, gr.status, 1, cluster_domain="")
     assert (table.stable.url, table.candidate.url) == ("http://sched-v1:8000", "http://127.0.0.1:18080")
 
 
 def test_cells_by_tag_uses_the_routers_most_specific_match() -> None:
     gr = started()
     assert gr.status is not None
-    manifest, _ = next_table(gr, gr.status, None)
-    assert manifest is not None
-    cells = cells_by_tag(parse_table(manifest["data"][DATA_KEY]))
+    cells = cells_by_tag(desired_table(gr, gr.status, 1))
     assert cells[LONG] == [LONG]
     assert cells[SHORT] == [SHORT]
     assert len(cells[DEFAULT]) == 3 * 3 * 2 - 2
 
 
-def test_candidate_bounds_follow_its_share() -> None:
-    s = Autoscaling(min_replicas=2, max_replicas=12)
-    assert bounds(s, "candidate", "Pending", 0) == (2, 2)
-    assert bounds(s, "candidate", "Progressing", 0.1) == (1, 1)
-    assert bounds(s, "candidate", "Progressing", 20) == (1, 3)
-    assert bounds(s, "candidate", "Progressing", 50) == (1, 6)
-    assert bounds(s, "candidate", "Promoted", 100) == (2, 12)
-    assert bounds(s, "candidate", "RolledBack", 0) == (2, 2)
+def _status(**kw: Any) -> GrayReleaseStatus:
+    return GrayReleaseStatus(step_started_at=T0, **kw)
 
 
-def test_stable_keeps_its_bounds_until_promotion_then_steps_down() -> None:
-    s = Autoscaling(min_replicas=2, max_replicas=12)
-    assert bounds(s, "stable", "Progressing", 50) == (2, 12)
-    assert bounds(s, "stable", "RolledBack", 0) == (2, 12)
-    seen = [bounds(s, "stable", "Promoted", 100, since_promotion=i * 60.0, interval=60.0) for i in range(6)]
-    assert seen == [(2, 10), (2, 7), (2, 5), (2, 2), (2, 2), (2, 2)]
+def test_candidate_bounds_follow_the_share_it_is_about_to_take() -> None:
+    spec = release(autoscaling={"minReplicas": 2, "maxReplicas": 12}).spec
+    assert candidate_bounds(spec, _status(phase="Pending"), T0) == (2, 2)
+    assert candidate_bounds(spec, _status(phase="Progressing", weights={"a": 0.1}), T0) == (1, 1)
+    assert candidate_bounds(spec, _status(phase="Progressing", weights={"a": 20}), T0) == (1, 3)
+    # Stable served with 4: a step of 50 % waiting for its replicas already asks for 2.
+    waiting = _status(phase="Progressing", step=1, next_step=2, weights={"a": 20}, stable_floor=4)
+    assert candidate_bounds(spec, waiting, T0) == (2, 6)
+    promoting = _status(phase="Progressing", step=2, next_step=4, weights={"a": 50}, stable_floor=4)
+    assert candidate_bounds(spec, promoting, T0) == (4, 12)
+    assert candidate_bounds(spec, _status(phase="Promoted", weights={"a": 100}, stable_floor=4), T0) == (
+        4,
+        12,
+    )
+    # After a rollback the candidate keeps its bounds a while, then shrinks.
+    rolled = _status(phase="RolledBack", step=2, weights={"a": 0})
+    assert candidate_bounds(spec, rolled, T0 + timedelta(seconds=10)) == (1, 6)
+    assert candidate_bounds(spec, rolled, T0 + timedelta(minutes=2)) == (2, 2)
+
+
+def test_stable_keeps_its_floor_until_promotion_then_steps_down() -> None:
+    spec = release(autoscaling={"minReplicas": 2, "maxReplicas": 12}, analysis=None).spec
+    assert stable_bounds(spec, _status(phase="Progressing", stable_floor=6), T0) == (6, 12)
+    assert stable_bounds(spec, _status(phase="RolledBack", stable_floor=6), T0) == (6, 12)
+    assert stable_bounds(spec, _status(phase="Progressing"), T0) == (2, 12)
+    promoted = _status(phase="Promoted", stable_floor=6)
+    seen = [stable_bounds(spec, promoted, T0 + timedelta(minutes=i)) for i in range(6)]
+    assert seen == [(5, 10), (4, 7), (3, 5), (2, 2), (2, 2), (2, 2)]
     assert STEP_DOWN_INTERVALS == 4
 
 

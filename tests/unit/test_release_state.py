@@ -1,4 +1,5 @@
-"""The GrayRelease state machine: preconditions, steps, analysis verdicts, manual actions."""
+"""The GrayRelease decision: preconditions, steps, analysis verdicts, capacity, the routers'
+confirmation, manual actions, the progress deadline and the summary conditions."""
 
 from __future__ import annotations
 
@@ -6,17 +7,42 @@ from datetime import timedelta
 
 import pytest
 
-from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, step
+from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, round_, step
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.release.decide import (
+    Capacity,
     Problem,
     analysis_due,
     cell_key,
-    decide,
+    needed,
+    needs_confirmation,
     next_wakeup,
     parse_duration,
     preconditions,
     weights_for,
 )
+
+MINUTE = timedelta(minutes=1)
+CANDIDATE_FAILED = Problem(
+    "ModelVersionsReady", "ModelVersionNotReady", "candidate ModelVersion x is Failed, not Ready"
+)
+STABLE_GONE = Problem(
+    "BackendsAvailable", "ServiceMissing", "stable Service sched-v1 does not exist", side="stable"
+)
+
+
+def st(gr: GrayRelease) -> GrayReleaseStatus:
+    assert gr.status is not None
+    return gr.status
+
+
+def cond(status: GrayReleaseStatus, type_: str) -> tuple[str, str]:
+    c = next(c for c in status.conditions if c.type == type_)
+    return c.status, c.reason
+
+
+def advance(gr: GrayRelease, now: object, verdict: str = "Pass") -> GrayRelease:
+    return step(gr, now, result(verdict, now))  # type: ignore[arg-type]
 
 
 def test_durations_and_cell_keys() -> None:
@@ -28,269 +54,366 @@ def test_durations_and_cell_keys() -> None:
     assert [cell_key(c.match) for c in gr.spec.cells] == [LONG, SHORT, DEFAULT]
 
 
-def test_preconditions_name_what_is_missing() -> None:
+def test_preconditions_name_what_is_missing_and_whose_it_is() -> None:
     gr = release()
     mvs, svcs, deps = ok_objects(gr)
     assert preconditions(gr.spec, mvs, svcs, deps) == []
 
     missing = preconditions(gr.spec, {**mvs, "llama3-8b-2-0-0": None}, {"sched-v1": True}, {})
-    assert [(p.condition, p.reason) for p in missing] == [
-        ("ModelVersionsReady", "ModelVersionMissing"),
-        ("BackendsAvailable", "DeploymentMissing"),
-        ("BackendsAvailable", "ServiceMissing"),
-        ("BackendsAvailable", "DeploymentMissing"),
+    assert [(p.condition, p.reason, p.side) for p in missing] == [
+        ("ModelVersionsReady", "ModelVersionMissing", "candidate"),
+        ("BackendsAvailable", "DeploymentMissing", "stable"),
+        ("BackendsAvailable", "ServiceMissing", "candidate"),
+        ("BackendsAvailable", "DeploymentMissing", "candidate"),
     ]
     assert "candidate ModelVersion llama3-8b-2-0-0 does not exist" in missing[0].message
-
-    failed = preconditions(
-        gr.spec, {**mvs, "llama3-8b-2-0-0": mv(version="1.5.0", phase="Failed")}, svcs, deps
-    )
-    assert [(p.reason, p.fatal) for p in failed] == [("ModelVersionNotReady", False)]
-    assert "is Failed, not Ready" in failed[0].message
-
     other = preconditions(
         gr.spec, {**mvs, "llama3-8b-2-0-0": mv(model="mistral", version="1.5.0")}, svcs, deps
     )
     assert [(p.reason, p.fatal) for p in other] == [("DifferentModels", True)]
+    major = preconditions(
+        release(allowMajorUpgrade=False).spec, {**mvs, "llama3-8b-2-0-0": mv(version="2.0.0")}, svcs, deps
+    )
+    assert [p.reason for p in major] == ["MajorUpgradeNotAllowed"]
 
 
-def test_major_upgrade_waits_for_the_opt_in() -> None:
-    gr = release(allowMajorUpgrade=False)
-    mvs, svcs, deps = ok_objects(gr)
-    mvs["llama3-8b-2-0-0"] = mv(version="2.0.0")
-    got = preconditions(gr.spec, mvs, svcs, deps)
-    assert [(p.reason, p.fatal) for p in got] == [("MajorUpgradeNotAllowed", False)]
-    assert "allowMajorUpgrade" in got[0].message
-    assert preconditions(release(allowMajorUpgrade=True).spec, mvs, svcs, deps) == []
-
-
-def test_start_sets_step_zero_weights_and_conditions() -> None:
-    gr = release()
-    d = decide(gr, problems=[], analysis=None, action=None, now=T0)
-    st = d.status
-    assert (st.phase, st.step, st.step_started_at) == ("Progressing", 0, T0)
-    assert st.weights == {LONG: 5, SHORT: 0.1, DEFAULT: 1}
-    assert d.transition is not None
-    assert d.transition.reason == "Started"
-    assert {c.type: c.status for c in st.conditions} == {
-        "ModelVersionsReady": "True",
-        "BackendsAvailable": "True",
-    }
-    # The same state decided again (a restarted operator): nothing happens.
-    again = decide(step(gr, T0), problems=[], analysis=None, action=None, now=T0 + timedelta(seconds=5))
-    assert again.transition is None
+def test_start_sets_step_one_weights_and_conditions() -> None:
+    d = round_(release(), T0)
+    s = d.status
+    assert (s.phase, s.step, s.step_started_at, s.progress, s.attempt) == ("Progressing", 0, T0, "1/4", 1)
+    assert s.weights == {LONG: 5, SHORT: 0.1, DEFAULT: 1}
+    assert s.candidate_weight == 5
+    assert [t.reason for t in d.transitions] == ["Started"]
+    assert cond(s, "Ready") == ("False", "Progressing")
+    assert cond(s, "Degraded") == ("False", "AsExpected")
+    assert [h.reason for h in s.history] == ["Started"]
+    # Decided again from what was recorded (a restarted operator): nothing new happens.
+    gr = release().model_copy(update={"status": s})
+    again = round_(gr, T0 + timedelta(seconds=5))
+    assert again.transitions == []
     assert again.status.step == 0
 
 
 def test_waiting_before_start_sends_nothing_and_starts_when_ready() -> None:
-    gr = release()
-    p = Problem("ModelVersionsReady", "ModelVersionNotReady", "candidate ModelVersion x is Failed, not Ready")
-    d = decide(gr, problems=[p], analysis=None, action=None, now=T0)
+    d = round_(release(), T0, problems=[CANDIDATE_FAILED])
     assert d.status.phase == "Pending"
-    assert d.transition is None  # it was Pending already
     assert set(d.status.weights.values()) == {0.0}
-    cond = next(c for c in d.status.conditions if c.type == "ModelVersionsReady")
-    assert (cond.status, cond.reason, cond.message) == ("False", "ModelVersionNotReady", p.message)
-    gr = step(gr, T0, problems=[p])
-    assert step(gr, T0 + timedelta(seconds=1)).status.phase == "Progressing"
+    assert cond(d.status, "ModelVersionsReady") == ("False", "ModelVersionNotReady")
+    assert d.status.blocked_since == T0
+    gr = step(release(), T0, problems=[CANDIDATE_FAILED])
+    assert st(step(gr, T0 + timedelta(seconds=1))).phase == "Progressing"
+
+
+def test_a_step_window_starts_when_the_routers_serve_its_table() -> None:
+    gr = step(release(), T0, confirm=False)
+    assert needs_confirmation(gr)
+    assert not analysis_due(gr, T0 + 5 * MINUTE)
+    # The routers still serve the previous table: the window has not started.
+    version = st(gr).routing.version  # type: ignore[union-attr]
+    gr = step(gr, T0 + timedelta(seconds=3), routers=version - 1, confirm=False)
+    assert needs_confirmation(gr)
+    assert st(gr).blocked_since is not None
+    gr = step(gr, T0 + timedelta(seconds=7), routers=version, confirm=False)
+    assert st(gr).routing.confirmed_at == T0 + timedelta(seconds=7)  # type: ignore[union-attr]
+    assert st(gr).blocked_since is None
+    assert not analysis_due(gr, T0 + MINUTE)
+    assert analysis_due(gr, T0 + MINUTE + timedelta(seconds=7))
+    assert next_wakeup(gr, T0 + timedelta(seconds=57), tick=30) == pytest.approx(10)
 
 
 def test_analysis_pass_advances_each_step_and_the_last_full_step_promotes() -> None:
     gr = step(release(), T0)
-    interval = timedelta(minutes=1)
-    assert not analysis_due(gr, T0 + timedelta(seconds=59))
-    assert next_wakeup(gr, T0 + timedelta(seconds=50), tick=30) == pytest.approx(10)
     now = T0
     seen = []
     for _ in range(3):
-        now += interval
+        now += MINUTE
         assert analysis_due(gr, now)
-        d = decide(gr, problems=[], analysis=result("Pass", now), action=None, now=now)
-        assert d.transition is not None
-        seen.append((d.transition.reason, d.status.phase, d.status.step, d.status.weights[LONG]))
-        gr = gr.model_copy(update={"status": d.status})
+        d = round_(gr, now, result("Pass", now))
+        seen.append(
+            (
+                d.transitions[-1].reason,
+                d.status.phase,
+                d.status.step,
+                d.status.weights[LONG],
+                d.status.progress,
+            )
+        )
+        gr = step(gr, now, result("Pass", now))
     assert seen == [
-        ("StepAdvanced", "Progressing", 1, 20),
-        ("StepAdvanced", "Progressing", 2, 50),
-        ("Promoted", "Promoted", 3, 100),
+        ("StepAdvanced", "Progressing", 1, 20, "2/4"),
+        ("StepAdvanced", "Progressing", 2, 50, "3/4"),
+        ("Promoted", "Promoted", 3, 100, "4/4"),
     ]
-    assert set(gr.status.weights.values()) == {100.0}  # type: ignore[union-attr]
-    assert not analysis_due(gr, now + interval)
+    assert set(st(gr).weights.values()) == {100.0}
+    assert cond(st(gr), "Ready") == ("True", "Promoted")
+    assert not analysis_due(gr, now + MINUTE)
+    assert [h.reason for h in st(gr).history] == ["Started", "StepAdvanced", "StepAdvanced", "Promoted"]
+    assert [h.seq for h in st(gr).history] == [0, 1, 2, 3]
 
 
-def test_last_step_below_100_promotes_after_passing_it() -> None:
-    cells = [{"match": {}, "weights": [10, 50]}]
-    gr = step(release(cells=cells), T0)
-    gr = step(gr, T0 + timedelta(minutes=1), result("Pass", T0 + timedelta(minutes=1)))
-    assert (gr.status.phase, gr.status.step) == ("Progressing", 1)  # type: ignore[union-attr]
-    gr = step(gr, T0 + timedelta(minutes=2), result("Pass", T0 + timedelta(minutes=2)))
-    assert (gr.status.phase, gr.status.weights) == ("Promoted", {DEFAULT: 100.0})  # type: ignore[union-attr]
-
-
-def test_failures_roll_back_at_the_limit_every_cell_to_zero() -> None:
+def test_failures_roll_back_at_the_limit_every_cell_to_zero_for_good() -> None:
     gr = step(release(), T0)
-    t1 = T0 + timedelta(minutes=1)
-    d = decide(gr, problems=[], analysis=result("Fail", t1), action=None, now=t1)
-    assert d.transition is not None
-    assert (d.transition.reason, d.transition.record, d.status.phase) == (
+    d = round_(gr, T0 + MINUTE, result("Fail", T0 + MINUTE))
+    assert (d.transitions[-1].reason, d.transitions[-1].record, d.status.phase) == (
         "AnalysisFailed",
         False,
         "Progressing",
     )
-    assert d.status.failed_analyses == 1
     assert d.status.weights[LONG] == 5  # held
     gr = gr.model_copy(update={"status": d.status})
-    t2 = t1 + timedelta(minutes=1)
-    d = decide(gr, problems=[], analysis=result("Fail", t2), action=None, now=t2)
-    assert d.transition is not None
-    assert (d.transition.reason, d.transition.warning) == ("RolledBack", True)
-    assert d.status.phase == "RolledBack"
+    t2 = T0 + 2 * MINUTE
+    d = round_(gr, t2, result("Fail", t2))
+    assert (d.transitions[-1].reason, d.transitions[-1].warning, d.status.phase) == (
+        "RolledBack",
+        True,
+        "RolledBack",
+    )
     assert set(d.status.weights.values()) == {0.0}
-    assert "after 2 failed analyses" in (d.status.message or "")
+    assert cond(d.status, "Degraded") == ("True", "RolledBack")
     rolled = gr.model_copy(update={"status": d.status})
-    assert decide(rolled, problems=[], analysis=None, action=None, now=t2).transition is None
+    # Final: a passing analysis, a precondition problem, a fatal one, all change nothing.
+    for kw in ({"analysis": result("Pass", t2)}, {"problems": [CANDIDATE_FAILED]}):
+        later = round_(rolled, t2 + MINUTE, **kw)  # type: ignore[arg-type]
+        assert (later.status.phase, set(later.status.weights.values())) == ("RolledBack", {0.0})
+        assert later.transitions == []
+        assert cond(later.status, "Degraded") == ("True", "RolledBack")
 
 
-def test_inconclusive_holds_never_counts_as_failure_then_pauses() -> None:
-    spec_analysis = release().spec.analysis
-    assert spec_analysis is not None
-    analysis = spec_analysis.model_copy(update={"inconclusive_limit": 3})
-    gr = step(release(analysis=analysis.wire()), T0)
+def test_promoted_stays_promoted_through_transient_problems() -> None:
+    gr = step(step(release(), T0), T0 + timedelta(seconds=1), actions=["promote@a1-p"])
+    assert st(gr).phase == "Promoted"
+    other_model = Problem(
+        "ModelVersionsReady", "DifferentModels", "stable is model 'a' but candidate is 'b'", fatal=True
+    )
+    for problems in ([other_model], [CANDIDATE_FAILED], [STABLE_GONE]):
+        d = round_(gr, T0 + MINUTE, problems=problems)
+        assert (d.status.phase, set(d.status.weights.values()), d.status.step) == ("Promoted", {100.0}, 3)
+        assert d.transitions == []
+
+
+def test_inconclusive_holds_never_counts_as_failure_then_pauses_and_resume_clears_it() -> None:
+    analysis = release().spec.analysis
+    assert analysis is not None
+    gr = step(release(analysis=analysis.model_copy(update={"inconclusive_limit": 3}).wire()), T0)
     now = T0
     for i in range(1, 3):
-        now += timedelta(minutes=1)
-        d = decide(gr, problems=[], analysis=result("Inconclusive", now), action=None, now=now)
-        assert d.transition is None
+        now += MINUTE
+        d = round_(gr, now, result("Inconclusive", now))
         assert (d.status.phase, d.status.step, d.status.failed_analyses) == ("Progressing", 0, 0)
         assert d.status.inconclusive_analyses == i
-        cond = next(c for c in d.status.conditions if c.type == "AnalysisPassing")
-        assert (cond.status, cond.reason) == ("Unknown", "Inconclusive")
+        assert cond(d.status, "AnalysisPassing") == ("Unknown", "Inconclusive")
+        assert d.status.blocked_since == T0 + MINUTE
         gr = gr.model_copy(update={"status": d.status})
-    now += timedelta(minutes=1)
-    d = decide(gr, problems=[], analysis=result("Inconclusive", now), action=None, now=now)
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.weights[LONG]) == ("Paused", "Paused", 5)
-    assert d.status.pause_reason
+    now += MINUTE
+    d = round_(gr, now, result("Inconclusive", now))
+    assert (d.transitions[-1].reason, d.status.phase, d.status.weights[LONG]) == ("Paused", "Paused", 5)
     gr = gr.model_copy(update={"status": d.status})
-    # spec.paused is false, yet it stays paused until resumed by request.
-    assert step(gr, now + timedelta(minutes=5)).status.phase == "Paused"  # type: ignore[union-attr]
-    resumed = decide(gr, problems=[], analysis=None, action="resume@1", now=now + timedelta(minutes=6))
-    assert resumed.transition is not None
-    assert (resumed.transition.reason, resumed.status.phase) == ("Resumed", "Progressing")
-    assert resumed.status.step_started_at == now + timedelta(minutes=6)
-    assert resumed.status.acknowledged_action == "resume@1"
+    assert st(step(gr, now + 5 * MINUTE)).phase == "Paused"  # spec.paused is false, yet it holds
+    resumed = round_(gr, now + 6 * MINUTE, actions=["resume@1"])
+    assert (resumed.transitions[-1].reason, resumed.status.phase) == ("Resumed", "Progressing")
+    assert resumed.status.inconclusive_analyses == 0
+    assert resumed.status.last_action is not None
+    assert (resumed.status.last_action.value, resumed.status.last_action.result) == ("resume@1", "Done")
 
 
 def test_spec_paused_holds_the_weights() -> None:
     gr = step(release(), T0)
     gr = gr.model_copy(update={"spec": gr.spec.model_copy(update={"paused": True})})
-    d = decide(gr, problems=[], analysis=None, action=None, now=T0 + timedelta(minutes=3))
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.weights[LONG]) == ("Paused", "Paused", 5)
-    assert not analysis_due(gr.model_copy(update={"status": d.status}), T0 + timedelta(minutes=9))
+    d = round_(gr, T0 + 3 * MINUTE)
+    assert (d.transitions[-1].reason, d.status.phase, d.status.weights[LONG]) == ("Paused", "Paused", 5)
+    assert not analysis_due(gr.model_copy(update={"status": d.status}), T0 + 9 * MINUTE)
 
 
-def test_precondition_lost_mid_release_holds_the_step() -> None:
-    gr = step(release(), T0)
-    gr = step(gr, T0 + timedelta(minutes=1), result("Pass", T0 + timedelta(minutes=1)))
-    p = Problem("ModelVersionsReady", "ModelVersionNotReady", "candidate ModelVersion x is Failed, not Ready")
-    d = decide(gr, problems=[p], analysis=None, action=None, now=T0 + timedelta(minutes=2))
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.step, d.status.weights[LONG]) == (
+def test_a_failing_candidate_loses_its_traffic_at_once_and_the_release_does_not_advance() -> None:
+    gr = advance(step(release(), T0), T0 + MINUTE)
+    assert st(gr).weights[LONG] == 20
+    for problem in (
+        CANDIDATE_FAILED,
+        Problem("ModelVersionsReady", "ModelVersionMissing", "candidate ModelVersion x does not exist"),
+        Problem("BackendsAvailable", "ServiceMissing", "candidate Service sched-v2 does not exist"),
+        Problem("BackendsAvailable", "DeploymentMissing", "candidate Deployment sched-v2 does not exist"),
+    ):
+        d = round_(gr, T0 + 2 * MINUTE, result("Pass", T0 + 2 * MINUTE), problems=[problem])
+        assert set(d.status.weights.values()) == {0.0}, problem
+        assert d.status.step == 1
+        assert [(t.reason, t.warning, t.record) for t in d.transitions] == [
+            ("CandidateUnavailable", True, True)
+        ]
+        assert cond(d.status, "Degraded") == ("True", "CandidateUnavailable")
+        # The next round, still down: no second Event.
+        again = round_(gr.model_copy(update={"status": d.status}), T0 + 3 * MINUTE, problems=[problem])
+        assert again.transitions == []
+        assert set(again.status.weights.values()) == {0.0}
+    # No available replica is the same as gone.
+    d = round_(gr, T0 + 2 * MINUTE, capacity=Capacity(candidate_available=0, stable_replicas=1))
+    assert set(d.status.weights.values()) == {0.0}
+    assert "has no available replica" in d.transitions[-1].message
+    # Back: the step's weights again with a fresh window, not a step further.
+    down = gr.model_copy(update={"status": d.status})
+    back = step(down, T0 + 4 * MINUTE, capacity=Capacity(candidate_available=1, stable_replicas=1))
+    assert (st(back).phase, st(back).step, st(back).weights[LONG]) == ("Progressing", 1, 20)
+    assert st(back).step_started_at == T0 + 4 * MINUTE
+
+
+def test_a_stable_side_problem_holds_the_step() -> None:
+    gr = advance(step(release(), T0), T0 + MINUTE)
+    d = round_(gr, T0 + 2 * MINUTE, result("Pass", T0 + 2 * MINUTE), problems=[STABLE_GONE])
+    assert (d.transitions[-1].reason, d.status.phase, d.status.step, d.status.weights[LONG]) == (
         "Waiting",
         "Pending",
         1,
         20,
     )
-    gr = gr.model_copy(update={"status": d.status})
-    back = decide(gr, problems=[], analysis=None, action=None, now=T0 + timedelta(minutes=3))
-    assert back.transition is not None
-    assert (back.transition.reason, back.status.phase, back.status.step) == ("Resumed", "Progressing", 1)
+    back = round_(gr.model_copy(update={"status": d.status}), T0 + 3 * MINUTE)
+    assert (back.transitions[-1].reason, back.status.phase, back.status.step) == ("Resumed", "Progressing", 1)
 
 
-def test_fatal_problem_fails_with_zero_weights_and_recovers_when_fixed() -> None:
+def test_fatal_problem_fails_with_zero_weights_and_recovers_as_a_new_attempt() -> None:
     gr = step(release(), T0)
-    p = Problem(
+    fatal = Problem(
         "ModelVersionsReady", "DifferentModels", "stable is model 'a' but candidate is 'b'", fatal=True
     )
-    d = decide(gr, problems=[p], analysis=None, action=None, now=T0)
+    d = round_(gr, T0, problems=[fatal])
     assert (d.status.phase, set(d.status.weights.values())) == ("Failed", {0.0})
-    gr = gr.model_copy(update={"status": d.status})
-    d = decide(gr, problems=[], analysis=None, action=None, now=T0)
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.step) == ("Recovered", "Pending", 0)
+    d = round_(gr.model_copy(update={"status": d.status}), T0)
+    assert (d.transitions[0].reason, d.status.step, d.status.attempt) == ("Recovered", 0, 2)
 
 
-def test_actions_abort_promote_retry_are_consumed_once() -> None:
+def test_a_step_applies_only_with_the_replicas_its_share_needs() -> None:
+    spec = {"autoscaling": {"minReplicas": 1, "maxReplicas": 12}}
+    # stable served everything with 4 replicas: 50 % needs 2, 100 % needs 4.
+    four = Capacity(candidate_available=1, stable_replicas=4, stable_available=4)
+    gr = step(release(**spec), T0, capacity=four)
+    assert st(gr).stable_floor == 4
+    assert needed(gr.spec, st(gr), 20) == 1
+    gr = advance(gr, T0 + MINUTE)  # step 2 (20 %) needs 1
+    gr = step(gr, T0 + MINUTE, capacity=four)
+    assert st(gr).step == 1
+    d = round_(gr, T0 + 2 * MINUTE, result("Pass", T0 + 2 * MINUTE), capacity=four)
+    s = d.status
+    assert (s.phase, s.step, s.next_step, s.weights[LONG]) == ("Progressing", 1, 2, 20)
+    assert [t.reason for t in d.transitions] == ["WaitingForCapacity"]
+    assert (
+        "waiting for 2 available replicas of candidate Deployment sched-v2 (1 now)"
+        in d.transitions[0].message
+    )
+    assert cond(s, "CapacityReady") == ("False", "WaitingForReplicas")
+    gr = gr.model_copy(update={"status": s})
+    # Still short: no second Event, no analysis taken.
+    assert not analysis_due(gr, T0 + 10 * MINUTE)
+    assert round_(gr, T0 + 3 * MINUTE, capacity=four).transitions == []
+    two = Capacity(candidate_available=2, stable_replicas=4)
+    d = round_(gr, T0 + 4 * MINUTE, capacity=two)
+    assert (d.status.step, d.status.next_step, d.status.weights[LONG]) == (2, None, 50)
+    assert d.transitions[-1].reason == "StepAdvanced"
+    assert d.status.step_started_at == T0 + 4 * MINUTE
+    # Promotion waits for the replicas of the whole traffic.
+    gr = step(gr.model_copy(update={"status": d.status}), T0 + 4 * MINUTE, capacity=two)
+    d = round_(gr, T0 + 6 * MINUTE, result("Pass", T0 + 6 * MINUTE), capacity=two)
+    assert (d.status.phase, d.status.next_step, d.status.weights[LONG]) == ("Progressing", 4, 50)
+    d = round_(
+        gr.model_copy(update={"status": d.status}),
+        T0 + 7 * MINUTE,
+        capacity=Capacity(candidate_available=4, stable_replicas=4),
+    )
+    assert (d.status.phase, set(d.status.weights.values())) == ("Promoted", {100.0})
+
+
+def test_without_analysis_steps_do_not_advance_over_zero_available_replicas() -> None:
+    gr = step(release(analysis=None), T0, capacity=Capacity(candidate_available=1, stable_replicas=1))
+    assert st(step(gr, T0 + timedelta(seconds=30))).step == 0
+    assert st(step(gr, T0 + MINUTE)).step == 1
+    none = Capacity(candidate_available=0, stable_replicas=1)
+    held = step(gr, T0 + MINUTE, capacity=none)
+    assert (st(held).phase, st(held).step, set(st(held).weights.values())) == ("Pending", 0, {0.0})
+    assert st(step(held, T0 + 5 * MINUTE, capacity=none)).step == 0
+
+
+def test_the_progress_deadline_pauses_or_rolls_back() -> None:
+    gr = step(release(progressDeadlineSeconds=120), T0, problems=[STABLE_GONE])
+    assert st(step(gr, T0 + MINUTE, problems=[STABLE_GONE])).phase == "Pending"
+    d = round_(gr, T0 + 2 * MINUTE, problems=[STABLE_GONE])
+    assert (d.status.phase, d.transitions[-1].reason) == ("Paused", "ProgressDeadlineExceeded")
+    assert "no progress for 120s" in (d.status.pause_reason or "")
+    # Inconclusive analyses count as no progress too; with progressDeadlineAbort: rolled back.
+    gr = step(release(progressDeadlineSeconds=150, progressDeadlineAbort=True), T0)
+    for i in range(1, 4):
+        gr = step(gr, T0 + i * MINUTE, result("Inconclusive", T0 + i * MINUTE))
+        assert st(gr).phase == "Progressing"  # blocked since the first one, at 1 min
+    gr = step(gr, T0 + 4 * MINUTE, result("Inconclusive", T0 + 4 * MINUTE))
+    assert (st(gr).phase, set(st(gr).weights.values())) == ("RolledBack", {0.0})
+    assert cond(st(gr), "Degraded") == ("True", "ProgressDeadlineExceeded")
+
+
+def test_actions_are_carried_out_once_in_order_and_old_ones_are_refused() -> None:
     gr = step(release(), T0)
-    d = decide(gr, problems=[], analysis=None, action="abort@a1", now=T0)
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.acknowledged_action) == (
+    d = round_(gr, T0, actions=["abort@a1-x"])
+    assert (d.transitions[-1].reason, d.status.phase, d.status.acknowledged_action) == (
         "Aborted",
         "RolledBack",
-        "abort@a1",
+        "abort@a1-x",
     )
     assert set(d.status.weights.values()) == {0.0}
+    assert cond(d.status, "Degraded") == ("True", "Aborted")
     gr = gr.model_copy(update={"status": d.status})
-    assert decide(gr, problems=[], analysis=None, action="abort@a1", now=T0).transition is None
+    assert round_(gr, T0, actions=["abort@a1-x"]).transitions == []  # the annotation still shows it
 
-    d = decide(gr, problems=[], analysis=None, action="retry@r1", now=T0)
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.step, d.status.failed_analyses) == (
-        "Retried",
-        "Pending",
-        0,
-        0,
+    d = round_(gr, T0, actions=["retry@a1-r"])
+    assert (d.transitions[-1].reason, d.status.step, d.status.attempt) == ("Started", 0, 2)
+    gr = gr.model_copy(update={"status": d.status})
+    # GitOps restores an old value, or one meant for the attempt before: refused.
+    for value, why in (("abort@a1-x", "handled before"), ("promote@a1-late", "meant for attempt 1")):
+        d = round_(gr, T0, actions=[value])
+        assert d.status.phase == "Progressing", value
+        assert d.status.last_action is not None
+        assert (d.status.last_action.result, why in d.status.last_action.message) == ("Refused", True)
+        assert [(t.reason, t.warning, t.record) for t in d.transitions] == [("ActionRefused", True, False)]
+    bad = round_(gr, T0, actions=["explode@1"])
+    assert "promote, abort, retry, resume" in bad.transitions[0].message
+    # Two given between two rounds: both, in order.
+    d = round_(gr, T0, actions=["promote@a2-p", "abort@a2-q"])
+    assert [t.reason for t in d.transitions] == ["Aborted"]
+    assert d.status.phase == "RolledBack"
+    assert d.status.seen_actions[-2:] == ["promote@a2-p", "abort@a2-q"]
+    # An abort given while an analysis ran wins over its step-up.
+    d = round_(gr, T0 + MINUTE, result("Pass", T0 + MINUTE), actions=["abort@a2-z"])
+    assert (d.status.phase, set(d.status.weights.values())) == ("RolledBack", {0.0})
+
+
+def test_an_action_present_at_creation_is_refused() -> None:
+    d = round_(release(), T0, actions=["promote@1"])
+    assert (d.status.phase, d.status.step) == ("Progressing", 0)
+    assert d.status.last_action is not None
+    assert d.status.last_action.result == "Refused"
+    assert "present when the release was created" in d.status.last_action.message
+
+
+def test_a_change_of_target_starts_a_new_attempt_at_step_one() -> None:
+    gr = step(
+        step(release(), T0, target="t1"), T0 + timedelta(seconds=1), actions=["promote@a1-p"], target="t1"
     )
-    gr = step(gr.model_copy(update={"status": d.status}), T0, action="retry@r1")
-    assert gr.status is not None
-    assert gr.status.phase == "Progressing"
-
-    d = decide(gr, problems=[], analysis=None, action="promote@p1", now=T0)
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, set(d.status.weights.values())) == (
-        "Promoted",
-        "Promoted",
-        {100.0},
-    )
-
-    bad = decide(gr, problems=[], analysis=None, action="explode@1", now=T0)
-    assert bad.transition is not None
-    assert (bad.transition.reason, bad.transition.record) == ("ActionIgnored", False)
-    assert "promote, abort, retry, resume" in bad.transition.message
-    ignored = decide(gr, problems=[], analysis=None, action="retry@r2", now=T0)
-    assert ignored.transition is not None
-    assert ignored.transition.reason == "ActionIgnored"
-    assert ignored.status.phase == "Progressing"
-
-
-def test_without_analysis_each_interval_advances() -> None:
-    gr = step(release(analysis=None), T0)
-    assert step(gr, T0 + timedelta(seconds=30)).status.step == 0  # type: ignore[union-attr]
-    gr = step(gr, T0 + timedelta(minutes=1))
-    assert gr.status is not None
-    assert (gr.status.phase, gr.status.step) == ("Progressing", 1)
+    assert st(gr).phase == "Promoted"
+    # The same target, and one not known (a ModelVersion re-hashing): nothing happens.
+    for target in ("t1", None):
+        assert round_(gr, T0 + MINUTE, target=target).status.phase == "Promoted"
+    d = round_(gr, T0 + MINUTE, target="t2")
+    assert [t.reason for t in d.transitions] == ["Restarted", "Started"]
+    assert (d.status.phase, d.status.step, d.status.attempt, d.status.target) == ("Progressing", 0, 2, "t2")
+    gr.spec.candidate.model_version = "llama3-8b-2-1-0"
+    d = round_(gr, T0 + MINUTE, target="t1")
+    assert "became llama3-8b-1-4-0 -> llama3-8b-2-1-0" in d.transitions[0].message
 
 
 def test_weights_for_every_phase() -> None:
     spec = release().spec
-    assert weights_for(spec, "Progressing", 1, True) == {LONG: 20, SHORT: 1, DEFAULT: 10}
-    assert weights_for(spec, "Paused", 9, True) == {LONG: 100, SHORT: 100, DEFAULT: 100}
-    assert weights_for(spec, "Pending", 1, False) == {LONG: 0, SHORT: 0, DEFAULT: 0}
-    assert weights_for(spec, "RolledBack", 2, True) == {LONG: 0, SHORT: 0, DEFAULT: 0}
-    assert weights_for(spec, "Promoted", 0, True) == {LONG: 100, SHORT: 100, DEFAULT: 100}
-
-
-def test_a_new_candidate_starts_the_release_over() -> None:
-    gr = step(release(), T0)
-    gr = step(gr, T0, action="promote@1")
-    assert gr.status is not None
-    assert (gr.status.phase, gr.status.released) == ("Promoted", "llama3-8b-1-4-0 -> llama3-8b-2-0-0")
-    gr.spec.candidate.model_version = "llama3-8b-2-1-0"
-    d = decide(gr, problems=[], analysis=None, action="promote@1", now=T0 + timedelta(minutes=1))
-    assert d.transition is not None
-    assert (d.transition.reason, d.status.phase, d.status.step) == ("Restarted", "Pending", 0)
-    assert "became llama3-8b-1-4-0 -> llama3-8b-2-1-0" in d.transition.message
-    assert set(d.status.weights.values()) == {0.0}  # nothing to the new candidate until it starts
-    gr = gr.model_copy(update={"status": d.status})
-    assert step(gr, T0 + timedelta(minutes=1), action="promote@1").status.phase == "Progressing"  # type: ignore[union-attr]
+    s = GrayReleaseStatus(phase="Progressing", step=1, step_started_at=T0)
+    assert weights_for(spec, s) == {LONG: 20, SHORT: 1, DEFAULT: 10}
+    assert weights_for(spec, s, withdrawn=True) == {LONG: 0, SHORT: 0, DEFAULT: 0}
+    assert weights_for(spec, s.model_copy(update={"phase": "Paused", "step": 9})) == {
+        LONG: 100,
+        SHORT: 100,
+        DEFAULT: 100,
+    }
+    assert set(weights_for(spec, GrayReleaseStatus(phase="Pending", step=1)).values()) == {0}
+    assert set(weights_for(spec, s.model_copy(update={"phase": "RolledBack"})).values()) == {0}
+    assert set(weights_for(spec, s.model_copy(update={"phase": "Promoted"})).values()) == {100}

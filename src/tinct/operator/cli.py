@@ -102,6 +102,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         help="seconds between GrayRelease precondition checks (TINCT_RELEASE_TICK)",
     )
+    p.add_argument(
+        "--table-namespace",
+        help="namespace of the routing tables, which only the operator may write and the routers read "
+        "(TINCT_TABLE_NAMESPACE; default: the operator's own namespace)",
+    )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator)

@@ -23,6 +23,8 @@ variable                       meaning                                          
 ``TINCT_CLUSTER_DOMAIN``       DNS suffix of Services in routing tables           ``cluster.local``
 ``TINCT_PEERING_PRIORITY``     this replica's peering priority (highest acts)     from the start time
 ``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
+``TINCT_TABLE_NAMESPACE``      namespace of the routing tables (only the          the operator's own (Pod
+                               operator writes there, the routers read there)     namespace), else ``default``
 =============================  =================================================  ===========================
 
 **Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +78,27 @@ def _lifetime(raw: str) -> int:
     if seconds < 3:
         raise ValueError("must be at least 3 seconds: a live peer would look dead between its keep-alives")
     return seconds
+
+
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str:
+    """The namespace the operator runs in (``POD_NAMESPACE``, else its ServiceAccount's), else ``default``."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    try:
+        with open(_SA_NAMESPACE) as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _namespace(raw: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", raw):
+        raise ValueError("must be a namespace name (a DNS label)")
+    return raw
 
 
 def start_priority(now_ns: int | None = None) -> int:
@@ -113,6 +137,10 @@ class OperatorConfig:
     #: None: :func:`start_priority` when the operator starts.
     peering_priority: int | None = _env("TINCT_PEERING_PRIORITY", int, None)
     peering_lifetime: int = _env("TINCT_PEERING_LIFETIME", _lifetime, 60)
+    #: Where routing tables live: writable by the operator alone, read by the routers.
+    table_namespace: str = field(
+        default_factory=own_namespace, metadata={"env": "TINCT_TABLE_NAMESPACE", "parse": _namespace}
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:

@@ -38,9 +38,14 @@ GRAYRELEASE = CustomResource(
         PrinterColumn("Candidate", ".spec.candidate.modelVersion"),
         PrinterColumn("Step", ".status.progress", description="The step in force, e.g. 2/4."),
         PrinterColumn(
-            "Weight", ".status.candidateWeight", type="number", description="Largest candidate weight in force."
+            "Weight",
+            ".status.candidateWeight",
+            type="number",
+            description="Largest candidate weight in force.",
         ),
-        PrinterColumn("Table", ".status.routing.version", type="integer", description="Routing table version."),
+        PrinterColumn(
+            "Table", ".status.routing.version", type="integer", description="Routing table version."
+        ),
         PrinterColumn("Phase", ".status.phase"),
         _AGE,
         PrinterColumn("Message", ".status.message", priority=1),

@@ -475,6 +475,10 @@ class RoutingRef(Model):
     config_map: str
     namespace: str | None = Field(default=None, description="Namespace of the routing-table ConfigMap.")
     version: int = Field(ge=0, description="Version of the table written for this status.")
+    digest: str | None = Field(
+        default=None, description="Digest of the table's content (all but its version)."
+    )
+    models: list[str] = Field(default_factory=list, max_length=32, description="The models the table serves.")
     confirmed_at: datetime | None = Field(
         default=None,
         description="When every router was first seen serving this version; a step's analysis "
@@ -551,6 +555,12 @@ class GrayReleaseStatus(Model):
     blocked_since: datetime | None = Field(
         default=None,
         description="Since when the release is held without progress (see progressDeadlineSeconds).",
+    )
+    next_step: int | None = Field(
+        default=None,
+        ge=0,
+        description="A step decided on whose weights wait for the candidate's available replicas; "
+        "the number of steps stands for promotion.",
     )
     stable_floor: int | None = Field(
         default=None, ge=0, description="Stable's replicas when the release started; kept until promotion."

@@ -1,18 +1,26 @@
-"""kopf handlers for GrayRelease: one daemon per release drives it step by step.
+"""kopf handlers for GrayRelease: one daemon per release drives it, round by round.
 
-Each round of the daemon (every ``TINCT_RELEASE_TICK`` seconds, when an analysis falls due,
-or at once when the release's spec, its ``tinct.io/action`` annotation or one of its
-ModelVersions changes):
+A round (every ``TINCT_RELEASE_TICK`` seconds, when an analysis window closes, or at once
+when the release, an action on it, one of its ModelVersions or Deployments changes):
 
-1. check the preconditions (ModelVersions, Services, Deployments) through the API;
-2. when the current step is due, analyse the candidate in Prometheus (off the event loop);
-3. :func:`~tinct.operator.release.decide.decide` the next status;
-4. server-side-apply the routing-table ConfigMap that status calls for, then the HPAs;
-5. append the transition to ``release_events`` (keyed by the transition count in status);
-6. write the status, post the Event, update the operator metrics.
+1. **gather**: preconditions and capacity from kopf's watch caches; whether the routers
+   serve the step's table, or the analysis of a closed window, from Prometheus (async,
+   bounded: a slow Prometheus delays only its own release); the actions given meanwhile,
+   read *after* the analysis, so an abort given during it wins over its step-up;
+2. **decide** (:func:`~tinct.operator.release.decide.decide`, pure) the next status, and plan
+   what it calls for — the routing-table version and digest, the HPA bounds — into it;
+3. **record** the status, conditioned on the resourceVersion it was decided from: a status
+   that changed meanwhile is never overwritten (the round starts again from it), and a
+   write that fails otherwise is retried with the *same* decision;
+4. **act** on the recorded status only: apply the routing table to the table namespace,
+   then the HPAs, then retire standing routes this release's table now covers;
+5. **history**: the transitions recorded in ``status.history`` are appended to
+   ``release_events`` (with a timeout; a lineage outage delays the history, never the
+   traffic) and then dropped from status; Events are posted.
 
-The status written last is the record: an operator killed anywhere in a round repeats the
-round from the same status, and every write above converges instead of adding.
+An operator killed anywhere repeats the round from the recorded status, and every write
+converges instead of adding. Deleting a release leaves its model's **standing route**
+(:func:`~tinct.operator.release.tables.standing_table`) unless ``spec.routeOnDelete: Remove``.
 
 Runs with :mod:`tinct.operator.modelversion` (its startup handler opens the lineage writer):
 ``kopf run -m tinct.operator.modelversion -m tinct.operator.release.handler`` or ``tinct operator``.
@@ -23,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,40 +39,71 @@ from typing import Any, TypeVar
 
 import kopf
 
-from tinct.api.routing import TABLE_LABEL, configmap_name
+from tinct.api.routing import RoutingTable, configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
-from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, RoutingRef
+from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
-from tinct.operator.release.analysis import analyse
+from tinct.operator.release import analysis as analysis_
+from tinct.operator.release import prometheus
 from tinct.operator.release.decide import (
     ACTION_ANNOTATION,
+    Capacity,
     Decision,
+    Inputs,
     Problem,
     analysis_due,
     decide,
+    needs_confirmation,
     next_wakeup,
     preconditions,
 )
-from tinct.operator.release.kube import ReleaseKube
+from tinct.operator.release.kube import ConflictError, ReleaseKube, TableWatch
 from tinct.operator.release.metrics import ReleaseMetrics, serve
 from tinct.operator.release.scaling import hpa_name, plan_autoscaling
 from tinct.operator.release.tables import (
     cells_by_tag,
+    content_digest,
     desired_table,
-    next_table,
+    plan,
     release_models,
-    table_version,
+    standing_table,
+    table_manifest,
+    target_digest,
 )
 
-__all__ = ["PLURAL", "Runtime", "reconcile"]
+__all__ = ["PLURAL", "Runtime", "View", "reconcile"]
 
 PLURAL = "grayreleases"
 #: Seconds a child we applied is taken as present before the watch cache shows it.
 APPLY_GRACE = 10.0
+#: Seconds a round waits for the lineage writer before leaving the history for later.
+HISTORY_TIMEOUT = 10.0
 _T = TypeVar("_T")
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+@dataclass
+class Written:
+    """A status this process wrote, and the resourceVersions before and after."""
+
+    uid: str | None
+    base: str | None
+    after: str | None
+    status: GrayReleaseStatus
+
+
+@dataclass
+class Pending:
+    """A decision whose status write failed: the next round writes it again, unchanged."""
+
+    uid: str | None
+    base: str | None
+    decision: Decision
+    table: RoutingTable
 
 
 @dataclass
@@ -72,33 +111,44 @@ class Runtime:
     """What every release daemon of the process shares."""
 
     kube: ReleaseKube = field(default_factory=ReleaseKube)
+    #: Kubernetes calls only; Prometheus is asked asynchronously, outside any pool.
     pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(16, thread_name_prefix="tinct-release")
+        default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="tinct-release")
     )
     metrics: ReleaseMetrics = field(default_factory=ReleaseMetrics)
     tick: float = 5.0
     cluster_domain: str = "cluster.local"
-    #: (namespace, release) -> (wake-up event, names of its ModelVersions)
-    wakers: dict[tuple[str, str], tuple[asyncio.Event, frozenset[str]]] = field(default_factory=dict)
+    table_namespace: str = "default"
+    config: Any = None
+    tables: TableWatch | None = None
+    #: (namespace, release) -> (wake-up event, names of its ModelVersions and Deployments)
+    wakers: dict[Key, tuple[asyncio.Event, frozenset[str]]] = field(default_factory=dict)
     #: (namespace, release) -> the status last written, newer than the watch may have delivered
-    written: dict[tuple[str, str], GrayReleaseStatus] = field(default_factory=dict)
+    written: dict[Key, Written] = field(default_factory=dict)
+    pending: dict[Key, Pending] = field(default_factory=dict)
+    #: (namespace, release) -> tinct.io/action values seen by the watch, oldest first
+    actions: dict[Key, list[str]] = field(default_factory=dict)
+    #: Releases being deleted: their daemon no longer acts.
+    deleting: set[Key] = field(default_factory=set)
     #: (namespace, child name) -> (when, the manifest last applied): covers the index's lag
-    applied: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    applied: dict[Key, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    session: Any = None
 
-    def recent(self, key: tuple[str, str]) -> dict[str, Any] | None:
-        """The manifest applied for ``key`` within the last :data:`APPLY_GRACE` seconds.
-
-        Past that the index has seen our write, and it alone tells whether the child is
-        still there (someone may have deleted it: then it is applied again).
-        """
+    def recent(self, key: Key) -> dict[str, Any] | None:
+        """The manifest applied for ``key`` within the last :data:`APPLY_GRACE` seconds."""
         got = self.applied.get(key)
         return got[1] if got is not None and time.monotonic() - got[0] < APPLY_GRACE else None
 
-    def remember(self, key: tuple[str, str], manifest: dict[str, Any]) -> None:
+    def remember(self, key: Key, manifest: dict[str, Any]) -> None:
         self.applied[key] = (time.monotonic(), manifest)
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def found(self, name: str) -> tuple[int, str | None]:
+        """(version, content digest) of the table ConfigMap ``name`` as the watch has it."""
+        got = self.tables.get(name) if self.tables is not None else None
+        return (got.version, got.digest) if got is not None else (0, None)
 
 
 _RUNTIME = "tinct_release_runtime"
@@ -108,7 +158,15 @@ _RUNTIME = "tinct_release_runtime"
 async def _start_runtime(memo: Any, **_: Any) -> None:
     """Put the release daemons' shared :class:`Runtime` into the root memo; serve metrics."""
     config = context.config_of(memo)
-    rt = Runtime(tick=config.release_tick, cluster_domain=config.cluster_domain)
+    rt = Runtime(
+        tick=config.release_tick,
+        cluster_domain=config.cluster_domain,
+        table_namespace=config.table_namespace,
+        config=config,
+    )
+    rt.tables = TableWatch(config.table_namespace, rt.kube._api)
+    rt.tables.start()
+    rt.session = prometheus.session()
     memo[_RUNTIME] = rt
     if config.metrics_port:
         serve(rt.metrics, config.metrics_port)
@@ -118,6 +176,10 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
 async def _stop_runtime(memo: Any, **_: Any) -> None:
     rt = memo.pop(_RUNTIME, None)
     if isinstance(rt, Runtime):
+        if rt.tables is not None:
+            rt.tables.stop()
+        if rt.session is not None:
+            await rt.session.close()
         rt.pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -129,7 +191,7 @@ def runtime(memo: Any) -> Runtime:
     return rt
 
 
-def parse(body: kopf.Body | dict[str, Any]) -> GrayRelease:
+def parse(body: kopf.Body | Mapping[str, Any]) -> GrayRelease:
     return GrayRelease.model_validate(
         {"metadata": dict(body["metadata"]), "spec": dict(body["spec"]), "status": body.get("status") or None}
     )
@@ -142,12 +204,34 @@ class View:
 
     modelversions: dict[str, dict[str, Any] | None]
     services: dict[str, bool]
-    deployments: dict[str, bool]
+    #: name -> {"replicas": spec.replicas, "available": status.availableReplicas}, None: absent
+    deployments: dict[str, dict[str, int] | None]
     hpas: list[dict[str, Any]]
-    configmap: dict[str, Any] | None
 
-    def problems(self, gr: GrayRelease) -> list[Problem]:
-        return preconditions(gr.spec, self.modelversions, self.services, self.deployments)
+    def problems(self, gr: GrayRelease, config: Any = None) -> list[Problem]:
+        out = preconditions(
+            gr.spec,
+            self.modelversions,
+            self.services,
+            {k: v is not None for k, v in self.deployments.items()},
+        )
+        if gr.spec.analysis is not None and gr.spec.analysis.metrics and config is not None:
+            try:
+                prometheus.resolve(gr.spec.analysis.prometheus, config)
+            except prometheus.PrometheusNotAllowed as exc:
+                out.append(Problem("AnalysisReady", "PrometheusNotAllowed", str(exc), side="release"))
+        return out
+
+    def capacity(self, gr: GrayRelease) -> Capacity:
+        def dep(name: str | None) -> dict[str, int] | None:
+            return self.deployments.get(name) if name else None
+
+        cand, stable = dep(gr.spec.candidate.deployment), dep(gr.spec.stable.deployment)
+        return Capacity(
+            candidate_available=cand["available"] if cand is not None else None,
+            stable_replicas=stable["replicas"] if stable is not None else None,
+            stable_available=stable["available"] if stable is not None else None,
+        )
 
 
 def _one(index: Any, key: Any) -> Any:
@@ -155,20 +239,19 @@ def _one(index: Any, key: Any) -> Any:
     return next(iter(store), None) if store else None
 
 
-def view_of(gr: GrayRelease, indices: dict[str, Any]) -> View:
+def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
     """The :class:`View` of ``gr`` from the indices kopf passes to handlers."""
     ns, spec = gr.metadata.namespace or "default", gr.spec
     sides = (spec.stable, spec.candidate)
     mvs = indices.get("tinct_modelversions")
     services = set(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else set()
-    deployments = set(indices["tinct_deployments"].get(ns, ())) if "tinct_deployments" in indices else set()
+    deps = indices.get("tinct_deployments")
     hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
     return View(
         modelversions={b.model_version: _one(mvs, (ns, b.model_version)) for b in sides},
         services={b.service: b.service in services for b in sides},
-        deployments={b.deployment: b.deployment in deployments for b in sides if b.deployment},
+        deployments={b.deployment: _one(deps, (ns, b.deployment)) for b in sides if b.deployment},
         hpas=hpas,
-        configmap=_one(indices.get("tinct_tables"), (ns, configmap_name(ns, gr.metadata.name))),
     )
 
 
@@ -176,90 +259,204 @@ def view_of(gr: GrayRelease, indices: dict[str, Any]) -> View:
 class Outcome:
     decision: Decision
     status: GrayReleaseStatus
-    changed: bool
+    #: The release's resourceVersion after the round's writes (None: nothing was written).
+    resource_version: str | None
+
+
+async def _analyse(gr: GrayRelease, rt: Runtime, now: datetime) -> AnalysisResult:
+    spec = gr.spec
+    assert spec.analysis is not None
+    target = prometheus.resolve(spec.analysis.prometheus, rt.config)
+    st = gr.status or GrayReleaseStatus()
+    cells = cells_by_tag(desired_table(gr, st, 0, rt.cluster_domain))
+    return await analysis_.analyse(
+        spec.analysis,
+        gr.metadata.namespace or "default",
+        gr.metadata.name,
+        now,
+        prometheus=target,
+        cells=cells,
+        cutoff_ms=float(spec.fallback.latency_ms),
+        session=rt.session,
+    )
+
+
+async def _routers(gr: GrayRelease, rt: Runtime) -> int | None:
+    assert gr.spec.analysis is not None
+    target = prometheus.resolve(gr.spec.analysis.prometheus, rt.config)
+    return await prometheus.routers_serving(
+        target, gr.metadata.namespace or "default", gr.metadata.name, session=rt.session
+    )
+
+
+async def gather(
+    gr: GrayRelease, rt: Runtime, view: View, actions: Callable[[], Sequence[str]], now: datetime
+) -> Inputs:
+    """What the round needs to decide: step 1 of the module doc."""
+    spec = gr.spec
+    old = gr.status or GrayReleaseStatus()
+    problems = view.problems(gr, rt.config)
+    routers: int | None = None
+    result: AnalysisResult | None = None
+    quiet = problems or spec.paused or old.pause_reason
+    if not quiet and needs_confirmation(gr):
+        routers = await _routers(gr, rt)
+    elif not quiet and spec.analysis is not None and spec.analysis.metrics and analysis_due(gr, now):
+        result = await _analyse(gr, rt, now)
+        rt.metrics.analyses.labels(gr.metadata.namespace or "default", gr.metadata.name, result.verdict).inc()
+    return Inputs(
+        now=now,
+        problems=problems,
+        analysis=result,
+        actions=actions(),
+        capacity=view.capacity(gr),
+        target=target_digest(gr, view.modelversions),
+        routers=routers,
+    )
+
+
+def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
+    """Plan the table and the HPAs the decided status calls for into it (pure, recorded with it)."""
+    st = decision.status
+    old = gr.status or GrayReleaseStatus()
+    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    found_version, _ = rt.found(name)
+    recorded_models = old.routing.models if old.routing is not None else []
+    table = plan(
+        gr,
+        st,
+        table_namespace=rt.table_namespace,
+        found_version=found_version,
+        cluster_domain=rt.cluster_domain,
+        models=release_models(gr, view.modelversions, recorded_models),
+    )
+    if gr.spec.autoscaling is not None:
+        scaling = plan_autoscaling(gr, st, view.hpas, now)
+        st.autoscaling = scaling.status
+        st.conditions = scaling.conditions(st.conditions, gr.metadata.generation, now)
+    return table
 
 
 async def reconcile(
-    gr: GrayRelease, rt: Runtime, view: View, lineage: context.Context, now: datetime | None = None
+    gr: GrayRelease,
+    rt: Runtime,
+    view: View,
+    lineage: context.Context,
+    *,
+    base: str | None,
+    actions: Callable[[], Sequence[str]] = tuple,
+    pending: Pending | None = None,
+    now: datetime | None = None,
 ) -> Outcome:
-    """One round for ``gr`` (its status being the one last recorded); see the module doc."""
+    """One round for ``gr`` (its status being the one last recorded, at resourceVersion
+    ``base``); see the module doc. ``pending``: a decision whose write failed, written again."""
     now = now or datetime.now(UTC)
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     old = gr.status or GrayReleaseStatus()
-    problems = view.problems(gr)
-    action = gr.metadata.annotations.get(ACTION_ANNOTATION)
-    analysis: AnalysisResult | None = None
-    spec = gr.spec
-    pending_action = bool(action) and action != old.acknowledged_action
-    if (
-        spec.analysis is not None
-        and spec.analysis.metrics
-        and not problems
-        and not spec.paused
-        and not old.pause_reason
-        and not pending_action
-        and analysis_due(gr, now)
-    ):
-        cells = cells_by_tag(desired_table(gr, old, 0, rt.cluster_domain)) if spec.analysis.per_cell else None
-        analysis = await rt.run(
-            analyse, spec.analysis, name, now, cells=cells, cutoff_ms=float(spec.fallback.latency_ms)
-        )
-        rt.metrics.analyses.labels(ns, name, analysis.verdict).inc()
-    decision = decide(gr, problems=problems, analysis=analysis, action=action, now=now)
+    if pending is not None:
+        decision, table = pending.decision, pending.table
+    else:
+        inputs = await gather(gr, rt, view, actions, now)
+        decision = decide(gr, inputs)
+        table = _planned(gr, rt, view, decision, now)
     st = decision.status
 
-    # The index lags our own writes by a watch event; the table last applied covers the gap.
-    cm = _newest(view.configmap, rt.recent((ns, configmap_name(ns, name))))
-    models = release_models(gr, view.modelversions)
-    manifest, version = next_table(gr, st, cm, rt.cluster_domain, models)
-    if manifest is not None:
-        await rt.run(rt.kube.apply_configmap, manifest)
-        rt.remember((ns, configmap_name(ns, name)), manifest)
-    st.routing = RoutingRef(config_map=configmap_name(ns, name), version=version)
+    # Record.
+    rv = base
+    if st.wire() != old.wire():
+        try:
+            rv = await rt.run(rt.kube.patch_status, ns, name, st.model_dump(by_alias=True, mode="json"), base)
+        except ConflictError:
+            raise
+        except Exception:
+            rt.pending[(ns, name)] = Pending(gr.metadata.uid, base, decision, table)
+            raise
+    if (ns, name) in rt.deleting:
+        return Outcome(decision, st, rv)
 
-    if spec.autoscaling is not None:
-        plan = plan_autoscaling(gr, st, view.hpas, now)
-        for m in plan.manifests:
+    # Act on what was recorded.
+    await _apply_table(rt, table)
+    if gr.spec.autoscaling is not None:
+        for m in plan_autoscaling(gr, st, view.hpas, now).manifests:
             key = (ns, m["metadata"]["name"])
             if not _hpa_current(m, view.hpas, rt.recent(key)):
                 await rt.run(rt.kube.apply_hpa, m)
                 rt.remember(key, m)
-        st.autoscaling = plan.status
-        st.conditions = plan.conditions(st.conditions, gr.metadata.generation, now)
+    await _retire_standing(rt, gr, table)
 
-    t = decision.transition
-    if t is not None and t.record:
-        seq = st.transitions
-        metrics = {}
-        if st.last_analysis is not None:
-            metrics = {m.name: m.value for m in st.last_analysis.metrics if m.value is not None}
-        rows = release_event_rows(
-            release=name,
-            namespace=ns,
-            uid=gr.metadata.uid or "",
-            generation=int(gr.metadata.generation or 0),
-            step=st.step,
-            state=st.phase,
-            from_model_version=spec.stable.model_version,
-            to_model_version=spec.candidate.model_version,
-            weights=st.weights,
-            metrics=metrics,
-            reason=f"{t.reason}: {t.message}"[:2000],
-            event_id=f"{gr.metadata.uid}/{seq}/{st.phase}/{st.step}",
-            operator_version=lineage.store.operator_version,
+    # History, then Events.
+    if st.history:
+        remaining = await _record_history(gr, st, lineage)
+        if len(remaining) != len(st.history):
+            st.history = remaining
+            try:
+                patch = {"history": [h.model_dump(by_alias=True, mode="json") for h in remaining]}
+                rv = await rt.run(rt.kube.patch_status, ns, name, patch, rv)
+            except Exception as exc:  # written again by the next round; rows are idempotent
+                log.info("[%s/%s] could not drop written history from status: %s", ns, name, exc)
+    return Outcome(decision, st, rv)
+
+
+async def _apply_table(rt: Runtime, table: RoutingTable) -> None:
+    name = configmap_name(table.namespace or "default", table.release)
+    found_version, found_digest = rt.found(name)
+    if found_version >= table.version and found_digest == content_digest(table):
+        return
+    if found_version > table.version:
+        return  # the next round plans a version above it
+    await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace))
+    if rt.tables is not None:
+        rt.tables.put(name, table)
+
+
+async def _retire_standing(rt: Runtime, gr: GrayRelease, table: RoutingTable) -> None:
+    """Delete standing routes of deleted releases whose models this live table now serves."""
+    if rt.tables is None or not table.models:
+        return
+    mine = set(table.models)
+    for name, found in list(rt.tables.tables.items()):
+        t = found.table
+        if t is None or not t.standing or t.uid == gr.metadata.uid or not t.models:
+            continue
+        if set(t.models) <= mine:
+            log.info(
+                "standing route %s (models %s) is taken over by %s", name, ",".join(t.models), table.release
+            )
+            await rt.run(rt.kube.delete_configmap, rt.table_namespace, name)
+            rt.tables.forget(name)
+
+
+async def _record_history(gr: GrayRelease, st: GrayReleaseStatus, lineage: context.Context) -> list[Any]:
+    """Append the status's pending transitions to ``release_events``; the ones left unwritten."""
+    ns, name = gr.metadata.namespace or "default", gr.metadata.name
+    rows: list[Any] = []
+    for h in st.history:
+        rows.extend(
+            release_event_rows(
+                release=name,
+                namespace=ns,
+                uid=gr.metadata.uid or "",
+                generation=int(gr.metadata.generation or 0),
+                step=h.step,
+                state=h.phase,
+                from_model_version=gr.spec.stable.model_version,
+                to_model_version=gr.spec.candidate.model_version,
+                weights=h.weights,
+                metrics=h.metrics,
+                reason=f"{h.reason}: {h.message}"[:2000],
+                event_id=f"{gr.metadata.uid}/{h.seq}/{h.phase}/{h.step}",
+                now=h.time,
+                operator_version=lineage.store.operator_version,
+            )["release_events"]
         )
-        await lineage.writer.record(rows, "release_events")
-        st.transitions = seq + 1
-
-    changed = st.wire() != old.wire()
-    if changed:
-        await rt.run(rt.kube.patch_status, ns, name, st.model_dump(by_alias=True, mode="json"))
-    return Outcome(decision, st, changed)
-
-
-def _newest(*configmaps: dict[str, Any] | None) -> dict[str, Any] | None:
-    found = [c for c in configmaps if c]
-    return max(found, key=lambda c: table_version(c)[0], default=None)
+    try:
+        await asyncio.wait_for(
+            lineage.writer.record({"release_events": rows}, "release_events"), HISTORY_TIMEOUT
+        )
+    except Exception as exc:
+        log.warning("[%s/%s] release history not written yet, kept in status: %s", ns, name, exc)
+        return list(st.history)
+    return []
 
 
 def _hpa_current(
@@ -273,19 +470,31 @@ def _hpa_current(
 
 
 def _post(body: kopf.Body, decision: Decision) -> None:
-    t = decision.transition
-    if t is None:
-        return
-    if t.warning:
-        kopf.warn(body, reason=t.reason, message=t.message[:1024])
-    else:
-        kopf.info(body, reason=t.reason, message=t.message[:1024])
+    for t in decision.transitions:
+        if t.warning:
+            kopf.warn(body, reason=t.reason, message=t.message[:1024])
+        else:
+            kopf.info(body, reason=t.reason, message=t.message[:1024])
 
 
-def _wake(rt: Runtime, key: tuple[str, str]) -> None:
+def _wake(rt: Runtime, key: Key) -> None:
     entry = rt.wakers.get(key)
     if entry is not None:
         entry[0].set()
+
+
+def _actions(rt: Runtime, key: Key, body: kopf.Body, status: GrayReleaseStatus | None) -> list[str]:
+    """The action values to consider now: those the watch delivered, then the current one."""
+    current = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+    done = set(status.seen_actions) if status is not None else set()
+    values = [*rt.actions.get(key, []), *([current] if current else [])]
+    return [v for v in dict.fromkeys(values) if v not in done]
+
+
+def _forget_actions(rt: Runtime, key: Key, status: GrayReleaseStatus) -> None:
+    queued = rt.actions.get(key)
+    if queued:
+        rt.actions[key] = [v for v in queued if v not in status.seen_actions]
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
@@ -299,26 +508,53 @@ async def drive_release(
     failures = 0
     try:
         while not stopped:
+            if body["metadata"].get("deletionTimestamp") or key in rt.deleting:
+                break
             gr = parse(body)
-            rt.wakers[key] = (
-                wake,
-                frozenset({gr.spec.stable.model_version, gr.spec.candidate.model_version}),
-            )
-            cached = rt.written.get(key)
-            if cached is not None and (gr.status is None or cached.transitions >= gr.status.transitions):
-                gr = gr.model_copy(update={"status": cached})
+            uid = gr.metadata.uid
+            body_rv = body["metadata"].get("resourceVersion")
+            spec = gr.spec
+            refs = {spec.stable.model_version, spec.candidate.model_version}
+            refs |= {d for d in (spec.stable.deployment, spec.candidate.deployment) if d}
+            rt.wakers[key] = (wake, frozenset(refs))
+            base = body_rv
+            mine = rt.written.get(key)
+            if mine is not None and mine.uid == uid and mine.base == body_rv:
+                # The watch has not delivered our last write yet: that status is the newer one.
+                gr = gr.model_copy(update={"status": mine.status})
+                base = mine.after
+            pending = rt.pending.pop(key, None)
+            if pending is not None and (pending.uid != uid or pending.base != base):
+                pending = None
             wake.clear()
             delay = rt.tick
+            if rt.tables is not None and not rt.tables.synced.is_set():
+                await _sleep(wake, stopped, 0.2)
+                continue
+            current = gr
             try:
-                out = await reconcile(gr, rt, view_of(gr, kwargs), lineage)
+                out = await reconcile(
+                    current,
+                    rt,
+                    view_of(current, kwargs),
+                    lineage,
+                    base=base,
+                    actions=lambda gr=current: _actions(rt, key, body, gr.status),  # type: ignore[misc]
+                    pending=pending,
+                )
                 failures = 0
-                rt.written[key] = out.status
+                if out.resource_version != base:
+                    # Until the watch delivers a newer object, this status is the one to start from.
+                    rt.written[key] = Written(uid, body_rv, out.resource_version, out.status)
+                _forget_actions(rt, key, out.status)
                 _post(body, out.decision)
-                if out.decision.transition is not None:
-                    rt.metrics.transitions.labels(*key, out.decision.transition.reason).inc()
-                    logger.info("%s: %s", out.decision.transition.reason, out.decision.transition.message)
+                for t in out.decision.transitions:
+                    rt.metrics.transitions.labels(*key, t.reason).inc()
+                    logger.info("%s: %s", t.reason, t.message)
                 rt.metrics.observe(*key, out.status)
                 delay = next_wakeup(gr.model_copy(update={"status": out.status}), datetime.now(UTC), rt.tick)
+            except ConflictError:
+                delay = 0.1  # the release changed since it was read: decide again from it
             except Exception as exc:
                 failures += 1
                 delay = min(60.0, rt.tick * 2 ** min(failures, 4))
@@ -338,33 +574,80 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
             w.cancel()
 
 
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def _release_deleted(body: kopf.Body, memo: Any, logger: _Logger, **_: Any) -> None:
+    """Before the release goes, its model gets its standing route (or loses it, if asked)."""
+    rt = runtime(memo)
+    gr = parse(body)
+    ns, name = gr.metadata.namespace or "default", gr.metadata.name
+    rt.deleting.add((ns, name))
+    cm = configmap_name(ns, name)
+    if gr.spec.route_on_delete == "Remove":
+        await rt.run(rt.kube.delete_configmap, rt.table_namespace, cm)
+        if rt.tables is not None:
+            rt.tables.forget(cm)
+        logger.info("route of %s/%s removed (spec.routeOnDelete: Remove)", ns, name)
+        return
+    mine = rt.written.get((ns, name))
+    st = mine.status if mine is not None and mine.uid == gr.metadata.uid else gr.status
+    found_version, found_digest = rt.found(cm)
+    if st is None or (st.routing is None and not found_version):
+        return  # it never routed anything
+    table = standing_table(gr, st, found_version=found_version, cluster_domain=rt.cluster_domain)
+    got = rt.tables.get(cm) if rt.tables is not None else None
+    if got is not None and got.standing and found_digest == content_digest(table):
+        return
+    await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace))
+    if rt.tables is not None:
+        rt.tables.put(cm, table)
+    side = "the candidate" if st.phase == "Promoted" else "stable"
+    logger.info("%s/%s deleted: its models %s stay served by %s", ns, name, ",".join(table.models), side)
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    """Spec or annotation changes reach the daemon now, not at its next tick."""
+    """Spec or annotation changes reach the daemon now, not at its next tick; every action
+    value the watch delivers is queued, so two given between rounds are both seen."""
     rt = runtime(memo)
     key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
     if type == "DELETED":
         rt.written.pop(key, None)
+        rt.pending.pop(key, None)
+        rt.actions.pop(key, None)
+        rt.deleting.discard(key)
         rt.metrics.forget(*key)
         ns, name = key
-        for child in (configmap_name(ns, name), hpa_name(name, "stable"), hpa_name(name, "candidate")):
+        for child in (hpa_name(name, "stable"), hpa_name(name, "candidate")):
             rt.applied.pop((ns, child), None)
         return
     status = body.get("status") or {}
     annotation = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+    if annotation and annotation not in (status.get("seenActions") or []):
+        queued = rt.actions.setdefault(key, [])
+        if annotation not in queued:
+            queued.append(annotation)
+            del queued[:-32]
     stale = status.get("observedGeneration") != body["metadata"].get("generation")
     if stale or (annotation and annotation != status.get("acknowledgedAction")):
         _wake(rt, key)
 
 
-@kopf.on.event(GROUP, VERSION, "modelversions")
-def _modelversion_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
-    """A release waiting for (or running on) a ModelVersion looks again when it changes."""
-    rt = runtime(memo)
-    ns, name = body["metadata"].get("namespace") or "default", body["metadata"]["name"]
+def _wake_referring(rt: Runtime, ns: str, name: str) -> None:
     for (rns, _release), (event, refs) in list(rt.wakers.items()):
         if rns == ns and name in refs:
             event.set()
+
+
+@kopf.on.event(GROUP, VERSION, "modelversions")
+def _modelversion_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """A release waiting for (or running on) a ModelVersion looks again when it changes."""
+    _wake_referring(runtime(memo), body["metadata"].get("namespace") or "default", body["metadata"]["name"])
+
+
+@kopf.on.event("apps", "v1", "deployments")
+def _deployment_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """A release waiting for replicas (or losing them) looks again when its Deployment changes."""
+    _wake_referring(runtime(memo), body["metadata"].get("namespace") or "default", body["metadata"]["name"])
 
 
 # Watch caches of what a release depends on: rounds read these instead of the API server.
@@ -377,7 +660,7 @@ def tinct_modelversions(
     return {
         (namespace, name): {
             "spec": {"model": spec.get("model"), "version": spec.get("version")},
-            "status": {"phase": status.get("phase")},
+            "status": {"phase": status.get("phase"), "digests": dict(status.get("digests") or {})},
         }
     }
 
@@ -388,21 +671,18 @@ def tinct_services(namespace: str | None, name: str, **_: Any) -> Any:
 
 
 @kopf.index("apps", "v1", "deployments")
-def tinct_deployments(namespace: str | None, name: str, **_: Any) -> Any:
-    return {namespace: name}
+def tinct_deployments(
+    namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> Any:
+    return {
+        (namespace, name): {
+            "replicas": int(spec.get("replicas", 1) or 0),
+            "available": int(status.get("availableReplicas") or 0),
+        }
+    }
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")
 def tinct_hpas(namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> Any:
     owners = [dict(r) for r in meta.get("ownerReferences", [])]
     return {namespace: {"metadata": {"name": name, "ownerReferences": owners}, "spec": dict(spec)}}
-
-
-@kopf.index("v1", "configmaps", labels={TABLE_LABEL: "true"})
-def tinct_tables(namespace: str | None, name: str, meta: kopf.Meta, body: kopf.Body, **_: Any) -> Any:
-    return {
-        (namespace, name): {
-            "metadata": {"annotations": dict(meta.get("annotations", {}))},
-            "data": dict(body.get("data") or {}),
-        }
-    }

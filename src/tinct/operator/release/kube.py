@@ -1,22 +1,48 @@
 """The Kubernetes API calls of the GrayRelease controller, on the synchronous client.
 
-Every method blocks; the controller runs them in a thread pool. It only writes: what it
-reads comes from kopf's indices. Children are server-side applied under the field manager
-:data:`FIELD_MANAGER`, so a retried reconcile converges instead of duplicating.
+Every method blocks; the controller runs them in a thread pool of their own (never shared
+with Prometheus calls). Children are server-side applied under the field manager
+:data:`FIELD_MANAGER`, so a retried reconcile converges instead of duplicating. Status is
+written with the resourceVersion it was decided from as a precondition
+(:meth:`ReleaseKube.patch_status`): a decision made on a status that has changed since is
+refused by the API server (409) instead of overwriting the newer one.
+
+:class:`TableWatch` follows the routing-table ConfigMaps of the table namespace alone,
+selected by label on the server, so ConfigMaps elsewhere in the cluster never reach the
+operator's memory.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from tinct.api.routing import (
+    DATA_KEY,
+    TABLE_LABEL,
+    VERSION_ANNOTATION,
+    RoutingTable,
+    RoutingTableError,
+    parse_table,
+)
 from tinct.api.v1alpha1.common import GROUP, VERSION
 
-__all__ = ["FIELD_MANAGER", "ReleaseKube"]
+__all__ = ["FIELD_MANAGER", "ConflictError", "FoundTable", "ReleaseKube", "TableWatch"]
 
 FIELD_MANAGER = "tinct-operator"
 _APPLY = "application/apply-patch+yaml"
+_WATCH_SECONDS = 60
+_log = logging.getLogger(__name__)
+
+
+class ConflictError(Exception):
+    """The object changed since the status being written was decided from it (HTTP 409)."""
 
 
 class ReleaseKube:
@@ -54,15 +80,180 @@ class ReleaseKube:
     def apply_configmap(self, manifest: dict[str, Any]) -> None:
         self._apply(self._core().patch_namespaced_config_map, manifest)
 
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        """Delete a ConfigMap; one already gone is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core().delete_namespaced_config_map(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     def apply_hpa(self, manifest: dict[str, Any]) -> None:
         from kubernetes import client
 
         self._apply(client.AutoscalingV2Api(self._api()).patch_namespaced_horizontal_pod_autoscaler, manifest)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch ``status`` of a GrayRelease; ``None`` values remove fields."""
-        from kubernetes import client
+    def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
+    ) -> str | None:
+        """Merge-patch ``status`` of a GrayRelease (``None`` values remove fields), only if the
+        object is still at ``resource_version``; returns its new resourceVersion.
 
-        client.CustomObjectsApi(self._api()).patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, "grayreleases", name, {"status": status}
-        )
+        Raises:
+            ConflictError: the object changed since ``resource_version``.
+        """
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            obj = client.CustomObjectsApi(self._api()).patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "grayreleases", name, body
+            )
+        except ApiException as e:
+            if e.status == 409:
+                raise ConflictError(f"grayrelease {namespace}/{name} changed since it was read") from None
+            raise
+        rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
+        return str(rv) if rv else None
+
+
+@dataclass(frozen=True)
+class FoundTable:
+    """A routing-table ConfigMap as the watch last saw it."""
+
+    name: str
+    version: int
+    digest: str | None
+    table: RoutingTable | None
+
+    @property
+    def standing(self) -> bool:
+        return self.table is not None and self.table.standing
+
+
+def _found(cm: Any) -> FoundTable:
+    from tinct.operator.release.tables import content_digest
+
+    meta = cm.metadata
+    annotations = meta.annotations or {}
+    try:
+        version = int(annotations.get(VERSION_ANNOTATION, "0"))
+    except ValueError:
+        version = 0
+    doc = (cm.data or {}).get(DATA_KEY)
+    table: RoutingTable | None = None
+    if doc:
+        try:
+            table = parse_table(doc, f"configmap {meta.namespace}/{meta.name}")
+        except RoutingTableError:
+            table = None
+    digest = (
+        content_digest(table) if table is not None else hashlib.sha256(json.dumps(doc).encode()).hexdigest()
+    )
+    if table is not None:
+        version = max(version, table.version)
+    return FoundTable(meta.name, version, digest, table)
+
+
+@dataclass
+class TableWatch:
+    """The routing-table ConfigMaps of ``namespace``, kept current by list+watch in a thread."""
+
+    namespace: str
+    api: Callable[[], Any]
+    on_change: Callable[[], None] | None = None
+    tables: dict[str, FoundTable] = field(default_factory=dict)
+    #: The first listing arrived: absence in :attr:`tables` means absence in the cluster.
+    synced: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tinct-table-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def get(self, name: str) -> FoundTable | None:
+        return self.tables.get(name)
+
+    def put(self, name: str, table: RoutingTable) -> None:
+        """Take a table just applied as found (the watch confirms it shortly)."""
+        from tinct.operator.release.tables import content_digest
+
+        self.tables[name] = FoundTable(name, table.version, content_digest(table), table)
+
+    def forget(self, name: str) -> None:
+        self.tables.pop(name, None)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a wake-up is a courtesy; never let it stop the watch
+                _log.debug("table watch callback failed", exc_info=True)
+
+    def _run(self) -> None:
+        import kubernetes
+        from kubernetes.client.exceptions import ApiException
+
+        watch: Any = kubernetes.watch
+        selector = f"{TABLE_LABEL}=true"
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                from kubernetes import client
+
+                core = client.CoreV1Api(self.api())
+                listing: Any = core.list_namespaced_config_map(self.namespace, label_selector=selector)
+                self.tables = {cm.metadata.name: _found(cm) for cm in listing.items}
+                self.synced.set()
+                self._changed()
+                rv = listing.metadata.resource_version
+                backoff = 0.5
+                while not self._stop.is_set():
+                    w = watch.Watch()
+                    for ev in w.stream(
+                        core.list_namespaced_config_map,
+                        self.namespace,
+                        label_selector=selector,
+                        resource_version=rv,
+                        timeout_seconds=_WATCH_SECONDS,
+                        _request_timeout=_WATCH_SECONDS + 10,
+                    ):
+                        if self._stop.is_set():
+                            w.stop()
+                            break
+                        kind, obj = ev["type"], ev["object"]
+                        if kind == "ERROR":
+                            code = (
+                                obj.get("code", 500) if isinstance(obj, dict) else getattr(obj, "code", 500)
+                            )
+                            raise ApiException(status=code, reason=str(obj))
+                        rv = obj.metadata.resource_version
+                        if kind == "DELETED":
+                            self.tables.pop(obj.metadata.name, None)
+                        elif kind in ("ADDED", "MODIFIED"):
+                            self.tables[obj.metadata.name] = _found(obj)
+                        self._changed()
+            except ApiException as e:
+                if e.status == 410:
+                    continue
+                _log.warning(
+                    "watching routing tables in namespace %s failed: %s %s; retrying",
+                    self.namespace,
+                    e.status,
+                    e.reason,
+                )
+            except Exception as e:
+                _log.warning(
+                    "watching routing tables in namespace %s failed: %r; retrying", self.namespace, e
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)

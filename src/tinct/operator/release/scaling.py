@@ -3,14 +3,22 @@
 One ``autoscaling/v2`` HPA per named Deployment, owned by the GrayRelease (deleting the
 release removes the HPAs and leaves the Deployments as they are), with the metric of
 ``spec.autoscaling`` (a pods metric at an average value; ``cpu`` / ``memory`` name a
-resource metric instead). Bounds per side:
+resource metric instead). The bounds follow the *recorded* status, and capacity comes
+before weight:
 
-- **candidate**: follows its share of traffic, taken as the largest weight of any cell (the
-  busiest cell decides, so no cell is starved): ``ceil(bound * share)``, never below 1 while
-  it serves anything. At share 0 (not started, rolled back) it shrinks to ``minReplicas``.
-- **stable**: keeps ``[minReplicas, maxReplicas]`` until the release is Promoted; then its
-  maximum is stepped down to ``minReplicas`` over :data:`STEP_DOWN_INTERVALS` analysis
-  intervals instead of at once, so the stable pods drain gradually.
+- **candidate**: sized for the share it is about to take, not only the one in force: while
+  a decided step waits for replicas (``status.nextStep``) its minimum is already the
+  replicas that step needs (:func:`~tinct.operator.release.decide.needed`), so the HPA
+  controller brings them up before any weight moves; on promotion its bounds are raised to
+  the full range before it takes 100 %. The maximum is ``ceil(maxReplicas * share)``, never
+  below the minimum. After a rollback or abort its bounds stay as they were for
+  :data:`SCALE_DOWN_DELAY` (or one analysis interval, if longer), so answers in flight finish
+  and every router has the rollback table before the pods go; then ``minReplicas``.
+- **stable**: keeps the floor it had when the release started (``status.stableFloor``, its
+  Deployment's replicas then) as its minimum until the release is Promoted — a rollback
+  therefore always finds stable sized for 100 %; after promotion, which happens only once
+  the candidate has the replicas for the whole traffic, its minimum and maximum step down
+  to ``minReplicas`` over :data:`STEP_DOWN_INTERVALS` analysis intervals.
 
 An HPA on the same Deployment that this release did not create is left alone: the side is
 reported ``managed: false`` with an ``AutoscalingReady=False`` condition.
@@ -29,15 +37,28 @@ from tinct.api.v1alpha1.grayrelease import (
     Autoscaling,
     Backend,
     GrayRelease,
+    GrayReleaseSpec,
     GrayReleaseStatus,
     ScalerStatus,
+    parse_duration,
 )
-from tinct.operator.release.decide import parse_duration
+from tinct.operator.release.decide import needed, steps_of
 
-__all__ = ["STEP_DOWN_INTERVALS", "Plan", "bounds", "hpa_manifest", "hpa_name", "plan_autoscaling"]
+__all__ = [
+    "SCALE_DOWN_DELAY",
+    "STEP_DOWN_INTERVALS",
+    "Plan",
+    "candidate_bounds",
+    "hpa_manifest",
+    "hpa_name",
+    "plan_autoscaling",
+    "stable_bounds",
+]
 
-#: Analysis intervals over which stable's maximum comes down after promotion.
+#: Analysis intervals over which stable's bounds come down after promotion.
 STEP_DOWN_INTERVALS = 4
+#: Seconds the candidate keeps its bounds after a rollback (at least one analysis interval).
+SCALE_DOWN_DELAY = 30.0
 _RESOURCES = ("cpu", "memory")
 
 
@@ -45,34 +66,48 @@ def hpa_name(release: str, side: str) -> str:
     return f"tinct-{release}-{side}"[:253]
 
 
-def bounds(
-    scaling: Autoscaling,
-    side: str,
-    phase: str,
-    share: float,
-    since_promotion: float | None = None,
-    interval: float = 60.0,
-) -> tuple[int, int]:
-    """(minReplicas, maxReplicas) for ``side``.
+def _share_at(spec: GrayReleaseSpec, step: int) -> float:
+    if step >= steps_of(spec):
+        return 100.0
+    return max(c.weights[min(step, len(c.weights) - 1)] for c in spec.cells)
 
-    Args:
-        share: the candidate's share of traffic in percent (largest cell weight in force).
-        since_promotion: seconds since the release was Promoted (stable's step-down).
-        interval: seconds per step-down stage.
-    """
+
+def _interval(spec: GrayReleaseSpec) -> float:
+    return parse_duration(spec.analysis.interval) if spec.analysis else 60.0
+
+
+def candidate_bounds(spec: GrayReleaseSpec, status: GrayReleaseStatus, now: datetime) -> tuple[int, int]:
+    """(minReplicas, maxReplicas) of the candidate's HPA for the recorded ``status``."""
+    scaling = spec.autoscaling
+    assert scaling is not None
     lo, hi = scaling.min_replicas, scaling.max_replicas
-    if side == "candidate":
-        if share <= 0:
-            return lo, lo
-        f = min(share, 100.0) / 100.0
-        cmax = max(1, math.ceil(hi * f))
-        cmin = min(cmax, max(1, math.ceil(lo * f)))
-        return cmin, cmax
-    if phase != "Promoted" or since_promotion is None:
-        return lo, hi
-    stage = min(STEP_DOWN_INTERVALS, int(since_promotion // max(interval, 1e-3)) + 1)
+    share = max(status.weights.values(), default=0.0)
+    if status.next_step is not None:
+        share = max(share, _share_at(spec, status.next_step))
+    if status.phase in ("RolledBack", "Failed"):
+        since = (now - status.step_started_at).total_seconds() if status.step_started_at else math.inf
+        share = _share_at(spec, status.step) if since < max(SCALE_DOWN_DELAY, _interval(spec)) else 0.0
+    if share <= 0:
+        return lo, lo
+    f = min(share, 100.0) / 100.0
+    cmin = max(needed(spec, status, share), min(hi, math.ceil(lo * f - 1e-9)), 1)
+    cmax = max(cmin, math.ceil(hi * f - 1e-9))
+    return cmin, cmax
+
+
+def stable_bounds(spec: GrayReleaseSpec, status: GrayReleaseStatus, now: datetime) -> tuple[int, int]:
+    """(minReplicas, maxReplicas) of stable's HPA for the recorded ``status``."""
+    scaling = spec.autoscaling
+    assert scaling is not None
+    lo, hi = scaling.min_replicas, scaling.max_replicas
+    floor = min(hi, max(lo, status.stable_floor or lo))
+    if status.phase != "Promoted" or status.step_started_at is None:
+        return floor, hi
+    since = (now - status.step_started_at).total_seconds()
+    stage = min(STEP_DOWN_INTERVALS, int(since // max(_interval(spec), 1e-3)) + 1)
     smax = max(lo, math.ceil(hi - (hi - lo) * stage / STEP_DOWN_INTERVALS))
-    return lo, smax
+    smin = max(lo, math.ceil(floor - (floor - lo) * stage / STEP_DOWN_INTERVALS))
+    return min(smin, smax), smax
 
 
 def _metric(scaling: Autoscaling) -> dict[str, Any]:
@@ -96,7 +131,7 @@ def hpa_manifest(
             "name": hpa_name(release.metadata.name, side),
             "namespace": release.metadata.namespace or "default",
             "labels": {
-                RELEASE_LABEL: release.metadata.name,
+                RELEASE_LABEL: release.metadata.name[:63].rstrip("-_."),
                 "tinct.io/side": side,
                 "app.kubernetes.io/managed-by": "tinct",
             },
@@ -151,23 +186,18 @@ def _ours(hpa: dict[str, Any], uid: str | None) -> bool:
 def plan_autoscaling(
     release: GrayRelease, status: GrayReleaseStatus, hpas: list[dict[str, Any]], now: datetime
 ) -> Plan:
-    """The HPAs to apply for ``status`` given the HPAs in the namespace."""
+    """The HPAs to apply for the recorded ``status``, given the HPAs in the namespace."""
     from tinct.operator.release.tables import owner_reference
 
     plan = Plan()
-    scaling = release.spec.autoscaling
-    if scaling is None:
+    spec = release.spec
+    if spec.autoscaling is None:
         return plan
-    share = max(status.weights.values(), default=0.0)
-    interval = parse_duration(release.spec.analysis.interval) if release.spec.analysis else 60.0
-    since = None
-    if status.phase == "Promoted" and status.step_started_at is not None:
-        since = (now - status.step_started_at).total_seconds()
-    for side, backend in (("stable", release.spec.stable), ("candidate", release.spec.candidate)):
+    for side, backend in (("stable", spec.stable), ("candidate", spec.candidate)):
         if backend.deployment is None:
             continue
         name = hpa_name(release.metadata.name, side)
-        lo, hi = bounds(scaling, side, status.phase, share, since, interval)
+        lo, hi = (stable_bounds if side == "stable" else candidate_bounds)(spec, status, now)
         others = [
             h
             for h in hpas

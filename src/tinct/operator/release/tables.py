@@ -1,42 +1,56 @@
-"""The routing table a GrayRelease's status calls for, and when to write it again.
+"""The routing table a recorded GrayRelease status calls for; pure builders.
 
-The table version only grows, also across operator restarts: the next version is one more
-than the largest of the version recorded in status and the one on the ConfigMap in the
-cluster. A table whose content (everything but the version) is already in the ConfigMap is
-not written again, so a reconcile repeated after a crash converges without a new version.
+Tables of every release live in the operator's **table namespace** (``tinct operator
+--table-namespace``; the chart's namespace), where only the operator's ServiceAccount may
+write and the routers read; a tenant who can write ConfigMaps in its own namespace cannot
+make a router route. The ConfigMap of ``llm/chat`` is ``tinct-routing-llm.chat``
+(:func:`~tinct.api.routing.configmap_name`); it names the release's uid, so a router
+refuses a table going backward for the same release.
+
+The table version only grows: :func:`plan` gives the status a new version whenever the
+table's content (all but its version) changes, one above both the version recorded in
+status and the one found in the cluster, and records the content's digest beside it. The
+controller persists that status first and applies the table it describes afterwards, so a
+table is never in force that status did not record.
 
 Each table names the OpenAI ``model`` values it serves, so one router can front many
 releases: ``spec.models`` when the GrayRelease lists them, else the ``model`` of its
-ModelVersions (:func:`release_models`).
+ModelVersions (:func:`release_models`), else the models the status last recorded (a
+ModelVersion deleted mid-release must not turn the table into a catch-all).
+
+When the release is deleted, its table stays as the model's **standing route**
+(:func:`standing_table`): the candidate at 100 % when it was Promoted, stable otherwise.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tinct.api.routing import (
-    DATA_KEY,
-    VERSION_ANNOTATION,
     RoutingCell,
     RoutingTable,
-    RoutingTableError,
-    parse_table,
+    configmap_name,
     routing_configmap,
     routing_table_from,
 )
 from tinct.api.v1alpha1.common import API_VERSION
-from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, RoutingRef
 from tinct.operator.release.decide import cell_key
 from tinct.router.table import CompiledTable
 
 __all__ = [
     "cells_by_tag",
+    "content_digest",
     "desired_table",
-    "next_table",
     "owner_reference",
+    "plan",
     "release_models",
-    "table_version",
+    "standing_table",
+    "table_manifest",
+    "target_digest",
 ]
 
 
@@ -50,9 +64,12 @@ def owner_reference(release: GrayRelease) -> dict[str, Any]:
     }
 
 
-def release_models(release: GrayRelease, modelversions: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+def release_models(
+    release: GrayRelease, modelversions: Mapping[str, Mapping[str, Any] | None], recorded: Sequence[str] = ()
+) -> list[str]:
     """The ``model`` the release's ModelVersions serve, as found in ``modelversions`` (name ->
-    object, None when missing); empty while neither is known.
+    object, None when missing); ``recorded`` (the models of the table last planned) while
+    neither is known.
 
     Both share one model (a precondition of the release); should they differ, the release
     cannot proceed and stable serves everything, so stable's model is the one named.
@@ -65,7 +82,32 @@ def release_models(release: GrayRelease, modelversions: Mapping[str, Mapping[str
 
     spec = release.spec
     chosen = model(spec.stable.model_version) or model(spec.candidate.model_version)
-    return [chosen] if chosen else []
+    return [chosen] if chosen else list(recorded)
+
+
+def target_digest(release: GrayRelease, modelversions: Mapping[str, Mapping[str, Any] | None]) -> str | None:
+    """A digest of what the release moves traffic between: both sides' Service, port,
+    Deployment, URL and scheduler version, and their ModelVersions' artifact digests.
+
+    None while a ModelVersion is missing or has no digests yet (hashing): a target that
+    cannot be known is never taken for a changed one.
+    """
+    sides: dict[str, Any] = {}
+    for side, backend in (("stable", release.spec.stable), ("candidate", release.spec.candidate)):
+        mv = modelversions.get(backend.model_version)
+        digests = ((mv or {}).get("status") or {}).get("digests")
+        if not digests:
+            return None
+        sides[side] = {
+            "service": backend.service,
+            "port": backend.port,
+            "deployment": backend.deployment,
+            "url": backend.url,
+            "schedulerVersion": backend.scheduler_version,
+            "digests": dict(sorted(dict(digests).items())),
+        }
+    text = json.dumps(sides, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def desired_table(
@@ -75,11 +117,7 @@ def desired_table(
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
 ) -> RoutingTable:
-    """The table for ``status``: its phase, its step, and ``status.weights`` per cell.
-
-    ``models``: the model of the release's ModelVersions (:func:`release_models`), the
-    table's model names when ``spec.models`` is empty.
-    """
+    """The table for ``status``: its phase, its step, and ``status.weights`` per cell."""
     table = routing_table_from(
         release, status.step, status.phase, version=version, cluster_domain=cluster_domain, models=models
     )
@@ -88,58 +126,80 @@ def desired_table(
         for c in release.spec.cells
     ]
     spec = release.spec
-    update: dict[str, Any] = {"cells": cells}
+    update: dict[str, Any] = {"cells": cells, "uid": release.metadata.uid}
     for side, backend in (("stable", spec.stable), ("candidate", spec.candidate)):
         if backend.url:
             update[side] = getattr(table, side).model_copy(update={"url": backend.url})
     return table.model_copy(update=update)
 
 
-def table_version(configmap: dict[str, Any] | None) -> tuple[int, RoutingTable | None]:
-    """The version and table of a routing-table ConfigMap as found (0, None if unusable)."""
-    if not configmap:
-        return 0, None
-    annotations = (configmap.get("metadata") or {}).get("annotations") or {}
-    try:
-        version = int(annotations.get(VERSION_ANNOTATION, "0"))
-    except ValueError:
-        version = 0
-    doc = (configmap.get("data") or {}).get(DATA_KEY)
-    if not doc:
-        return version, None
-    try:
-        table = parse_table(doc, "configmap")
-    except RoutingTableError:
-        return version, None
-    return max(version, table.version), table
-
-
-def _content(table: RoutingTable) -> dict[str, Any]:
+def content_digest(table: RoutingTable) -> str:
+    """Digest of everything in ``table`` but its version."""
     doc = table.wire()
     doc.pop("version", None)
-    return doc
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
-def next_table(
+def plan(
     release: GrayRelease,
     status: GrayReleaseStatus,
-    configmap: dict[str, Any] | None,
+    *,
+    table_namespace: str,
+    found_version: int = 0,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
-) -> tuple[dict[str, Any] | None, int]:
-    """The ConfigMap manifest to apply (None if the cluster has this table already) and the
-    table version in force afterwards; ``models`` as for :func:`desired_table`."""
-    found_version, found = table_version(configmap)
-    recorded = status.routing.version if status.routing else 0
+) -> RoutingTable:
+    """Record in ``status.routing`` the table ``status`` calls for, and return it.
+
+    A new version (one above both ``status.routing.version`` and ``found_version``, the
+    version of the ConfigMap in the cluster) when the content changed or the cluster holds
+    a newer version than status knows; the recorded version otherwise.
+    """
+    ns = release.metadata.namespace or "default"
+    ref = status.routing
+    recorded = ref.version if ref is not None else 0
     want = desired_table(release, status, 0, cluster_domain, models)
-    if found is not None and _content(found) == _content(want):
-        return None, found_version
-    version = max(found_version, recorded) + 1
-    table = want.model_copy(update={"version": version})
-    manifest = routing_configmap(
-        table, namespace=release.metadata.namespace or "default", owner=owner_reference(release)
-    )
-    return manifest, version
+    digest = content_digest(want)
+    if ref is None or ref.digest != digest or found_version > recorded or ref.namespace != table_namespace:
+        version = max(recorded, found_version) + 1
+        status.routing = RoutingRef(
+            config_map=configmap_name(ns, release.metadata.name),
+            namespace=table_namespace,
+            version=version,
+            digest=digest,
+            models=list(want.models),
+        )
+    else:
+        version = recorded
+        ref.models = list(want.models)
+    return want.model_copy(update={"version": version})
+
+
+def table_manifest(table: RoutingTable, table_namespace: str) -> dict[str, Any]:
+    """The ConfigMap of ``table`` in the table namespace, for server-side apply."""
+    return routing_configmap(table, namespace=table_namespace)
+
+
+def standing_table(
+    release: GrayRelease,
+    status: GrayReleaseStatus,
+    *,
+    found_version: int = 0,
+    cluster_domain: str = "cluster.local",
+) -> RoutingTable:
+    """The standing route of a deleted release: its outcome, kept until another release
+    takes its models over.
+
+    The candidate serves every cell when the release was Promoted; stable serves
+    everything otherwise. The version grows past everything the release wrote.
+    """
+    final = status.model_copy(deep=True)
+    promoted = status.phase == "Promoted"
+    final.weights = {cell_key(c.match): (100.0 if promoted else 0.0) for c in release.spec.cells}
+    models = status.routing.models if status.routing is not None else []
+    recorded = status.routing.version if status.routing is not None else 0
+    table = desired_table(release, final, max(recorded, found_version) + 1, cluster_domain, models)
+    return table.model_copy(update={"standing": True})
 
 
 def cells_by_tag(table: RoutingTable) -> dict[str, list[str]]:
