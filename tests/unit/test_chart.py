@@ -31,7 +31,6 @@ OPERATOR_NAMESPACED = {
     ("tinct.io", "grayreleases/status"): {"get", "patch"},
     ("tinct.io", "modelversions/finalizers"): {"update"},
     ("tinct.io", "grayreleases/finalizers"): {"update"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"get", "list", "watch"},
     ("apps", "deployments"): {"get", "list", "watch"},
@@ -46,6 +45,8 @@ OPERATOR_CLUSTER = {
     **DISCOVERY,
 }
 ROUTER = {("", "configmaps"): {"get", "list", "watch"}, ("", "events"): {"create"}}
+#: The routing tables, in the chart's namespace only: no identity reaches a ConfigMap elsewhere.
+TABLES = {("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"}}
 
 
 def _grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
@@ -72,9 +73,11 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
-            "ClusterRole",
             "ClusterRoleBinding",
-            "ClusterRoleBinding",
+            "Role",
+            "Role",
+            "RoleBinding",
+            "RoleBinding",
             "Deployment",
             "Deployment",
             "HorizontalPodAutoscaler",
@@ -86,7 +89,10 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
         ]
     ), "ServiceMonitor, NetworkPolicy and templated CRDs are off by default"
     assert _grants(one(docs, "ClusterRole", "t-tinct-operator")) == OPERATOR_CLUSTER
-    assert _grants(one(docs, "ClusterRole", "t-tinct-router")) == ROUTER
+    tables = one(docs, "Role", "t-tinct-operator-tables")
+    assert (tables["metadata"]["namespace"], _grants(tables)) == ("tinct", TABLES)
+    router_role = one(docs, "Role", "t-tinct-router")
+    assert (router_role["metadata"]["namespace"], _grants(router_role)) == ("tinct", ROUTER)
     binding = one(docs, "ClusterRoleBinding", "t-tinct-operator")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "t-tinct-operator", "namespace": "tinct"}
@@ -142,8 +148,10 @@ def test_namespaced_mode_binds_roles_in_each_watched_namespace_only(helm: Helm) 
     for role in ops:
         assert _grants(role) == OPERATOR_NAMESPACED
     (router_role,) = [r for r in roles if r["metadata"]["name"] == "t-tinct-router"]
-    assert router_role["metadata"]["namespace"] == "llm"
+    assert router_role["metadata"]["namespace"] == "tinct", "tables live in the chart's namespace"
     assert _grants(router_role) == ROUTER
+    (tables,) = [r for r in roles if r["metadata"]["name"] == "t-tinct-operator-tables"]
+    assert (tables["metadata"]["namespace"], _grants(tables)) == ("tinct", TABLES)
     for binding in by_kind(docs, "RoleBinding"):
         (subject,) = binding["subjects"]
         assert subject["namespace"] == "tinct", "the ServiceAccounts live in the release namespace"
@@ -152,7 +160,7 @@ def test_namespaced_mode_binds_roles_in_each_watched_namespace_only(helm: Helm) 
         "--namespace=llm",
         "--namespace=llm-canary",
     ]
-    assert "--namespace=llm" in container(one(docs, "Deployment", "t-tinct-router"))["args"]
+    assert "--namespace=tinct" in container(one(docs, "Deployment", "t-tinct-router"))["args"]
 
 
 @pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
@@ -164,7 +172,10 @@ def test_no_wildcard_anywhere_in_rbac(helm: Helm, values: dict[str, Any]) -> Non
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
                 assert all("*" not in item for item in rule[field]), f"{role['metadata']['name']}: {rule}"
-            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "patch", "update"}, rule
+            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "patch", "update", "delete"}, rule
+            if rule["verbs"] and "delete" in rule["verbs"]:
+                assert rule["resources"] == ["configmaps"], "only standing routing tables are deleted"
+                assert role["kind"] == "Role", "and only in the chart's namespace"
         assert "secrets" not in {r for rule in role["rules"] for r in rule["resources"]}
 
 

@@ -19,9 +19,9 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
     plain = render(data)
     lines = plain.splitlines()
     assert "\033[" not in plain
-    assert lines[0].startswith("GrayRelease llm/chat  phase Progressing  step 1/3")
+    assert lines[0].startswith("GrayRelease llm/chat  phase Progressing  step 2/4")
     header = next(ln for ln in lines if ln.startswith("cell"))
-    assert header.split() == ["cell", "step", "0", "step", "1*", "step", "2", "step", "3", "in", "force"]
+    assert header.split() == ["cell", "step", "1", "step", "2*", "step", "3", "step", "4", "in", "force"]
     row = next(ln for ln in lines if ln.startswith(LONG))
     assert row.split() == [LONG, "5", "20", "50", "100", "20"]
     assert any(ln.strip().startswith("success-rate") and ln.rstrip().endswith("Pass") for ln in lines)
@@ -32,9 +32,11 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
 
 
 def test_rolled_back_matrix_shows_zero_in_force_and_no_marked_step() -> None:
-    gr = step(step(release(), T0), T0, action="abort@1")
+    gr = step(step(release(), T0), T0, actions=["abort@a1-x"])
     text = render(matrix(gr))
     assert "*" not in text.split("\n")[2]
     row = next(ln for ln in text.splitlines() if ln.startswith(LONG))
     assert row.split()[-1] == "0"
     assert "phase RolledBack" in text
+    assert "Degraded=True Aborted" in text
+    assert "last action abort@a1-x: Done" in text

@@ -96,10 +96,6 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [tinct.io]
   resources: [modelversions/finalizers, grayreleases/finalizers]
   verbs: [update]
-# application: routing tables, written with server-side apply.
-- apiGroups: [""]
-  resources: [configmaps]
-  verbs: [get, list, watch, create, patch]
 # application: one HorizontalPodAutoscaler per backend of a GrayRelease (server-side apply).
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
@@ -111,6 +107,18 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch]
+{{- end }}
+
+{{/*
+The operator's rules in its own namespace, where the routing tables live: only it writes
+them (a tenant's ConfigMaps elsewhere never route), and it deletes the standing route of a
+deleted release once another release serves its models.
+*/}}
+{{- define "tinct.operator.tableRules" -}}
+# application: routing tables, written with server-side apply, in this namespace only.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
 {{- end }}
 
 {{/*
@@ -130,9 +138,9 @@ its start by about a minute.
   verbs: [list, watch]
 {{- end }}
 
-{{/* The router's rules: it only reads routing tables and reports bad ones. */}}
+{{/* The router's rules, in the chart's namespace only: it reads the routing tables there and reports bad ones. */}}
 {{- define "tinct.router.rules" -}}
-# application: follow the routing-table ConfigMaps the operator writes.
+# application: follow the routing-table ConfigMaps the operator writes (this namespace only).
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch]

@@ -2,9 +2,14 @@
 
 ``pause`` and ``resume`` set ``spec.paused``; ``promote``, ``abort`` and ``retry`` (and
 ``resume``, which also lifts a pause the operator made after inconclusive analyses) are
-requests written to the ``tinct.io/action`` annotation as ``<verb>@<nonce>``. The operator
-carries out each request once and records it in ``status.acknowledgedAction``. The same
-from GitOps or kubectl::
+requests written to the ``tinct.io/action`` annotation as ``<verb>@a<attempt>-<nonce>``:
+addressed to the release's current attempt (``status.attempt``), so a request left over
+from an earlier attempt is refused rather than carried out. The operator carries out each
+request once and records the outcome in ``status.lastAction`` (``Done`` or ``Refused``,
+with why). ``tinct release`` waits for that outcome (``--wait``, 60 s by default), exits 1
+when the request was refused or not acknowledged in time, and refuses to write a request
+while an earlier one is not handled yet (it would replace it unseen). The same from GitOps
+or kubectl::
 
     kubectl patch gr chat --type merge -p '{"spec":{"paused":true}}'
     kubectl annotate gr chat tinct.io/action=promote@$(date +%s) --overwrite
@@ -78,8 +83,27 @@ def _status(api: Any, ns: str, name: str, args: argparse.Namespace) -> int:
 def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
     from tinct.operator.release.decide import ACTION_ANNOTATION
 
-    value = f"{verb}@{int(time.time())}-{uuid.uuid4().hex[:6]}"
-    body: dict[str, Any] = {"metadata": {"annotations": {ACTION_ANNOTATION: value}}}
+    obj = _get(api, ns, name)
+    status = obj.get("status") or {}
+    current = (obj["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+    if (
+        current
+        and current not in (status.get("seenActions") or [])
+        and current != status.get("acknowledgedAction")
+    ):
+        print(
+            f"tinct release: grayrelease {ns}/{name}: the earlier request {current} is not handled yet; "
+            "wait for it (or for the operator to run) before giving another",
+            file=sys.stderr,
+        )
+        return 1
+    value = f"{verb}@a{int(status.get('attempt') or 1)}-{uuid.uuid4().hex[:8]}"
+    body: dict[str, Any] = {
+        "metadata": {
+            "annotations": {ACTION_ANNOTATION: value},
+            "resourceVersion": obj["metadata"]["resourceVersion"],
+        }
+    }
     if verb == "resume":
         body["spec"] = {"paused": False}
     _patch(api, ns, name, body)
@@ -89,14 +113,24 @@ def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         status = _get(api, ns, name).get("status") or {}
-        if status.get("acknowledgedAction") == value:
+        last = status.get("lastAction") or {}
+        if last.get("value") == value:
+            where = f"{status.get('phase')} at step {status.get('progress') or status.get('step')}"
+            if last.get("result") == "Refused":
+                print(
+                    f"tinct release: grayrelease {ns}/{name}: {verb} refused: {last.get('message')}",
+                    file=sys.stderr,
+                )
+                return 1
             print(
-                f"grayrelease {ns}/{name}: {status.get('phase')} at step {status.get('step')}: {status.get('message')}"
+                f"grayrelease {ns}/{name}: {verb} done: {last.get('message')}; {where}: {status.get('message')}"
             )
             return 0
         time.sleep(0.5)
     print(
-        f"grayrelease {ns}/{name}: the operator did not acknowledge {verb} within {wait:g}s", file=sys.stderr
+        f"tinct release: grayrelease {ns}/{name}: the operator did not handle {verb} within {wait:g}s "
+        "(is it running? it stays requested)",
+        file=sys.stderr,
     )
     return 1
 
@@ -117,6 +151,11 @@ def _cmd(args: argparse.Namespace) -> int:
     except ApiException as exc:
         if exc.status == 404:
             print(f"tinct release: grayrelease {ns}/{args.name} not found", file=sys.stderr)
+        elif exc.status == 409:
+            print(
+                f"tinct release: grayrelease {ns}/{args.name} changed while the request was written; try again",
+                file=sys.stderr,
+            )
         else:
             print(f"tinct release: the API server answered {exc.status}: {exc.reason}", file=sys.stderr)
         return 1
@@ -141,8 +180,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--wait",
         type=float,
-        default=0.0,
+        default=60.0,
         metavar="SECONDS",
-        help="for promote/abort/retry/resume: wait until the operator acknowledges the request",
+        help="for promote/abort/retry/resume: wait this long for the operator to carry the request out "
+        "or refuse it (exit 1 when refused or not handled in time; 0: do not wait)",
     )
     p.set_defaults(func=_cmd)

@@ -43,6 +43,9 @@ def matrix(release: GrayRelease) -> dict[str, Any]:
         "phase": st.phase,
         "step": st.step,
         "steps": steps,
+        "progress": st.progress or f"{min(st.step, steps - 1) + 1}/{steps}",
+        "nextStep": st.next_step,
+        "lastAction": st.last_action.wire() if st.last_action else None,
         "message": st.message,
         "tableVersion": st.routing.version if st.routing else None,
         "cells": [
@@ -79,13 +82,13 @@ def render(data: dict[str, Any], color: bool = False) -> str:
     marked = phase in ("Progressing", "Paused", "Pending")
     head = (
         f"GrayRelease {data['namespace']}/{data['name']}  phase {paint(phase, _PHASE_STYLE.get(phase))}"
-        f"  step {current}/{steps - 1}  table v{data['tableVersion'] if data['tableVersion'] is not None else '-'}"
+        f"  step {data['progress']}  table v{data['tableVersion'] if data['tableVersion'] is not None else '-'}"
     )
     lines = [head]
     if data.get("message"):
         lines.append(f"  {data['message']}")
     width = max([len("cell")] + [len(c["cell"]) for c in data["cells"]])
-    cols = [f"step {i}" + ("*" if marked and i == current else "") for i in range(steps)]
+    cols = [f"step {i + 1}" + ("*" if marked and i == current else "") for i in range(steps)]
     colw = max(8, *(len(c) for c in cols))
     header = "cell".ljust(width) + "".join(c.rjust(colw) for c in cols) + "in force".rjust(colw + 2)
     lines.append(paint(header, "bold"))
@@ -120,8 +123,12 @@ def render(data: dict[str, Any], color: bool = False) -> str:
     for s in data.get("autoscaling", []):
         managed = "" if s.get("managed", True) else "  (not managed: another HPA)"
         lines.append(f"hpa {s['hpa']}: {s['minReplicas']}-{s['maxReplicas']} replicas{managed}")
+    act = data.get("lastAction")
+    if act:
+        lines.append(f"last action {act['value']}: {act['result']}  {act.get('message', '')}".rstrip())
     for cond in data.get("conditions", []):
-        if cond["status"] != "True":
+        bad = cond["status"] == "True" if cond["type"] == "Degraded" else cond["status"] != "True"
+        if bad:
             lines.append(
                 paint(f"{cond['type']}={cond['status']} {cond['reason']}: {cond['message']}", "yellow")
             )
