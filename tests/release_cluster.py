@@ -18,6 +18,7 @@ from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx, sha256_file
 from modelversion_cluster import WAIT, wait
 from modelversion_cluster import get_object as get
+from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, configmap_name
 from tinct.lineage.sql import query
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.release.handler"]
@@ -116,10 +117,30 @@ def example(**spec: Any) -> dict[str, Any]:
     return doc
 
 
+def table(
+    cluster: Cluster, ns: str, release: str = "chat", tables: str | None = None
+) -> tuple[int, dict[str, Any]] | None:
+    """(version, document) of ``ns/release``'s routing table in the table namespace ``tables``
+    (default ``ns``), or None."""
+    cm = get(cluster, tables or ns, "configmap", configmap_name(ns, release))
+    if cm is None:
+        return None
+    return int(cm["metadata"]["annotations"][VERSION_ANNOTATION]), json.loads(cm["data"][DATA_KEY])
+
+
+def weights(
+    cluster: Cluster, ns: str, release: str = "chat", tables: str | None = None
+) -> list[float] | None:
+    got = table(cluster, ns, release, tables)
+    return None if got is None else [c["weight"] for c in got[1]["cells"]]
+
+
 @contextmanager
 def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
-    """The operator on ``ns``, lineage under ``root``; it may read artifacts beside ``root``."""
+    """The operator on ``ns``, lineage under ``root``; it may read artifacts beside ``root``.
+    Its routing tables go to ``ns`` unless ``TINCT_TABLE_NAMESPACE`` says otherwise."""
     env.setdefault("TINCT_ARTIFACT_ROOTS", str(root.parent))
+    env.setdefault("TINCT_TABLE_NAMESPACE", ns)
     with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_RELEASE_TICK="0.5", **env):
         with KopfRunner(["run", *MODULES, "--standalone", "--namespace", ns], timeout=60) as runner:
             yield runner

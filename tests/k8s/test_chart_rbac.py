@@ -83,12 +83,14 @@ def other_namespace(cluster: Cluster, namespace: str) -> Iterator[str]:
 
 @contextmanager
 def _operator_process(
-    kubeconfig: Path, lineage: Path, log: Path, *args: str, peering: str = "tinct"
+    kubeconfig: Path, lineage: Path, log: Path, *args: str, peering: str = "tinct", tables: str = "default"
 ) -> Iterator[None]:
-    """``tinct operator`` as the chart runs it, acting as the chart's operator ServiceAccount."""
+    """``tinct operator`` as the chart runs it, acting as the chart's operator ServiceAccount,
+    its routing tables in ``tables`` (the chart's namespace, as the chart sets it)."""
     env = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
+        "TINCT_TABLE_NAMESPACE": tables,
         "TINCT_PROGRESS_INTERVAL": "0.5",
         # What the chart's artifactRoots set: file:// artifacts are read only below these.
         "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
@@ -181,7 +183,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     # The operator: peering on, as the chart's Deployment runs it; a ModelVersion to Ready.
     log = tmp_path / "operator.log"
     doc, onnx = _modelversion("llama-1-0-0", tmp_path)
-    with _operator_process(op_kc, tmp_path / "lineage", log, f"--namespace={namespace}"):
+    with _operator_process(op_kc, tmp_path / "lineage", log, f"--namespace={namespace}", tables=namespace):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
         obj = _ready(cluster, namespace, "llama-1-0-0", log)
         assert obj["status"]["digests"]["onnx"] == sha256_file(onnx)
@@ -255,7 +257,9 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     _refusals_common(cluster, rt_kc, namespace)
     _refused(cluster, rt_kc, "get", "configmaps", "-n", other_namespace)
     _refused(cluster, rt_kc, "create", "configmap", "forged", "-n", namespace, "--from-literal=k=v")
-    _refused(cluster, rt_kc, "patch", "configmap", "tinct-routing-chat", "-n", namespace, "-p", "{}")
+    _refused(
+        cluster, rt_kc, "patch", "configmap", f"tinct-routing-{namespace}.chat", "-n", namespace, "-p", "{}"
+    )
     _refused(cluster, rt_kc, "get", "modelversions", "-n", namespace)
     _allowed(cluster, rt_kc, "get", "configmaps", "-n", namespace)
 
@@ -281,7 +285,7 @@ def test_cluster_wide_operator_does_its_job_and_nothing_else(
     doc, _ = _modelversion("cw-1-0-0", tmp_path)
     # A ClusterKopfPeering of its own keeps this operator apart from any other in the cluster.
     peering = f"tinct-{namespace[-6:]}"
-    with _operator_process(op_kc, tmp_path / "lineage", log, peering=peering):
+    with _operator_process(op_kc, tmp_path / "lineage", log, peering=peering, tables=namespace):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
         _ready(cluster, namespace, "cw-1-0-0", log)
         cp = _json(cluster.kubectl("get", "clusterkopfpeering", peering, "-o", "json"))
@@ -320,11 +324,13 @@ def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     log, lineage = tmp_path / "operator.log", tmp_path / "lineage"
     backends(cluster, namespace, tmp_path)
-    no_metrics = {"interval": "2s", "prometheus": {"url": "http://127.0.0.1:9"}, "metrics": []}
-    with _operator_process(op_kc, lineage, log, f"--namespace={namespace}", "--release-tick=0.5"):
+    no_metrics = {"interval": "2s", "metrics": []}
+    with _operator_process(
+        op_kc, lineage, log, f"--namespace={namespace}", "--release-tick=0.5", tables=namespace
+    ):
         apply(cluster, namespace, example(analysis=no_metrics))
         st = wait_release(cluster, namespace, lambda s: s.get("phase") == "Promoted", "Promoted")
-        table = get(cluster, namespace, "configmap", "tinct-routing-chat")
+        table = get(cluster, namespace, "configmap", f"tinct-routing-{namespace}.chat")
         hpas = {
             side: get(cluster, namespace, "hpa", f"tinct-chat-{side}") for side in ("stable", "candidate")
         }
@@ -340,3 +346,148 @@ def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     # What the controller reads it may not change.
     _refused(cluster, op_kc, "scale", "deployment", "sched-v2", "-n", namespace, "--replicas=3")
     _refused(cluster, op_kc, "delete", "hpa", "tinct-chat-candidate", "-n", namespace, "--dry-run=server")
+
+
+def _tenant_kubeconfig(cluster: Cluster, namespace: str) -> Path:
+    """A tenant allowed every verb on ConfigMaps in its own namespace, and nothing else."""
+    verbs = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "tenant", "namespace": namespace},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "tenant-configmaps", "namespace": namespace},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tenant-configmaps", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-configmaps"},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}],
+        },
+    ]
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+    return cluster.service_account_kubeconfig(namespace, "tenant")
+
+
+@contextmanager
+def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int]:
+    """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
+    from router_fakes import free_port
+
+    port = free_port()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    argv = [sys.executable, "-m", "tinct.cli", "router", "--watch", f"--namespace={namespace}"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*argv, "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            yield port
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _answer(port: int, model: str) -> tuple[int, str]:
+    """A chat completion for ``model``: (status, the answering scheduler's name or the error code)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        doc = json.loads(resp.read() or b"{}")
+        return resp.status, str(doc.get("model") or (doc.get("error") or {}).get("code"))
+    finally:
+        conn.close()
+
+
+def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
+    helm: Helm, cluster: Cluster, namespace: str, other_namespace: str, tmp_path: Path
+) -> None:
+    """Cluster scope: tables live in the chart's namespace. A tenant with every verb on
+    ConfigMaps in its own namespace forges tables there — for a model a release serves,
+    one no release serves yet, and one whose release comes after the forgery — and none
+    of them changes which backend answers."""
+    from release_cluster import apply, example, modelversion, service, wait_release
+    from router_fakes import BackgroundSchedulers
+
+    rel, tenant = f"ts-{namespace[-6:]}", other_namespace
+    helm("install", rel, str(CHART), "--namespace", namespace)
+    op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
+    rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
+    tenant_kc = _tenant_kubeconfig(cluster, tenant)
+    real = BackgroundSchedulers(("real-v1", "real-v2"))
+    evil = BackgroundSchedulers(("evil-v1", "evil-v2"))
+    log, rlog = tmp_path / "operator.log", tmp_path / "router.log"
+    try:
+        onnx = make_onnx(tmp_path / "m.onnx")
+        apply(
+            cluster,
+            tenant,
+            service("sched-v1"),
+            service("sched-v2"),
+            modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+            modelversion("llama3-8b-1-5-0", "1.5.0", onnx),
+        )
+
+        def forge(name: str, model: str, version: int) -> None:
+            from router_fakes import table as table_doc
+
+            t = table_doc(evil.v1.url, evil.v2.url, version=version, default_weight=100)
+            t = t.model_copy(update={"models": [model], "release": name, "namespace": tenant})
+            cm = routing_configmap(t, namespace=tenant)
+            _allowed(cluster, tenant_kc, "apply", "-f", "-", input=json.dumps(cm))
+
+        def release(name: str) -> dict[str, Any]:
+            doc = example(
+                analysis={"interval": "1h", "metrics": []}, cells=[{"match": {}, "weights": [0, 100]}]
+            )
+            doc["metadata"]["name"] = name
+            doc["spec"].pop("autoscaling")
+            for side, mv, url in (
+                ("stable", "llama3-8b-1-4-0", real.v1.url),
+                ("candidate", "llama3-8b-1-5-0", real.v2.url),
+            ):
+                doc["spec"][side].pop("deployment")
+                doc["spec"][side].update(modelVersion=mv, url=url)
+            return doc
+
+        forge("chat", "llama3-8b", 1_000_000)  # before the release exists
+        forge("free", "mistral-7b", 1)  # a model no release serves
+        with (
+            _operator_process(
+                op_kc, tmp_path / "lineage", log, "--release-tick=0.5", peering=f"t-{rel}", tables=namespace
+            ),
+            _router_process(rt_kc, namespace, rlog) as port,
+        ):
+            apply(cluster, tenant, release("chat"))
+            wait_release(cluster, tenant, lambda s: s.get("phase") == "Progressing", "Progressing")
+            _wait("the router to serve llama3-8b", lambda: _answer(port, "llama3-8b")[0] == 200, log=rlog)
+            forge("chat", "llama3-8b", 2_000_000)  # while the release serves it
+            time.sleep(3)
+            answers = {m: {_answer(port, m) for _ in range(20)} for m in ("llama3-8b", "mistral-7b")}
+    finally:
+        real.stop()
+        evil.stop()
+    assert answers["llama3-8b"] == {(200, "real-v1")}, "step 1/2 sends nothing to the candidate"
+    assert answers["mistral-7b"] == {(404, "model_not_found")}
+    assert (len(evil.v1.seen), len(evil.v2.seen)) == (0, 0)
+    # Where the tables live, the tenant cannot write; neither chart identity reaches the tenant's ConfigMaps.
+    _refused(cluster, tenant_kc, "create", "configmap", "forged", "-n", namespace, "--from-literal=k=v")
+    _refused(cluster, rt_kc, "get", "configmaps", "-n", tenant)
+    _refused(cluster, rt_kc, "get", "configmaps", "--all-namespaces")
+    _refused(cluster, op_kc, "create", "configmap", "x", "-n", tenant, "--from-literal=k=v")
+    _refused(cluster, op_kc, "get", "configmaps", "-n", tenant)
+    assert "Traceback" not in log.read_text()

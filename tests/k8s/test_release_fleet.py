@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,14 @@ import pytest
 
 from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx
-from release_cluster import apply, example, get, modelversion, operator, service, wait, wait_release
+from release_cluster import apply, example, get, modelversion, operator, service, table, wait, wait_release
 from release_traffic import Router, router
 from router_fakes import BackgroundSchedulers
-from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION
+from tinct.api.routing import configmap_name
 
 pytestmark = pytest.mark.usefixtures("crds")
 
-NO_METRICS = {"interval": "1h", "prometheus": {"url": "http://127.0.0.1:9"}, "metrics": []}
+NO_METRICS = {"interval": "1h", "metrics": []}
 
 
 def _release(
@@ -44,10 +45,7 @@ def _release(
 
 
 def _table(cluster: Cluster, ns: str, release: str) -> tuple[int, dict[str, Any]] | None:
-    cm = get(cluster, ns, "configmap", f"tinct-routing-{release}")
-    if cm is None:
-        return None
-    return int(cm["metadata"]["annotations"][VERSION_ANNOTATION]), json.loads(cm["data"][DATA_KEY])
+    return table(cluster, ns, release)
 
 
 def _ask(port: int, model: str, session: str) -> tuple[int, dict[str, Any]]:
@@ -134,3 +132,141 @@ def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: st
     assert "mistral-7b" in error["message"]
     # Every request reached exactly the scheduler its model's table chose.
     assert (len(chat.v1.seen), len(chat.v2.seen), len(coder.v1.seen), len(coder.v2.seen)) == (20, 0, 0, 20)
+
+
+class _Steady:
+    """Requests for each of ``models`` in turn from a thread, counting (model, status, answered by)."""
+
+    def __init__(self, port: int, models: tuple[str, ...]) -> None:
+        import threading
+
+        self.port, self.models = port, models
+        self.seen: dict[tuple[str, int, str], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            model = self.models[i % len(self.models)]
+            try:
+                status, doc = _ask(self.port, model, f"steady-{i}")
+                key = (model, status, str(doc.get("model") or (doc.get("error") or {}).get("code")))
+            except OSError as e:
+                key = (model, 0, type(e).__name__)
+            self.seen[key] = self.seen.get(key, 0) + 1
+            i += 1
+            self._stop.wait(0.01)
+
+    def count(self, model: str, status: int | None = None, by: str | None = None) -> int:
+        return sum(
+            n
+            for (m, s, b), n in self.seen.items()
+            if m == model and (status is None or s == status) and (by is None or b == by)
+        )
+
+    def __enter__(self) -> _Steady:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_deleting_a_release_never_makes_its_model_unavailable(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    chat = BackgroundSchedulers(("chat-v1", "chat-v2"))
+    coder = BackgroundSchedulers(("coder-v1", "coder-v2"))
+    try:
+        onnx = make_onnx(tmp_path / "model.onnx")
+        apply(
+            cluster,
+            ns,
+            *(service(s) for s in ("sched-v1", "sched-v2", "coder-v1", "coder-v2")),
+            modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+            modelversion("llama3-8b-1-5-0", "1.5.0", onnx),
+            modelversion("coder-7b-1-0-0", "1.0.0", onnx, model="coder-7b"),
+            modelversion("coder-7b-1-1-0", "1.1.0", onnx, model="coder-7b"),
+        )
+        chat_doc = _release(
+            "chat",
+            ("llama3-8b-1-4-0", "llama3-8b-1-5-0"),
+            ("sched-v1", "sched-v2"),
+            (chat.v1.url, chat.v2.url),
+            [0, 100],
+        )
+        coder_doc = _release(
+            "coder",
+            ("coder-7b-1-0-0", "coder-7b-1-1-0"),
+            ("coder-v1", "coder-v2"),
+            (coder.v1.url, coder.v2.url),
+            [0, 100],
+        )
+        with operator(ns, root), router(ns, tmp_path / "router.log") as r:
+            apply(cluster, ns, chat_doc, coder_doc)
+            for name in ("chat", "coder"):
+                wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", f"{name} started", name)
+            wait_release(cluster, ns, lambda s: s.get("attempt") == 1, "chat recorded")
+            cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-x")
+            wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "chat Promoted")
+            for name in ("chat", "coder"):
+                wait(f"the router to hold {name}'s table", partial(_in_force, r, cluster, ns, name))
+            with _Steady(r.port, ("llama3-8b", "coder-7b")) as steady:
+                time.sleep(1)
+                # Promoted: its model stays with the candidate; in progress: with stable.
+                cluster.kubectl("delete", "gr", "chat", "coder", "-n", ns)
+                wait(
+                    "both gone",
+                    lambda: (
+                        get(cluster, ns, "grayrelease", "chat") is None
+                        and get(cluster, ns, "grayrelease", "coder") is None
+                    ),
+                )
+                time.sleep(3)
+                standing = {n: table(cluster, ns, n) for n in ("chat", "coder")}
+                # A new release of llama3-8b takes the model over; its standing route goes.
+                nxt = _release(
+                    "chat-next",
+                    ("llama3-8b-1-5-0", "llama3-8b-1-4-0"),
+                    ("sched-v2", "sched-v1"),
+                    (chat.v2.url, chat.v1.url),
+                    [0, 100],
+                )
+                nxt["spec"]["allowMajorUpgrade"] = True
+                apply(cluster, ns, nxt)
+                wait("the standing route retired", lambda: table(cluster, ns, "chat") is None)
+                time.sleep(2)
+            # Remove: the route goes with the release.
+            gone = _release(
+                "coder-2",
+                ("coder-7b-1-0-0", "coder-7b-1-1-0"),
+                ("coder-v1", "coder-v2"),
+                (coder.v1.url, coder.v2.url),
+                [0, 100],
+            )
+            gone["spec"]["routeOnDelete"] = "Remove"
+            cluster.kubectl("delete", "configmap", configmap_name(ns, "coder"), "-n", ns)
+            apply(cluster, ns, gone)
+            wait("coder-2's table", partial(_in_force, r, cluster, ns, "coder-2"))
+            cluster.kubectl("delete", "gr", "coder-2", "-n", ns)
+            wait("coder-2's route removed", lambda: table(cluster, ns, "coder-2") is None)
+            wait("404 for coder-7b", lambda: _ask(r.port, "coder-7b", "after")[0] == 404)
+    finally:
+        chat.stop()
+        coder.stop()
+    assert standing["chat"] is not None
+    assert standing["chat"][1]["standing"] is True
+    assert {c["weight"] for c in standing["chat"][1]["cells"]} == {100}
+    assert standing["coder"] is not None
+    assert {c["weight"] for c in standing["coder"][1]["cells"]} == {0}
+    # Not one request of a served model was refused, before, during and after the deletions.
+    assert sum(n for (_, status, _), n in steady.seen.items() if status != 200) == 0, steady.seen
+    assert steady.count("llama3-8b") > 50
+    assert steady.count("coder-7b") > 50
+    # The promoted candidate (chat-v2) answered llama3-8b after chat went, then chat-next's
+    # stable (chat-v2 again); coder's stable answered coder-7b throughout.
+    assert steady.count("llama3-8b", 200, "chat-v2") > 0
+    assert steady.count("coder-7b", 200, "coder-v2") == 0, "coder never went past stable"

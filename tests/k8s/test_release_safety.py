@@ -1,0 +1,517 @@
+"""The release promise on the real API server, controller-manager and simulated nodes:
+traffic moves toward the candidate only on evidence, and away from it at once and for good.
+
+Each test injects what goes wrong in production — a rejected status write, a status written
+by someone else, a candidate that fails or loses its pods, a precondition lost after the
+end, a missing capacity, an old action re-applied — and checks the routing table the
+routers would follow, not only the status.
+
+These releases have no analysis metrics (a step advances every interval while the candidate
+has its replicas); the analysis against a real Prometheus and routers is in
+``test_grayrelease_analysis.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controlplane.harness import Cluster
+from lineage_artifacts import make_onnx
+from release_cluster import (
+    apply,
+    backends,
+    condition,
+    deployment,
+    events,
+    example,
+    get,
+    history,
+    modelversion,
+    operator,
+    release_status,
+    service,
+    table,
+    wait,
+    wait_available,
+    wait_release,
+    weights,
+)
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+NO_METRICS = {"interval": "2s", "metrics": []}
+HOLD = {"interval": "1h", "metrics": []}
+
+
+def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tinct.cli", *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+class Sampler:
+    """Reads the table and the status together, every 0.1 s, in a thread: what a router
+    would have followed at each moment, next to what status recorded then."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.cluster, self.ns = cluster, ns
+        self.seen: list[tuple[int, list[float], dict[str, Any]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            got = table(self.cluster, self.ns)
+            st = release_status(self.cluster, self.ns)
+            if got is not None:
+                entry = (got[0], [c["weight"] for c in got[1]["cells"]], st)
+                if not self.seen or self.seen[-1][:2] != entry[:2]:
+                    self.seen.append(entry)
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _deny_status_writes(cluster: Cluster, ns: str) -> str:
+    """A ValidatingAdmissionPolicy refusing every GrayRelease status write in ``ns``."""
+    name = f"deny-status-{ns}"[:63]
+    docs = [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["tinct.io"],
+                            "apiVersions": ["v1alpha1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["grayreleases/status"],
+                        }
+                    ]
+                },
+                "validations": [{"expression": "false", "message": "status writes are refused here for now"}],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}},
+            },
+        },
+    ]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def refused() -> bool:
+        probe = cluster.kubectl(
+            "patch", "grayrelease", "chat", "-n", ns, "--subresource=status", "--type=merge",
+            "--dry-run=server", "-p", '{"status":{"message":"probe"}}', check=False,
+        )  # fmt: skip
+        return probe.returncode != 0 and "status writes are refused" in probe.stderr
+
+    wait("status writes refused", refused, 30)
+    return name
+
+
+def test_a_rejected_status_write_never_lets_the_table_run_ahead_of_status(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with operator(ns, root), Sampler(cluster, ns) as sampler:
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
+        wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
+        policy = _deny_status_writes(cluster, ns)
+        frozen = release_status(cluster, ns)
+        held = table(cluster, ns)
+        time.sleep(8)  # more than two intervals: every round decides to step up, and cannot record it
+        during = table(cluster, ns)
+        assert release_status(cluster, ns)["step"] == frozen["step"]
+        cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy)
+        st = wait_release(
+            cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted after the writes work"
+        )
+        wait("the history written", lambda: len(history(root)) >= 4)
+    assert held is not None
+    assert during == held, "nothing was acted on while the decision could not be recorded"
+    # Every table the routers could see was one that status had recorded first.
+    for version, _weights, status in sampler.seen:
+        recorded = (status.get("routing") or {}).get("version", 0)
+        assert version <= recorded or recorded == 0, (version, status.get("routing"))
+    versions = [v for v, _, _ in sampler.seen]
+    assert versions == sorted(versions)
+    steps = [w for _, w, _ in sampler.seen]
+    assert steps == sorted(steps, key=lambda w: w[0]), "the table only ever moved toward the candidate"
+    rows = history(root)
+    assert [(r["state"], r["step"]) for r in rows] == [
+        ("Progressing", 0),
+        ("Progressing", 1),
+        ("Progressing", 2),
+        ("Promoted", 3),
+    ]
+    assert st["history"] == [] or st.get("history") is None
+
+
+def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
+        st = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
+        # Someone else (a replica that took over, a person) records a rollback, keeping the
+        # transition count the operator last wrote: its memory is no newer than this.
+        patch = {
+            "status": {
+                "phase": "RolledBack",
+                "weights": dict.fromkeys(st["weights"], 0),
+                "candidateWeight": 0,
+                "message": "rolled back elsewhere",
+            }
+        }
+        cluster.kubectl(
+            "patch",
+            "grayrelease",
+            "chat",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
+        )
+        wait("the table at 0", lambda: weights(cluster, ns) == [0, 0, 0])
+        time.sleep(7)  # two intervals: a stale memory would step it on
+        after = release_status(cluster, ns)
+        w = weights(cluster, ns)
+    assert after["phase"] == "RolledBack"
+    assert w == [0, 0, 0]
+
+
+def test_rollback_and_promotion_are_final_through_transient_problems(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    onnx = make_onnx(tmp_path / "model.onnx")
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis=NO_METRICS))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted")
+        assert weights(cluster, ns) == [100, 100, 100]
+        seen: list[list[float] | None] = []
+
+        def watch(what: str, until: Any) -> None:
+            def check() -> Any:
+                seen.append(weights(cluster, ns))
+                return until()
+
+            wait(what, check)
+
+        # The candidate's ModelVersion is briefly of another model, then back; its Service recreated.
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
+        watch(
+            "the other model noticed",
+            lambda: (
+                condition(release_status(cluster, ns), "ModelVersionsReady")["reason"] == "DifferentModels"
+            ),
+        )
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
+        cluster.kubectl("delete", "service", "sched-v2", "-n", ns)
+        watch(
+            "the missing Service noticed",
+            lambda: condition(release_status(cluster, ns), "BackendsAvailable")["status"] == "False",
+        )
+        apply(cluster, ns, service("sched-v2"))
+        watch(
+            "both back",
+            lambda: condition(release_status(cluster, ns), "BackendsAvailable")["status"] == "True",
+        )
+        promoted = release_status(cluster, ns)
+
+        # A rolled-back release stays rolled back through the same.
+        apply(cluster, ns, example(analysis=HOLD) | {"metadata": {"name": "chat-2"}})
+        wait_release(
+            cluster, ns, lambda s: s.get("phase") == "Progressing", "chat-2 Progressing", name="chat-2"
+        )
+        out = _tinct("release", "abort", "chat-2", "-n", ns)
+        assert out.returncode == 0, out.stderr
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
+        wait(
+            "chat-2 sees the other model",
+            lambda: (
+                condition(release_status(cluster, ns, "chat-2"), "ModelVersionsReady")["reason"]
+                == "DifferentModels"
+            ),
+        )
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
+        time.sleep(3)
+        rolled = release_status(cluster, ns, "chat-2")
+        rolled_weights = weights(cluster, ns, "chat-2")
+    assert all(w == [100, 100, 100] for w in seen), seen
+    assert (promoted["phase"], promoted["step"]) == ("Promoted", 3)
+    assert (rolled["phase"], rolled_weights) == ("RolledBack", [0, 0, 0])
+    assert condition(rolled, "Degraded")["reason"] == "Aborted"
+
+
+def test_a_failing_candidate_loses_its_traffic_within_a_tick(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    onnx = make_onnx(tmp_path / "model.onnx")
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis=HOLD))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+        assert weights(cluster, ns) == [5, 0.1, 1]
+        # Its ModelVersion becomes Failed (a wrong digest).
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, wrong_digest=True))
+        t0 = time.monotonic()
+        wait("weights at 0", lambda: weights(cluster, ns) == [0, 0, 0])
+        lost_after = time.monotonic() - t0
+        st = release_status(cluster, ns)
+        assert condition(st, "Degraded")["reason"] == "CandidateUnavailable"
+        assert "candidate ModelVersion llama3-8b-2-0-0 is Failed" in st["message"]
+        warned = [e for e in events(cluster, ns) if e["reason"] == "CandidateUnavailable"]
+        assert warned
+        assert warned[0]["type"] == "Warning"
+        # Fixed: the same step's weights again, no step skipped.
+        apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
+        wait("weights back", lambda: weights(cluster, ns) == [5, 0.1, 1])
+        assert release_status(cluster, ns)["step"] == 0
+        # Its pods gone (scaled to 0): the same.
+        cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=0")
+        wait("weights at 0 again", lambda: weights(cluster, ns) == [0, 0, 0])
+        cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=1")
+        wait("weights back again", lambda: weights(cluster, ns) == [5, 0.1, 1])
+        # Its Deployment deleted.
+        cluster.kubectl("delete", "deployment", "sched-v2", "-n", ns)
+        wait("weights at 0 a third time", lambda: weights(cluster, ns) == [0, 0, 0])
+        rows = [e["reason"] for e in events(cluster, ns)]
+    # A tick is 0.5 s here; the bound is the tick plus the ModelVersion's re-verification.
+    assert lost_after < 30, lost_after
+    assert rows.count("CandidateUnavailable") >= 3
+
+
+def test_the_progress_deadline_pauses_or_rolls_back_a_stuck_release(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        deployment("sched-v1"),
+        deployment("sched-v2"),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
+    )  # no candidate Service: the release cannot start
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis=HOLD, progressDeadlineSeconds=10))
+        paused = wait_release(cluster, ns, lambda s: s.get("phase") == "Paused", "paused at the deadline")
+        apply(
+            cluster,
+            ns,
+            example(analysis=HOLD, progressDeadlineSeconds=10, progressDeadlineAbort=True)
+            | {"metadata": {"name": "chat-2"}},
+        )
+        rolled = wait_release(
+            cluster, ns, lambda s: s.get("phase") == "RolledBack", "rolled back", name="chat-2"
+        )
+    assert "no progress for 10s" in paused["pauseReason"]
+    assert "candidate Service sched-v2 does not exist" in paused["pauseReason"]
+    assert condition(rolled, "Degraded")["reason"] == "ProgressDeadlineExceeded"
+    assert weights(cluster, ns, "chat-2") in (None, [0, 0, 0])
+
+
+def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        service("sched-v2"),
+        deployment("sched-v1", replicas=3),
+        deployment("sched-v2", replicas=1),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
+    )
+    wait_available(cluster, ns, "sched-v1", 3)
+    cells = [{"match": {}, "weights": [30, 60, 100]}]
+    doc = example(analysis=NO_METRICS, autoscaling={"minReplicas": 1, "maxReplicas": 6})
+    doc["spec"]["cells"] = cells
+    seen: list[tuple[list[float] | None, Any, Any, int]] = []
+
+    def sample() -> None:
+        hpa = get(cluster, ns, "hpa", "tinct-chat-candidate")
+        stable = get(cluster, ns, "hpa", "tinct-chat-stable")
+        dep = get(cluster, ns, "deployment", "sched-v2") or {}
+        seen.append(
+            (
+                weights(cluster, ns),
+                hpa and (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]),
+                stable and (stable["spec"]["minReplicas"], stable["spec"]["maxReplicas"]),
+                int((dep.get("status") or {}).get("availableReplicas") or 0),
+            )
+        )
+
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, doc)
+
+        def promoted() -> bool:
+            sample()
+            return release_status(cluster, ns).get("phase") == "Promoted"
+
+        wait("Promoted", promoted, 180)
+        st = release_status(cluster, ns)
+        for _ in range(20):
+            sample()
+            time.sleep(0.3)
+    assert st["stableFloor"] == 3
+    # Each share is in force only with the candidate replicas it needs (stable served 100 % with 3).
+    need = {0: 0, 30: 1, 60: 2, 100: 3}
+    for w, _hpa, _stable, available in seen:
+        if w:
+            assert available >= need[int(w[0])], (w, available)
+    # While the release ran, stable kept its floor of 3; the candidate's minimum rose before its share did.
+    running = [s for s in seen if s[0] and s[0][0] < 100]
+    assert running
+    assert all(stable is None or stable[0] == 3 for _, _, stable, _ in running)
+    waits = [e for e in events(cluster, ns) if e["reason"] == "WaitingForCapacity"]
+    assert waits, "the candidate had 1 replica and 60 % needs 2: the step waited for the HPA"
+    assert seen[-1][0] == [100]
+
+
+def test_without_analysis_no_step_advances_over_zero_available_replicas(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        service("sched-v2"),
+        deployment("sched-v1"),
+        deployment("sched-v2", replicas=1, ready=False),  # its Pods never become Ready
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
+    )
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis=NO_METRICS))
+        st = wait_release(
+            cluster, ns, lambda s: "no available replica" in (s.get("message") or ""), "waiting for replicas"
+        )
+        time.sleep(6)  # three intervals
+        later = release_status(cluster, ns)
+        w = weights(cluster, ns)
+    assert st["phase"] == "Pending"
+    assert (later["phase"], later["step"], later.get("stepStartedAt")) == ("Pending", 0, None)
+    assert w in (None, [0, 0, 0])
+
+
+def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    with operator(ns, tmp_path / "lineage"):
+        # Exported YAML applied again, with the promote it carried.
+        doc = example(analysis=HOLD)
+        doc["metadata"]["annotations"] = {"tinct.io/action": "promote@1"}
+        apply(cluster, ns, doc)
+        st = wait_release(
+            cluster, ns, lambda s: (s.get("lastAction") or {}).get("value") == "promote@1", "refused"
+        )
+        assert (st["phase"], st["lastAction"]["result"]) == ("Progressing", "Refused")
+        assert "present when the release was created" in st["lastAction"]["message"]
+        assert weights(cluster, ns) == [5, 0.1, 1]
+
+        aborted = _tinct("release", "abort", "chat", "-n", ns)
+        assert aborted.returncode == 0, aborted.stderr
+        assert "abort done" in aborted.stdout
+        # GitOps restores the value it last knew: refused, still rolled back.
+        cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@1", "--overwrite")
+        wait(
+            "the old value refused",
+            lambda: (release_status(cluster, ns).get("lastAction") or {}).get("value") == "promote@1",
+        )
+        again = release_status(cluster, ns)
+        assert (again["phase"], again["lastAction"]["result"]) == ("RolledBack", "Refused")
+        # The CLI says so and exits 1 for a refused request.
+        refused = _tinct("release", "promote", "chat", "-n", ns)
+        retried = _tinct("release", "retry", "chat", "-n", ns)
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
+        # A request addressed to the attempt before the retry is refused.
+        cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-stale", "--overwrite")
+        stale = wait_release(
+            cluster,
+            ns,
+            lambda s: (s.get("lastAction") or {}).get("value") == "promote@a1-stale",
+            "stale refused",
+        )
+        w = weights(cluster, ns)
+    assert refused.returncode == 1
+    assert "promote refused: the release is RolledBack" in refused.stderr
+    assert retried.returncode == 0, retried.stderr
+    assert (stale["phase"], stale["attempt"], stale["lastAction"]["result"]) == ("Progressing", 2, "Refused")
+    assert "meant for attempt 1" in stale["lastAction"]["message"]
+    assert w == [5, 0.1, 1]
+
+
+def test_a_change_of_port_starts_over_and_kubectl_tells_the_story(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis=NO_METRICS))
+        done = cluster.kubectl(
+            "wait", "--for=condition=Ready", "gr/chat", "-n", ns, "--timeout=90s", check=False
+        )
+        assert done.returncode == 0, done.stderr
+        cols = cluster.kubectl("get", "gr", "chat", "-n", ns).stdout.splitlines()
+        doc = example(analysis=HOLD)
+        doc["spec"]["candidate"]["port"] = 8001
+        apply(cluster, ns, doc)
+        st = wait_release(cluster, ns, lambda s: s.get("attempt") == 2, "a new attempt")
+        restarted = weights(cluster, ns)
+    assert cols[0].split() == ["NAME", "STABLE", "CANDIDATE", "STEP", "WEIGHT", "TABLE", "PHASE", "AGE"]
+    assert cols[1].split()[3:5] == ["4/4", "100"]
+    assert (st["phase"], st["step"]) == ("Progressing", 0)
+    assert restarted == [5, 0.1, 1]
+    assert condition(st, "Ready")["status"] == "False"
+
+
+def test_the_schema_refuses_a_too_short_interval(cluster: Cluster, namespace: str) -> None:
+    doc = example(analysis={"interval": "500ms", "metrics": []})
+    out = cluster.kubectl(
+        "apply", "-n", namespace, "--dry-run=server", "-f", "-", input=yaml.safe_dump(doc), check=False
+    )
+    assert out.returncode != 0
+    assert "interval must be at least 2s" in out.stderr
