@@ -6,15 +6,18 @@ A cold build uses an empty Go build cache and an empty tinct cache (the Go modul
 download cache is kept: fetching sources is the network's speed, not the build's); each
 component is built cold on its own. Last line:
 
-    {"build_cold_s", "build_prometheus_cold_s", "build_helm_cold_s", "build_cached_s",
-     "start_to_ready_s", "controller_manager_ready_s", "prometheus_start_to_ready_s",
-     "recorded_build_s"}
+    {"build_cold_s", "build_prometheus_cold_s", "build_helm_cold_s", "build_kwok_cold_s",
+     "build_cached_s", "start_to_ready_s", "controller_manager_ready_s", "kwok_node_ready_s",
+     "kwok_rss_mb", "kwok_rss_100_pods_mb", "prometheus_start_to_ready_s", "recorded_build_s"}
 
 build_cold_s is the control plane (kube-apiserver, kube-controller-manager, kubectl,
 etcd); start_to_ready_s is the median of ``--starts`` starts of etcd + kube-apiserver +
-kube-controller-manager until all three are healthy (PKI included), of which
-controller_manager_ready_s is the controller-manager's share; prometheus_start_to_ready_s
-the median until Prometheus is ready. ``--skip-cold`` reports null for the cold builds;
+kube-controller-manager + kwok until all are healthy and kwok's Node is Ready (PKI
+included), of which controller_manager_ready_s is the controller-manager's share and
+kwok_node_ready_s the time from starting kwok to its Node Ready (it overlaps the
+controller-manager's start); kwok_rss_mb is kwok's resident memory right after a start
+(median), kwok_rss_100_pods_mb once a Deployment of 100 replicas on its Node is
+available; prometheus_start_to_ready_s the median until Prometheus is ready. ``--skip-cold`` reports null for the cold builds;
 recorded_build_s then says how long the cached builds took when they were made (Go's
 build cache may have been warm).
 """
@@ -38,6 +41,7 @@ from controlplane import build
 from controlplane.environ import patched_environ
 from controlplane.harness import ControlPlane
 from controlplane.prometheus import Prometheus
+from release_cluster import apply, deployment, wait_available
 
 
 def _timed(env: dict[str, str], make: Callable[[], Path]) -> tuple[float, Path]:
@@ -56,6 +60,21 @@ def _cold(make: Callable[[], Path], what: str) -> float:
         return seconds
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rss_mb(pid: int | None) -> float:
+    assert pid is not None, "kwok is not running"
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def _kwok_rss_with_pods(cp: ControlPlane, replicas: int) -> float:
+    cp.kubectl("create", "namespace", "bench")
+    apply(cp, "bench", deployment("bench", replicas))
+    wait_available(cp, "bench", "bench", replicas, timeout=300)
+    return _rss_mb(cp.kwok_pid)
 
 
 def _recorded(bin_dir: Path) -> float | None:
@@ -81,32 +100,43 @@ def main() -> int:
     def helm() -> Path:
         return build.ensure_helm(verbose=False)
 
-    cold: dict[str, float | None] = {"controlplane": None, "prometheus": None, "helm": None}
+    def kwok() -> Path:
+        return build.ensure_kwok(verbose=False)
+
+    cold: dict[str, float | None] = {"controlplane": None, "prometheus": None, "helm": None, "kwok": None}
     if not args.skip_cold:
         cold = {"controlplane": _cold(controlplane, "the control plane")}
         cold["prometheus"] = _cold(prometheus, "prometheus")
         cold["helm"] = _cold(helm, "helm")
+        cold["kwok"] = _cold(kwok, "kwok")
 
-    for make in (controlplane, prometheus, helm):
+    for make in (controlplane, prometheus, helm, kwok):
         make()  # the normal cache, built if needed
     cached, bin_dir = _timed({}, controlplane)
     print(f"cached build check: {cached:.2f}s ({bin_dir})", file=sys.stderr)
-    prometheus_bin, helm_bin = prometheus(), helm()
+    prometheus_bin, helm_bin, kwok_bin = prometheus(), helm(), kwok()
     recorded = {
         "controlplane": _recorded(bin_dir),
         "prometheus": _recorded(prometheus_bin.parent),
         "helm": _recorded(helm_bin.parent),
+        "kwok": _recorded(kwok_bin.parent),
     }
     print(f"recorded build seconds: {recorded}", file=sys.stderr)
 
-    starts, controller_manager = [], []
+    starts, controller_manager, kwok_ready, kwok_rss = [], [], [], []
+    kwok_rss_pods = 0.0
     for i in range(args.starts):
         t0 = time.monotonic()
-        with ControlPlane(bin_dir=bin_dir) as cp:
+        with ControlPlane(bin_dir=bin_dir, kwok_bin=kwok_bin) as cp:
             starts.append(time.monotonic() - t0)
             version = cp.version()["gitVersion"]
             assert cp.controllers, "kube-controller-manager did not start"
             controller_manager.append(cp.ready_after["kube-controller-manager"])
+            kwok_ready.append(cp.ready_after["kwok"])
+            kwok_rss.append(_rss_mb(cp.kwok_pid))
+            if i == 0:
+                kwok_rss_pods = _kwok_rss_with_pods(cp, 100)
+                print(f"kwok with 100 Ready Pods: {kwok_rss_pods:.0f} MB resident", file=sys.stderr)
         print(
             f"start {i + 1}: {starts[-1]:.2f}s to all healthy ({version}); each: {cp.ready_after}",
             file=sys.stderr,
@@ -128,9 +158,13 @@ def main() -> int:
                 "build_cold_s": rounded(cold["controlplane"]),
                 "build_prometheus_cold_s": rounded(cold["prometheus"]),
                 "build_helm_cold_s": rounded(cold["helm"]),
+                "build_kwok_cold_s": rounded(cold["kwok"]),
                 "build_cached_s": round(cached, 2),
                 "start_to_ready_s": round(statistics.median(starts), 2),
                 "controller_manager_ready_s": round(statistics.median(controller_manager), 2),
+                "kwok_node_ready_s": round(statistics.median(kwok_ready), 2),
+                "kwok_rss_mb": round(statistics.median(kwok_rss)),
+                "kwok_rss_100_pods_mb": round(kwok_rss_pods),
                 "prometheus_start_to_ready_s": round(statistics.median(prom_starts), 2),
                 "recorded_build_s": recorded,
             }

@@ -4,6 +4,7 @@ running the operator in-process, reading its history."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 from kopf.testing import KopfRunner
 
 from conftest import EXAMPLES
+from controlplane import kwok
 from controlplane.environ import patched_environ
 from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx, sha256_file
@@ -79,21 +81,74 @@ def service(name: str) -> dict[str, Any]:
     }
 
 
-def deployment(name: str) -> dict[str, Any]:
+def deployment(name: str, replicas: int = 1, ready: bool = True, *, node: str = kwok.NODE) -> dict[str, Any]:
+    """A Deployment of the scheduler image (never pulled: nothing runs containers here).
+
+    ``ready``: its Pods name ``node`` (the harness's kwok Node; an existing cluster's is
+    :func:`ready_node`), where they become Running and Ready and count as available.
+    Otherwise they name no node and stay Pending (no scheduler runs).
+    """
     labels = {"app": name}
+    pod: dict[str, Any] = {"containers": [{"name": "scheduler", "image": "registry.invalid/scheduler:1"}]}
+    if ready:
+        pod.update(kwok.placement(node))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name},
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "scheduler", "image": "registry.invalid/scheduler:1"}]},
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+def ready_node(cluster: Cluster) -> str:
+    """The Node on which this cluster's Pods become Ready; fails saying why there is none."""
+    if cluster.kwok_node is None:
+        raise AssertionError(
+            "no Node here makes Pods Ready: the harness runs kwok unless KUBEBUILDER_ASSETS names "
+            "a directory without a kwok binary; with TINCT_TEST_KUBECONFIG set "
+            "TINCT_TEST_KWOK_NODE to a Node of that cluster whose Pods run"
+        )
+    return cluster.kwok_node
+
+
+def wait_available(cluster: Cluster, ns: str, name: str, n: int, timeout: float = WAIT) -> dict[str, Any]:
+    """Deployment ``ns/name`` once it has exactly ``n`` available replicas, all of its current spec.
+
+    Fails at once when no Node makes Pods Ready (:func:`ready_node`); on timeout the
+    message lists the Deployment's status and its Pods' phases and nodes.
+    """
+    ready_node(cluster)
+    deadline = time.monotonic() + timeout
+    dep: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        dep = get(cluster, ns, "deployment", name)
+        if dep is not None:
+            st = dep.get("status") or {}
+            if (
+                st.get("observedGeneration") == dep["metadata"]["generation"]
+                and st.get("availableReplicas", 0) == n
+                and st.get("updatedReplicas", 0) == n
+                and st.get("replicas", 0) == n
+            ):
+                return dep
+        time.sleep(0.2)
+    if dep is None:
+        raise AssertionError(f"Deployment {ns}/{name} does not exist")
+    labels = dep["spec"]["selector"].get("matchLabels", {})
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json", check=False).stdout
+    pods = [
+        (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
+        for p in json.loads(out or "{}").get("items", [])
+    ]
+    raise AssertionError(
+        f"Deployment {ns}/{name}: not {n} available within {timeout:.0f}s; "
+        f"status {dep.get('status')}; pods (name, phase, node) {pods}"
+    )
 
 
 def backends(cluster: Cluster, ns: str, tmp: Path, *, candidate_version: str = "1.5.0", **kw: Any) -> None:

@@ -1,7 +1,7 @@
 """Build the test control plane and its tools from Go modules.
 
 The control plane is kube-apiserver, kube-controller-manager, kubectl and etcd; the
-tools are Prometheus and helm.
+tools are Prometheus, helm and kwok (fake nodes whose Pods become Running and Ready).
 
 There is no Docker engine and no download site for prebuilt Kubernetes binaries on the
 machines tinct is developed on, so the binaries are built with the ordinary ``go``
@@ -13,15 +13,15 @@ command from the published modules:
   own repository.  ``generate`` reads the module's own go.mod and writes one ``replace``
   per staging module to the published ``v0.<minor>.<patch>`` release.
 * ``etcd/`` is a wrapper module requiring ``go.etcd.io/etcd/server/v3``.
-* Prometheus and helm are single mains with no ``replace`` directives, so they are
-  built with ``go install <module>/cmd/<name>@<version>`` (see ``TOOLS``).
+* Prometheus, helm and kwok are single mains whose modules have no ``replace``
+  directives, so they are built with ``go install <module>/cmd/<name>@<version>`` (see
+  ``TOOLS``).
 
 Binaries land in ``$TINCT_CACHE_DIR`` (default ``~/.cache/tinct``) under
-``controlplane/<versions>-<key>/bin``, ``prometheus/<version>-<key>/bin`` and
-``helm/<version>-<key>/bin``.  Each component's key hashes what it is built from (its
-wrapper modules' files or its module version, the build recipe and the Go version), so
-changing one component does not rebuild the others, and a second build with the same
-inputs is a no-op.  A lock per component makes concurrent test runs wait for one build.
+``controlplane/<versions>-<key>/bin`` and, for each tool, ``<tool>/<version>-<key>/bin``.
+Each component's key hashes what it is built from (its wrapper modules' files or its
+module version, the build recipe and the Go version), so changing one component does not
+rebuild the others, and a second build with the same inputs is a no-op.  A lock per component makes concurrent test runs wait for one build.
 
 Usage::
 
@@ -298,6 +298,7 @@ def _prometheus_release(module_version: str) -> str:
 
 PROMETHEUS_VERSION = "v0.316.0"
 HELM_VERSION = "v4.3.1"
+KWOK_VERSION = "v0.8.0"
 TOOLS = {
     "prometheus": GoTool(
         name="prometheus",
@@ -319,6 +320,13 @@ TOOLS = {
         version=HELM_VERSION,
         # What helm's Makefile sets; without it `helm version` says only "v4.3".
         ldflags=("-s", "-w", f"-X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"),
+    ),
+    "kwok": GoTool(
+        name="kwok",
+        package="sigs.k8s.io/kwok/cmd/kwok",
+        version=KWOK_VERSION,
+        # The release's source already names its version (pkg/consts.Version), which the
+        # fake nodes report as their kubelet version: no -X needed.
     ),
 }
 
@@ -361,6 +369,10 @@ def ensure_prometheus(verbose: bool = True) -> Path:
 
 def ensure_helm(verbose: bool = True) -> Path:
     return ensure_tool("helm", verbose)
+
+
+def ensure_kwok(verbose: bool = True) -> Path:
+    return ensure_tool("kwok", verbose)
 
 
 def main(argv: list[str] | None = None) -> int:

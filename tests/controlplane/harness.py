@@ -8,7 +8,9 @@ with exactly the permissions a chart grants.
 The controller-manager runs the controllers tinct relies on (see ``CONTROLLERS``):
 garbage collection of owned objects, namespace deletion, Deployments into ReplicaSets,
 HorizontalPodAutoscalers, ServiceAccounts and their tokens. There is no scheduler and no
-kubelet: Pods are created but stay Pending.
+kubelet: Pods are created but stay Pending, except on the fake Node ``kwok-node-0`` that
+kwok manages (``controlplane/kwok.py``): Pods naming it in ``spec.nodeName`` become
+Running and Ready, so Deployments there get available replicas.
 
 ``TINCT_TEST_KUBECONFIG`` points the tests at an existing cluster instead; then nothing
 is started and teardown only deletes what the tests created.
@@ -32,13 +34,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from controlplane import build
+from controlplane import build, kwok
 from controlplane.pki import Pki, make_pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -112,7 +114,9 @@ def _die_with_parent() -> None:
 
 
 class _Process:
-    def __init__(self, argv: Sequence[str], log: Path, append: bool = False) -> None:
+    def __init__(
+        self, argv: Sequence[str], log: Path, append: bool = False, env: Mapping[str, str] | None = None
+    ) -> None:
         self.log = log
         self._fh = log.open("ab" if append else "wb")
         self.proc = subprocess.Popen(
@@ -120,6 +124,7 @@ class _Process:
             stdout=self._fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env={**os.environ, **env} if env is not None else None,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
@@ -163,7 +168,7 @@ class _Clients:
 
 
 class ControlPlane(_Clients):
-    """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries.
+    """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries, and kwok.
 
     ``preapply`` manifests (CRDs, typically) are applied before the controller-manager
     starts, so its garbage collector watches their kinds from the first second instead of
@@ -171,13 +176,24 @@ class ControlPlane(_Clients):
     (e.g. ``KUBEBUILDER_ASSETS`` from setup-envtest) runs without controllers;
     :attr:`controllers` says which.
 
+    kwok runs from ``kwok_bin`` (default :func:`kwok.default_binary`: built, or absent with
+    ``KUBEBUILDER_ASSETS``) unless ``with_kwok=False``; :attr:`kwok_node` names its Ready Node,
+    or is None when kwok does not run.
+
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(
-        self, bin_dir: Path | None = None, workdir: Path | None = None, preapply: Sequence[Path] = ()
+        self,
+        bin_dir: Path | None = None,
+        workdir: Path | None = None,
+        preapply: Sequence[Path] = (),
+        *,
+        with_kwok: bool = True,
+        kwok_bin: Path | None = None,
     ) -> None:
         self.bin_dir: Path = bin_dir or build.ensure_built()
+        self.kwok_bin = (kwok_bin or kwok.default_binary()) if with_kwok else None
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-cp-"))
         self.preapply = tuple(preapply)
@@ -187,6 +203,8 @@ class ControlPlane(_Clients):
         self._etcd: _Process | None = None
         self._apiserver: _Process | None = None
         self._controller_manager: _Process | None = None
+        self._kwok: _Process | None = None
+        self._kwok_node: str | None = None
         self.controller_manager_url = ""
         # Seconds from starting each process until it answered healthy.
         self.ready_after: dict[str, float] = {}
@@ -196,6 +214,15 @@ class ControlPlane(_Clients):
     def controllers(self) -> bool:
         """Whether a kube-controller-manager runs (garbage collection, namespace deletion, ...)."""
         return self._controller_manager is not None and self._controller_manager.alive()
+
+    @property
+    def kwok_node(self) -> str | None:
+        """The Node kwok manages (Pods naming it become Ready), or None when kwok does not run."""
+        return self._kwok_node if self._kwok is not None and self._kwok.alive() else None
+
+    @property
+    def kwok_pid(self) -> int | None:
+        return self._kwok.proc.pid if self._kwok is not None and self._kwok.alive() else None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -276,8 +303,12 @@ class ControlPlane(_Clients):
         self._wait(self.ready, self._apiserver, "kube-apiserver", deadline)
         if self.preapply:
             self._apply_before_controllers()
+        # kwok gets going while the controller-manager starts; its Node is awaited last.
+        kwok_started = self._start_kwok() if self.kwok_bin is not None else None
         if (self.bin_dir / "kube-controller-manager").is_file():
             self._start_controller_manager(deadline)
+        if kwok_started is not None:
+            self._wait_kwok_node(kwok_started, deadline)
 
     def _apply_before_controllers(self) -> None:
         for manifest in self.preapply:
@@ -338,12 +369,37 @@ class ControlPlane(_Clients):
             deadline,
         )
 
+    def _start_kwok(self) -> float:
+        assert self.kwok_bin is not None
+        workdir = self.workdir / "kwok"
+        workdir.mkdir(exist_ok=True)
+        started = time.monotonic()
+        self._kwok = _Process(
+            kwok.argv(self.kwok_bin, self.kubeconfig),
+            self.workdir / "kwok.log",
+            env=kwok.environment(workdir),
+        )
+        self._api("POST", "/api/v1/nodes", kwok.node_manifest())
+        return started
+
+    def _wait_kwok_node(self, started: float, deadline: float) -> None:
+        assert self._kwok is not None
+
+        def ready() -> bool:
+            node = self._api("GET", f"/api/v1/nodes/{kwok.NODE}")
+            return node is not None and kwok.node_ready(node)
+
+        self._wait(ready, self._kwok, "kwok", deadline)
+        # From starting kwok to its Node Ready; it overlaps the controller-manager's start.
+        self.ready_after["kwok"] = round(time.monotonic() - started, 2)
+        self._kwok_node = kwok.NODE
+
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
         try:
-            for p in (self._controller_manager, self._apiserver, self._etcd):
+            for p in (self._kwok, self._controller_manager, self._apiserver, self._etcd):
                 if p is not None:
                     with contextlib.suppress(OSError, subprocess.SubprocessError):
                         p.stop()
@@ -360,7 +416,7 @@ class ControlPlane(_Clients):
 
     @property
     def pids(self) -> list[int]:
-        procs = (self._etcd, self._apiserver, self._controller_manager)
+        procs = (self._etcd, self._apiserver, self._controller_manager, self._kwok)
         return [p.proc.pid for p in procs if p is not None and p.alive()]
 
     # -- readiness -------------------------------------------------------------------
@@ -381,6 +437,23 @@ class ControlPlane(_Clients):
     def ready(self) -> bool:
         return self._http_ok(f"{self.server}/readyz", self._ssl_context())
 
+    def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """One API request as the admin; the object returned, or None for 404."""
+        request = urllib.request.Request(
+            f"{self.server}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self._ssl_context()) as r:
+                data: dict[str, Any] = json.load(r)
+                return data
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise ControlPlaneError(f"{method} {path}: {e.code} {e.read().decode(errors='replace')}") from e
+
     def version(self) -> dict[str, str]:
         with urllib.request.urlopen(f"{self.server}/version", timeout=5, context=self._ssl_context()) as r:
             data: dict[str, str] = json.load(r)
@@ -399,7 +472,13 @@ class ControlPlane(_Clients):
 
 
 class ExistingCluster(_Clients):
-    """A cluster the user points the tests at with ``TINCT_TEST_KUBECONFIG``."""
+    """A cluster the user points the tests at with ``TINCT_TEST_KUBECONFIG``.
+
+    Nothing is started there, kwok neither. ``TINCT_TEST_KWOK_NODE`` names a Node of that
+    cluster on which Pods become Ready (a kwok-managed one, or a real node that can run the
+    tests' images); without it :attr:`kwok_node` is None and the tests that need Ready
+    Pods say so.
+    """
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
@@ -413,6 +492,7 @@ class ExistingCluster(_Clients):
         self.bin_dir = Path(bins) if bins else None
         # A real cluster runs its controller-manager.
         self.controllers = True
+        self.kwok_node: str | None = os.environ.get("TINCT_TEST_KWOK_NODE") or None
 
     def stop(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,6 +1,7 @@
 """The kube-controller-manager the harness starts: the controllers tinct relies on act.
 
-No scheduler or kubelet runs, so Pods stay Pending; everything up to that is real.
+No scheduler or kubelet runs, so Pods that name no node stay Pending; everything up to
+that is real. (Pods on kwok's fake Node become Ready: test_kwok.py.)
 """
 
 from __future__ import annotations

@@ -77,16 +77,19 @@ def test_teardown_leaves_no_process_or_directory_even_when_the_body_fails() -> N
     def body() -> None:
         with cp:
             seen.extend(cp.pids)
-            assert len(seen) == 3  # etcd, kube-apiserver, kube-controller-manager
+            assert len(seen) == 4  # etcd, kube-apiserver, kube-controller-manager, kwok
+            assert cp.kwok_pid in seen
+            assert cp.kwok_node == "kwok-node-0"
             assert all(_running(p) for p in seen)
-            assert cp.workdir.is_dir()
+            assert (cp.workdir / "kwok.log").is_file()
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
         body()
-    assert len(seen) == 3
+    assert len(seen) == 4
     assert not any(_running(p) for p in seen)
     assert not cp.workdir.exists()
+    assert cp.kwok_node is None
 
 
 def test_failed_start_reports_the_log_and_cleans_up(tmp_path: Path) -> None:
@@ -133,7 +136,7 @@ def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
             time.sleep(0.2)
         *pid_words, workdir = pids_file.read_text().split()
         pids = [int(p) for p in pid_words]
-        assert len(pids) == 3
+        assert len(pids) == 4  # kwok too
         assert all(_running(p) for p in pids)
     finally:
         owner.kill()
