@@ -191,13 +191,18 @@ def table_doc(
     fallback: dict[str, Any] | None = None,
     release: str = "chat",
     models: list[str] | None = None,
+    namespace: str | None = "llm",
+    uid: str | None = None,
+    standing: bool = False,
 ) -> dict[str, Any]:
     """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml."""
     return {
         "models": models or [],
         "schema": "tinct.io/routing/v1",
         "release": release,
-        "namespace": "llm",
+        "namespace": namespace,
+        "uid": uid,
+        "standing": standing,
         "version": version,
         "state": "Progressing",
         "step": 1,

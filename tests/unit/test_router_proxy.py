@@ -123,7 +123,7 @@ async def test_candidate_failure_falls_back_to_stable_in_the_same_request(
         async with http.get(f"{base}/metrics") as r:
             metrics = await r.text()
         assert (
-            'tinct_router_fallbacks_total{dye_tag="len:short+role:user+latency:low",'
+            'tinct_router_fallbacks_total{dye_tag="len:short+role:user+latency:low",namespace="llm",'
             f'reason="{reason}",release="chat"}} 1.0' in metrics
         )
 
@@ -156,8 +156,8 @@ async def test_ejection_after_consecutive_failures_and_recovery_after_cooldown(
         assert len(v2.seen) == 2  # ejected requests never reach the candidate
         async with http.get(f"{base}/metrics") as r:
             metrics = await r.text()
-        assert 'tinct_router_candidate_ejections_total{release="chat"} 1.0' in metrics
-        assert 'tinct_router_candidate_ejected{release="chat"} 1.0' in metrics
+        assert 'tinct_router_candidate_ejections_total{namespace="llm",release="chat"} 1.0' in metrics
+        assert 'tinct_router_candidate_ejected{namespace="llm",release="chat"} 1.0' in metrics
 
         v2.reset("ok")
         now[0] += 29
@@ -167,7 +167,7 @@ async def test_ejection_after_consecutive_failures_and_recovery_after_cooldown(
         assert (status, h["X-Scheduler-Active"], body["model"]) == (200, "v2", "v2")
         assert "X-Fallback-Reason" not in h
         async with http.get(f"{base}/metrics") as r:
-            assert 'tinct_router_candidate_ejected{release="chat"} 0.0' in await r.text()
+            assert 'tinct_router_candidate_ejected{namespace="llm",release="chat"} 0.0' in await r.text()
 
 
 async def test_a_success_resets_the_failure_count(
@@ -312,14 +312,14 @@ async def test_metrics_count_requests_by_side_version_tag_and_code(
         await post(http, base, chat())
         async with http.get(f"{base}/metrics") as r:
             text = await r.text()
-        assert 'tinct_router_table_version{release="chat"} 42.0' in text
+        assert 'tinct_router_table_version{namespace="llm",release="chat"} 42.0' in text
         assert (
             'tinct_router_requests_total{code="200",dye_tag="len:long+role:admin+latency:high",'
-            'release="chat",scheduler_version="v2",side="candidate"} 1.0'
+            'namespace="llm",release="chat",scheduler_version="v2",side="candidate"} 1.0'
         ) in text
         assert (
             'tinct_router_requests_total{code="200",dye_tag="len:short+role:user+latency:low",'
-            'release="chat",scheduler_version="v1",side="stable"} 1.0'
+            'namespace="llm",release="chat",scheduler_version="v1",side="stable"} 1.0'
         ) in text
         assert "tinct_router_time_to_first_byte_seconds_bucket" in text
         assert "tinct_router_request_duration_seconds_count" in text

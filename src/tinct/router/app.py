@@ -72,7 +72,7 @@ _NO_TABLE = error_response(503, "no_routing_table", "the router has no routing t
 
 def _wire_metrics(st: RouterState) -> None:
     def changed(table: CompiledTable) -> None:
-        st.metrics.table_version.labels(table.release).set(table.version)
+        st.metrics.table_version.labels(table.namespace, table.release).set(table.version)
         if st.proxy is not None:
             st.proxy.health(table)
 

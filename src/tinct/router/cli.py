@@ -128,7 +128,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--default-release",
         metavar="NAME",
-        help="release whose table takes requests that name no model (default: the oldest table)",
+        help="release whose table takes requests that name no model, as NAME or NAMESPACE/NAME "
+        "(default: the oldest table)",
     )
     p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
     p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")

@@ -92,11 +92,13 @@ class Proxy:
     def __init__(self, pool: UpstreamPool, metrics: RouterMetrics) -> None:
         self.pool = pool
         self.metrics = metrics
-        self._health: dict[tuple[str, str, str, int, float], CandidateHealth] = {}
+        self._health: dict[tuple[str, str, str, str, int, float], CandidateHealth] = {}
 
     def health(self, table: CompiledTable) -> CandidateHealth:
-        """Ejection state of the table's candidate; kept across table swaps that keep it."""
+        """Ejection state of the table's candidate, per (namespace, release); kept across
+        table swaps that keep the candidate and its fallback rules."""
         key = (
+            table.namespace,
             table.release,
             str(table.candidate.url),
             table.candidate.scheduler_version,
@@ -105,9 +107,10 @@ class Proxy:
         )
         h = self._health.get(key)
         if h is None:
-            self._health = {k: v for k, v in self._health.items() if k[0] != table.release}
+            release = key[:2]
+            self._health = {k: v for k, v in self._health.items() if k[:2] != release}
             h = self._health[key] = CandidateHealth(table.consecutive_failures, table.cooldown)
-            gauge = self.metrics.ejected.labels(table.release)
+            gauge = self.metrics.ejected.labels(table.namespace, table.release)
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
@@ -154,7 +157,7 @@ class Proxy:
             resp.close()
             reason = reason_
         if health.failure():
-            self.metrics.ejection(table.release)
+            self.metrics.ejection(table)
             _log.warning(
                 "candidate %s (%s) ejected for %.0fs after %d consecutive failures, last: %s",
                 table.candidate.url,
@@ -182,7 +185,7 @@ class Proxy:
             if resp is not None:
                 up = table.candidate
             else:
-                self.metrics.fallback(table.release, reason or "upstream_error", ex.tag)
+                self.metrics.fallback(table, reason or "upstream_error", ex.tag)
         ex.side = up.side
         ex.scheduler_version = up.scheduler_version
         if resp is None:
@@ -221,9 +224,9 @@ class Proxy:
             # client sees a truncated answer instead of a well-formed short one.
             why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
             _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
-            self.metrics.truncated.labels(table.release, up.side, why).inc()
+            self.metrics.truncated.labels(table.namespace, table.release, up.side, why).inc()
             if up.side == "candidate" and self.health(table).failure():
-                self.metrics.ejection(table.release)
+                self.metrics.ejection(table)
             conn.abort()
         finally:
             conn.source = None

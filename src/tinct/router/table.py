@@ -66,6 +66,8 @@ class CompiledTable:
         self.table = table
         self.version = table.version
         self.release = table.release
+        #: The release's namespace as metric labels carry it ("" when the table names none).
+        self.namespace = table.namespace or ""
         dye = table.dye
         buckets = dye.prompt_length.buckets
         self.chars_per_token = dye.prompt_length.chars_per_token
@@ -133,7 +135,7 @@ class TableHolder:
 
     Each table names the OpenAI ``model`` values it serves; two tables claiming one model:
     the older (by ``created``, then key) keeps it. :attr:`current` is the *default* table: the
-    one ``default_release`` names, else the oldest; it takes the paths that carry no model
+    one ``default_release`` names (``release`` or ``namespace/release``), else the oldest; it takes the paths that carry no model
     and, when it names no models itself, the models no table claims. A router with one table
     that names no models therefore routes everything by it.
 
@@ -198,10 +200,15 @@ class TableHolder:
         for key, (_, t) in sorted(self.tables.items(), key=lambda kv: (kv[1][0], kv[0])):
             for m in t.table.models:
                 by_model.setdefault(m, t)
-            if default is None or t.release == self.default_release != default[1].release:
+            if default is None or (self._named_default(t) and not self._named_default(default[1])):
                 default = (key, t)
         self.by_model = by_model
         self.source, self.current = default if default is not None else (None, None)
+
+    def _named_default(self, t: CompiledTable) -> bool:
+        """``default_release`` names ``t``: as ``release``, or ``namespace/release``."""
+        name = self.default_release
+        return name is not None and name in (t.release, f"{t.namespace}/{t.release}")
 
     def for_model(self, model: object) -> CompiledTable | None:
         """The table that routes requests for ``model``; None: no table serves it."""
