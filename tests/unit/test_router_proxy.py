@@ -226,6 +226,12 @@ async def test_candidate_dying_mid_stream_is_not_retried_and_the_client_sees_a_c
         _, h, body = await post(http, base, chat())
         assert h["X-Fallback-Reason"] == "ejected"
         assert body["model"] == "v1"
+        async with http.get(f"{base}/metrics") as r:
+            metrics = await r.text()
+        assert (
+            'tinct_router_truncated_responses_total{dye_tag="len:short+role:user+latency:high",'
+            'namespace="llm",reason="upstream_error",release="chat",side="candidate"} 1.0'
+        ) in metrics
 
 
 async def test_graceful_shutdown_lets_a_stream_finish(

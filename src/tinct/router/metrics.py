@@ -121,8 +121,9 @@ class RouterMetrics:
         self.truncated = Counter(
             "tinct_router_truncated_responses",
             "Answers cut mid-body because the backend failed (upstream_error) or went silent "
-            "for fallback.idleTimeoutMs (idle_timeout); the client saw a truncated answer.",
-            ["namespace", "release", "side", "reason"],
+            "for fallback.idleTimeoutMs (idle_timeout); the client saw a truncated answer. "
+            "Counted against the side that cut it, per dye tag.",
+            ["namespace", "release", "side", "reason", "dye_tag"],
             registry=r,
         )
         self.table_version = Gauge(

@@ -224,7 +224,7 @@ class Proxy:
             # client sees a truncated answer instead of a well-formed short one.
             why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
             _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
-            self.metrics.truncated.labels(table.namespace, table.release, up.side, why).inc()
+            self.metrics.truncated.labels(table.namespace, table.release, up.side, why, ex.tag).inc()
             if up.side == "candidate" and self.health(table).failure():
                 self.metrics.ejection(table)
             conn.abort()
