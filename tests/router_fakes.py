@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,8 @@ class FakeScheduler:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     stream_done: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""
+    #: Called with each request as it is seen, before the answer (e.g. to move a test clock).
+    on_request: Callable[[], None] | None = None
     _runner: web.AppRunner | None = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -56,6 +58,8 @@ class FakeScheduler:
         self.seen.append(
             Seen(request.path, request.method, dict(request.headers), body, tuple(peer) if peer else None)
         )
+        if self.on_request is not None:
+            self.on_request()
         if self.mode == "error":
             return web.json_response({"error": {"message": f"{self.version} broke"}}, status=503)
         if self.mode == "mismatch":

@@ -73,7 +73,8 @@ class _RequestCollector(Collector):
         for name, doc, series in (
             (
                 "tinct_router_time_to_first_byte_seconds",
-                "From request received to response headers sent to the client.",
+                "From request received to response headers sent to the client; for a "
+                "fallback, the candidate's until it failed and stable's from its own attempt.",
                 self.m.ttfb_series,
             ),
             (
@@ -149,10 +150,21 @@ class RouterMetrics:
         d = self.duration_series.get(hkey)
         if d is None:
             d = self.duration_series[hkey] = _Histogram()
-            self.ttfb_series[hkey] = _Histogram()
+            self.ttfb_series.setdefault(hkey, _Histogram())
         d.observe(total)
         if ex.ttfb is not None:
             self.ttfb_series[hkey].observe(ex.ttfb)
+
+    def candidate_failed(self, ex: Exchange, seconds: float) -> None:
+        """A candidate attempt failed ``seconds`` after the request came in, and the request
+        falls back: that is what the fallback cost, observed as the candidate's time to first
+        byte (in the request's cell)."""
+        table = ex.table
+        hkey = (table.namespace, table.release, "candidate", ex.tag)
+        h = self.ttfb_series.get(hkey)
+        if h is None:
+            h = self.ttfb_series[hkey] = _Histogram()
+        h.observe(seconds)
 
     def fallback(self, table: CompiledTable, reason: str, tag: str) -> None:
         self.fallbacks.labels(table.namespace, table.release, reason, tag).inc()

@@ -156,6 +156,10 @@ class Proxy:
                 return resp, None
             resp.close()
             reason = reason_
+        if reason != "latency_too_high":
+            # What the fallback cost is the candidate's (the latency limit is accounted for
+            # apart, by the analysis).
+            self.metrics.candidate_failed(ex, time.perf_counter() - ex.started)
         if health.failure():
             self.metrics.ejection(table)
             _log.warning(
@@ -188,6 +192,8 @@ class Proxy:
                 self.metrics.fallback(table, reason or "upstream_error", ex.tag)
         ex.side = up.side
         ex.scheduler_version = up.scheduler_version
+        # Stable's time to first byte after a fallback is its own, from its attempt on.
+        since = ex.started if reason is None else time.perf_counter()
         if resp is None:
             try:
                 resp = await self._send(up, ex, headers)
@@ -200,9 +206,11 @@ class Proxy:
                 ex.status = 502
                 self.metrics.request(ex)
                 return
-        await self._stream(ex, resp, up, reason)
+        await self._stream(ex, resp, up, reason, since)
 
-    async def _stream(self, ex: Exchange, resp: Response, up: Upstream, reason: Reason | None) -> None:
+    async def _stream(
+        self, ex: Exchange, resp: Response, up: Upstream, reason: Reason | None, since: float
+    ) -> None:
         conn = ex.conn
         table = ex.table
         headers, has_date = _answer_headers(resp)
@@ -212,7 +220,7 @@ class Proxy:
         ex.status = resp.status
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
-            ex.ttfb = time.perf_counter() - ex.started
+            ex.ttfb = time.perf_counter() - since
             conn.source = resp
             done = resp.stream(conn.write, table.idle_timeout)
             if done is not None:
