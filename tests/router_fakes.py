@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +146,45 @@ class FakeScheduler:
     def reset(self, mode: str = "ok") -> None:
         self.mode = mode
         self.seen.clear()
+
+
+@dataclass
+class HostileBackend:
+    """A raw asyncio server on 127.0.0.1 that reads each request (head and a
+    ``Content-Length`` body) and answers with whatever ``answer`` writes, framing or not."""
+
+    answer: Callable[[asyncio.StreamWriter], Awaitable[None]]
+    url: str = ""
+    requests: int = 0
+    _server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            self.requests += 1
+            await self.answer(writer)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the router hung up on it: what a hostile backend gets
+        finally:
+            writer.close()
+
+    async def start(self) -> HostileBackend:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
 
 
 class BackgroundSchedulers:

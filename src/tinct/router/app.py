@@ -122,7 +122,7 @@ class Router:
             keep_per_origin=cfg.pool_per_host,
             idle_timeout=cfg.keepalive_timeout,
         )
-        st.proxy = Proxy(self._pool, st.metrics)
+        st.proxy = Proxy(self._pool, st.metrics, head_timeout=cfg.upstream_head_timeout)
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)

@@ -127,6 +127,13 @@ class RouterMetrics:
             ["namespace", "release", "side", "reason", "dye_tag"],
             registry=r,
         )
+        self.upstream_rejected = Counter(
+            "tinct_router_upstream_rejected",
+            "Backend answers refused before any of them reached the client: head over the "
+            "limits (head_too_large), unparsable (malformed), or not in time (head_timeout).",
+            ["namespace", "release", "side", "reason"],
+            registry=r,
+        )
         self.table_version = Gauge(
             "tinct_router_table_version",
             "Version of the routing table in force.",
