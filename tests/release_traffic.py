@@ -83,7 +83,9 @@ class Router:
 
     def table_version(self, release: str = "chat") -> int | None:
         m = re.search(
-            rf'^tinct_router_table_version{{release="{release}"}} ([0-9.e+]+)$', self.metrics(), re.M
+            rf'^tinct_router_table_version{{namespace="[^"]*",release="{release}"}} ([0-9.e+]+)$',
+            self.metrics(),
+            re.M,
         )
         return int(float(m.group(1))) if m else None
 

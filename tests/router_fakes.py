@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,8 @@ class FakeScheduler:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     stream_done: asyncio.Event = field(default_factory=asyncio.Event)
     url: str = ""
+    #: Called with each request as it is seen, before the answer (e.g. to move a test clock).
+    on_request: Callable[[], None] | None = None
     _runner: web.AppRunner | None = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -56,6 +58,8 @@ class FakeScheduler:
         self.seen.append(
             Seen(request.path, request.method, dict(request.headers), body, tuple(peer) if peer else None)
         )
+        if self.on_request is not None:
+            self.on_request()
         if self.mode == "error":
             return web.json_response({"error": {"message": f"{self.version} broke"}}, status=503)
         if self.mode == "mismatch":
@@ -144,6 +148,45 @@ class FakeScheduler:
         self.seen.clear()
 
 
+@dataclass
+class HostileBackend:
+    """A raw asyncio server on 127.0.0.1 that reads each request (head and a
+    ``Content-Length`` body) and answers with whatever ``answer`` writes, framing or not."""
+
+    answer: Callable[[asyncio.StreamWriter], Awaitable[None]]
+    url: str = ""
+    requests: int = 0
+    _server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            self.requests += 1
+            await self.answer(writer)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the router hung up on it: what a hostile backend gets
+        finally:
+            writer.close()
+
+    async def start(self) -> HostileBackend:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+
 class BackgroundSchedulers:
     """The v1 and v2 stand-ins served from an event loop of their own, for synchronous code
     (the demo, tests that run the router and the operator as processes or threads)."""
@@ -191,13 +234,18 @@ def table_doc(
     fallback: dict[str, Any] | None = None,
     release: str = "chat",
     models: list[str] | None = None,
+    namespace: str | None = "llm",
+    uid: str | None = None,
+    standing: bool = False,
 ) -> dict[str, Any]:
     """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml."""
     return {
         "models": models or [],
         "schema": "tinct.io/routing/v1",
         "release": release,
-        "namespace": "llm",
+        "namespace": namespace,
+        "uid": uid,
+        "standing": standing,
         "version": version,
         "state": "Progressing",
         "step": 1,

@@ -188,5 +188,5 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
         await eventually(conflict_event, "the ModelConflict event")
         (event,) = conflict_event()
         assert event["type"] == "Warning"
-        assert event["involvedObject"]["name"] == "tinct-routing-alpha"
+        assert event["involvedObject"]["name"] == "tinct-routing-llm.alpha"
         assert "llama3-8b" in event["message"]

@@ -136,7 +136,12 @@ async def test_a_backend_silent_after_its_headers_is_cut_counted_and_ejected(
                     cut = True
                 print(f"{side}: cut after {time.monotonic() - started:.2f}s of silence")
                 assert cut, "the truncated answer must be visible to the client"
-        truncated = r'tinct_router_truncated_responses_total\{.*reason="idle_timeout".*side="%s"'
+        # Counted against the side that went silent, in the cell of the request (a stream:
+        # latency class "high"), so it joins with that cell's requests.
+        truncated = (
+            r'tinct_router_truncated_responses_total\{dye_tag="len:short\+role:user\+latency:high",'
+            r'namespace="llm",reason="idle_timeout",release="chat",side="%s"\}'
+        )
         assert await _metric(http, rp.base, truncated % "candidate") == 1
         assert await _metric(http, rp.base, truncated % "stable") == 1
         assert await _metric(http, rp.base, r"tinct_router_candidate_ejected\{") == 1

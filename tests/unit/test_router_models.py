@@ -79,3 +79,73 @@ async def test_a_single_table_without_models_routes_every_model(v1: FakeSchedule
                 assert r.status == 200
         async with http.post(f"{base}/v1/chat/completions", json={"messages": []}) as r:
             assert r.status == 200  # no model at all: the default table
+
+
+async def test_releases_of_one_name_in_two_namespaces_keep_their_own_series_and_ejection(
+    tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler
+) -> None:
+    # Two releases "chat", in namespaces "team-a" and "team-b", on the very same backends:
+    # only the namespace tells their series, and their candidates' health, apart.
+    v2.reset("error")
+    fallback = {"consecutiveFailures": 2, "latencyMs": 800, "cooldownSeconds": 300}
+    files = []
+    for ns, version in (("team-a", 3), ("team-b", 8)):
+        f = tmp_path / f"{ns}.json"
+        doc = table_doc(
+            v1.url,
+            v2.url,
+            namespace=ns,
+            models=[f"m-{ns}"],
+            version=version,
+            default_weight=100,
+            fallback=fallback,
+        )
+        f.write_text(json.dumps(doc))
+        files.append(str(f))
+    async with router_process(files[0], "--table", files[1]) as rp, aiohttp.ClientSession() as http:
+        reasons = {}
+        for model in ("m-team-a", "m-team-a", "m-team-a", "m-team-b"):
+            async with http.post(f"{rp.base}/v1/chat/completions", json=_chat(model)) as r:
+                assert r.status == 200
+                assert r.headers["X-Scheduler-Active"] == "v1"
+                reasons.setdefault(model, []).append(r.headers["X-Fallback-Reason"])
+        # team-a's candidate failed twice and is ejected; team-b's is tried (and fails) on its own.
+        assert reasons == {
+            "m-team-a": ["upstream_error", "upstream_error", "ejected"],
+            "m-team-b": ["upstream_error"],
+        }
+        async with http.get(f"{rp.base}/metrics") as r:
+            text = await r.text()
+    tag = "len:short+role:user+latency:low"
+    for line in (
+        f'tinct_router_requests_total{{code="200",dye_tag="{tag}",namespace="team-a",release="chat",'
+        'scheduler_version="v1",side="stable"} 3.0',
+        f'tinct_router_requests_total{{code="200",dye_tag="{tag}",namespace="team-b",release="chat",'
+        'scheduler_version="v1",side="stable"} 1.0',
+        f'tinct_router_fallbacks_total{{dye_tag="{tag}",namespace="team-a",reason="ejected",release="chat"}} 1.0',
+        f'tinct_router_fallbacks_total{{dye_tag="{tag}",namespace="team-b",reason="upstream_error",release="chat"}} 1.0',
+        'tinct_router_candidate_ejections_total{namespace="team-a",release="chat"} 1.0',
+        'tinct_router_candidate_ejected{namespace="team-a",release="chat"} 1.0',
+        'tinct_router_candidate_ejected{namespace="team-b",release="chat"} 0.0',
+        'tinct_router_table_version{namespace="team-a",release="chat"} 3.0',
+        'tinct_router_table_version{namespace="team-b",release="chat"} 8.0',
+        f'tinct_router_time_to_first_byte_seconds_count{{dye_tag="{tag}",namespace="team-a",release="chat",'
+        'side="stable"} 3.0',
+        f'tinct_router_request_duration_seconds_count{{dye_tag="{tag}",namespace="team-b",release="chat",'
+        'side="stable"} 1.0',
+    ):
+        assert line in text, line
+    assert 'tinct_router_candidate_ejections_total{namespace="team-b"' not in text
+
+
+def test_the_default_release_may_be_named_with_its_namespace() -> None:
+    def put(holder: TableHolder) -> None:
+        for i, ns in enumerate(("team-a", "team-b")):
+            doc = table_doc("http://127.0.0.1:1", "http://127.0.0.1:2", namespace=ns, models=[f"m-{ns}"])
+            holder.put(f"file {ns}", RoutingTable.model_validate(doc), created=float(i))
+
+    for name, expected in (("team-b/chat", "team-b"), ("chat", "team-a"), (None, "team-a")):
+        holder = TableHolder(default_release=name)
+        put(holder)
+        assert holder.current is not None
+        assert holder.current.namespace == expected, name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from controlplane.harness import free_port
 from router_fakes import FakeScheduler, running_router, table
 from tinct.router.config import RouterConfig
+from tinct.router.summing import parse as parse_metrics
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
 LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token
@@ -123,7 +125,7 @@ async def test_candidate_failure_falls_back_to_stable_in_the_same_request(
         async with http.get(f"{base}/metrics") as r:
             metrics = await r.text()
         assert (
-            'tinct_router_fallbacks_total{dye_tag="len:short+role:user+latency:low",'
+            'tinct_router_fallbacks_total{dye_tag="len:short+role:user+latency:low",namespace="llm",'
             f'reason="{reason}",release="chat"}} 1.0' in metrics
         )
 
@@ -156,8 +158,8 @@ async def test_ejection_after_consecutive_failures_and_recovery_after_cooldown(
         assert len(v2.seen) == 2  # ejected requests never reach the candidate
         async with http.get(f"{base}/metrics") as r:
             metrics = await r.text()
-        assert 'tinct_router_candidate_ejections_total{release="chat"} 1.0' in metrics
-        assert 'tinct_router_candidate_ejected{release="chat"} 1.0' in metrics
+        assert 'tinct_router_candidate_ejections_total{namespace="llm",release="chat"} 1.0' in metrics
+        assert 'tinct_router_candidate_ejected{namespace="llm",release="chat"} 1.0' in metrics
 
         v2.reset("ok")
         now[0] += 29
@@ -167,7 +169,7 @@ async def test_ejection_after_consecutive_failures_and_recovery_after_cooldown(
         assert (status, h["X-Scheduler-Active"], body["model"]) == (200, "v2", "v2")
         assert "X-Fallback-Reason" not in h
         async with http.get(f"{base}/metrics") as r:
-            assert 'tinct_router_candidate_ejected{release="chat"} 0.0' in await r.text()
+            assert 'tinct_router_candidate_ejected{namespace="llm",release="chat"} 0.0' in await r.text()
 
 
 async def test_a_success_resets_the_failure_count(
@@ -226,6 +228,12 @@ async def test_candidate_dying_mid_stream_is_not_retried_and_the_client_sees_a_c
         _, h, body = await post(http, base, chat())
         assert h["X-Fallback-Reason"] == "ejected"
         assert body["model"] == "v1"
+        async with http.get(f"{base}/metrics") as r:
+            metrics = await r.text()
+        assert (
+            'tinct_router_truncated_responses_total{dye_tag="len:short+role:user+latency:high",'
+            'namespace="llm",reason="upstream_error",release="chat",side="candidate"} 1.0'
+        ) in metrics
 
 
 async def test_graceful_shutdown_lets_a_stream_finish(
@@ -312,14 +320,96 @@ async def test_metrics_count_requests_by_side_version_tag_and_code(
         await post(http, base, chat())
         async with http.get(f"{base}/metrics") as r:
             text = await r.text()
-        assert 'tinct_router_table_version{release="chat"} 42.0' in text
+        assert 'tinct_router_table_version{namespace="llm",release="chat"} 42.0' in text
         assert (
             'tinct_router_requests_total{code="200",dye_tag="len:long+role:admin+latency:high",'
-            'release="chat",scheduler_version="v2",side="candidate"} 1.0'
+            'namespace="llm",release="chat",scheduler_version="v2",side="candidate"} 1.0'
         ) in text
         assert (
             'tinct_router_requests_total{code="200",dye_tag="len:short+role:user+latency:low",'
-            'release="chat",scheduler_version="v1",side="stable"} 1.0'
+            'namespace="llm",release="chat",scheduler_version="v1",side="stable"} 1.0'
         ) in text
         assert "tinct_router_time_to_first_byte_seconds_bucket" in text
         assert "tinct_router_request_duration_seconds_count" in text
+
+
+def _buckets(text: str, family: str, side: str) -> dict[str, float]:
+    """``le`` -> cumulative count of ``family``'s histogram for ``side`` in the short/user/low cell."""
+    fam = parse_metrics(text).get(family)
+    out: dict[str, float] = {}
+    for (name, labels), value in fam.samples.items() if fam else ():
+        d = dict(labels)
+        if (
+            name == f"{family}_bucket"
+            and d["side"] == side
+            and d["dye_tag"] == "len:short+role:user+latency:low"
+        ):
+            assert (d["namespace"], d["release"]) == ("llm", "chat")
+            out[d["le"]] = value
+    return out
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("error", "upstream_error"), ("mismatch", "version_mismatch")])
+async def test_a_fallback_costs_the_candidate_and_stable_is_timed_from_its_own_attempt(
+    v1: FakeScheduler,
+    v2: FakeScheduler,
+    http: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    reason: str,
+) -> None:
+    # The router's clock, moved 100 s on while the candidate works: the candidate then takes
+    # 100 s to fail, and only what each side really took lands in its histogram.
+    offset = [0.0]
+    real = time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + offset[0])
+    v2.reset(mode)
+    v2.on_request = lambda: offset.__setitem__(0, offset[0] + 100.0)
+    async with running_router(table(v1.url, v2.url, default_weight=100)) as (base, _):
+        status, h, _ = await post(http, base, chat())
+        assert (status, h["X-Fallback-Reason"]) == (200, reason)
+        async with http.get(f"{base}/metrics") as r:
+            text = await r.text()
+    ttfb = "tinct_router_time_to_first_byte_seconds"
+    candidate, stable = _buckets(text, ttfb, "candidate"), _buckets(text, ttfb, "stable")
+    print(f"candidate {candidate}\nstable {stable}")
+    assert candidate["+Inf"] == 1, "the failed attempt is the candidate's"
+    assert candidate["60.0"] == 0, "...and took the 100 s it cost"
+    assert stable["+Inf"] == 1
+    assert stable["60.0"] == 1, "stable is timed from its own attempt, not from the request"
+    # The request took what it took for the client: its duration runs from its start.
+    duration = _buckets(text, "tinct_router_request_duration_seconds", "stable")
+    assert (duration["+Inf"], duration["60.0"]) == (1, 0)
+    assert 'side="candidate"' not in "".join(
+        line for line in text.splitlines() if line.startswith("tinct_router_requests_total")
+    ), "the request is counted once, for the side that answered"
+
+
+@pytest.mark.parametrize(
+    ("reason", "candidate_observations"),
+    [("unreachable", 1), ("latency_too_high", 0), ("ejected", 0)],
+)
+async def test_which_fallbacks_count_in_the_candidates_time_to_first_byte(
+    v1: FakeScheduler,
+    v2: FakeScheduler,
+    http: aiohttp.ClientSession,
+    reason: str,
+    candidate_observations: int,
+) -> None:
+    fb = {"consecutiveFailures": 1, "latencyMs": 150, "cooldownSeconds": 300}
+    candidate = f"http://127.0.0.1:{free_port()}" if reason == "unreachable" else v2.url
+    if reason == "latency_too_high":
+        v2.reset("stall")
+    async with running_router(table(v1.url, candidate, default_weight=100, fallback=fb)) as (base, app):
+        if reason == "ejected":
+            st = app.state
+            assert st.proxy is not None
+            assert st.holder.current is not None
+            st.proxy.health(st.holder.current).failure()  # one failure ejects it
+        status, h, _ = await post(http, base, chat())
+        assert (status, h["X-Fallback-Reason"]) == (200, reason)
+        async with http.get(f"{base}/metrics") as r:
+            text = await r.text()
+    ttfb = "tinct_router_time_to_first_byte_seconds"
+    assert _buckets(text, ttfb, "candidate").get("+Inf", 0) == candidate_observations
+    assert _buckets(text, ttfb, "stable")["+Inf"] == 1

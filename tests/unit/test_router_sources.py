@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 
 from router_fakes import running_router, table_doc
-from tinct.api.routing import RoutingTable
+from tinct.api.routing import DATA_KEY, RoutingTable, configmap_name
 from tinct.cli import build_parser
 from tinct.router.config import RouterConfig
 from tinct.router.sources import FileTable
@@ -87,14 +89,14 @@ async def test_watch_keeps_one_table_per_configmap_and_routes_with_the_first() -
     )
     a = parse(table_doc("http://127.0.0.1:1", "http://127.0.0.1:2", version=1, release="a"))
     b = parse(table_doc("http://127.0.0.1:3", "http://127.0.0.1:4", version=9, release="b"))
-    w._put("llm/tinct-routing-b", b)
+    w._put("llm/tinct-routing-llm.b", b)
     assert holder.current is not None
     assert holder.current.release == "b"
-    w._put("llm/tinct-routing-a", a)
+    w._put("llm/tinct-routing-llm.a", a)
     assert holder.current.release == "a"  # first by namespace/name
-    w._reject("llm/tinct-routing-a", "broken")
+    w._reject("llm/tinct-routing-llm.a", "broken")
     assert holder.current.release == "a"
-    w._delete("llm/tinct-routing-a")
+    w._delete("llm/tinct-routing-llm.a")
     assert holder.current.release == "b"
     w._sync(set())  # a relist that finds nothing: the last table stays in force
     assert holder.current.release == "b"
@@ -103,3 +105,73 @@ async def test_watch_keeps_one_table_per_configmap_and_routes_with_the_first() -
 
 def parse(doc: dict[str, object]) -> RoutingTable:
     return RoutingTable.model_validate(doc)
+
+
+def _configmap(name: str, doc: dict[str, object], namespace: str = "tinct-system") -> Any:
+    meta = SimpleNamespace(
+        namespace=namespace, name=name, creation_timestamp=None, uid=f"cm-{name}", resource_version="1"
+    )
+    return SimpleNamespace(metadata=meta, data={DATA_KEY: json.dumps(doc)})
+
+
+async def test_watch_refuses_a_table_under_another_name_and_one_going_back() -> None:
+    import asyncio
+
+    from tinct.router.watch import EVENT_REASON, ConfigMapWatch
+
+    holder = TableHolder()
+    rejected: list[str] = []
+    holder.on_reject.append(lambda src, why: rejected.append(why))
+    w = ConfigMapWatch(holder, asyncio.get_running_loop(), namespace=None, selector="x", post_events=False)
+    events: list[tuple[str, str, str]] = []
+    w._event = lambda cm, reason, message: events.append((cm.metadata.name, reason, message))  # type: ignore[method-assign]
+
+    async def handle(cm: Any) -> None:
+        w._handle("ADDED", cm)  # as the watch thread does; what it posts runs on this loop
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    ab = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    chat = table_doc(*ab, version=3, uid="u-1", models=["m"])
+    await handle(_configmap(configmap_name("llm", "chat"), chat))
+    assert holder.for_model("m") is not None
+    assert rejected == []
+
+    # A copy of chat's table under another release's name does not route.
+    copy = table_doc(*ab, version=4, uid="u-1", models=["m", "stolen"])
+    await handle(_configmap(configmap_name("llm", "code"), copy))
+    assert holder.for_model("stolen") is None
+    assert "belongs in the ConfigMap 'tinct-routing-llm.chat', not 'tinct-routing-llm.code'" in rejected[-1]
+    assert events[-1][:2] == ("tinct-routing-llm.code", EVENT_REASON)
+
+    # The right ConfigMap, deleted and recreated with an older version: refused, evented.
+    w._handle("DELETED", _configmap(configmap_name("llm", "chat"), chat))
+    await handle(
+        _configmap(configmap_name("llm", "chat"), table_doc(*ab, version=2, uid="u-1", models=["m"]))
+    )
+    assert "version 2 of llm/chat (uid u-1) goes back: version 3" in rejected[-1]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while len(events) < 2:  # the Event is posted from a worker thread
+        assert loop.time() < deadline, "no Event for the refused table"
+        await asyncio.sleep(0.01)
+    assert events[-1][:2] == ("tinct-routing-llm.chat", EVENT_REASON)
+    assert "goes back" in events[-1][2]
+    assert len(rejected) == 2
+    assert w.tables == {}, "the refused table is not the ConfigMap's"
+
+
+def test_a_table_file_going_back_in_version_is_rejected_and_the_newer_table_stays(tmp_path: Path) -> None:
+    f = tmp_path / "table.json"
+    ab = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    f.write_text(json.dumps(table_doc(*ab, version=7)))
+    holder = TableHolder()
+    rejected: list[str] = []
+    holder.on_reject.append(lambda src, why: rejected.append(why))
+    ft = FileTable(f, holder)
+    assert ft.load()
+    f.write_text(json.dumps(table_doc(*ab, version=6, default_weight=100)))
+    assert not ft.load()
+    assert holder.current is not None
+    assert holder.current.version == 7
+    assert "goes back" in rejected[0]

@@ -14,12 +14,13 @@ from tinct.api.routing import (
     TABLE_LABEL,
     RoutingTable,
     RoutingTableError,
+    configmap_name,
     parse_table,
     routing_configmap,
     routing_table_from,
 )
 from tinct.api.v1alpha1 import GrayRelease
-from tinct.router.table import CompiledTable
+from tinct.router.table import CompiledTable, TableHolder, TableRefusedError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grayrelease.yaml"
 
@@ -53,7 +54,7 @@ def test_configmap_round_trips_the_table() -> None:
     t = routing_table_from(_release(), 2, "Progressing", version=4)
     owner = {"apiVersion": "tinct.io/v1alpha1", "kind": "GrayRelease", "name": "chat", "uid": "u-1"}
     cm = routing_configmap(t, owner=owner)
-    assert cm["metadata"]["name"] == "tinct-routing-chat"
+    assert cm["metadata"]["name"] == "tinct-routing-llm.chat" == configmap_name("llm", "chat")
     assert cm["metadata"]["namespace"] == "llm"
     assert cm["metadata"]["labels"][TABLE_LABEL] == "true"
     assert cm["metadata"]["ownerReferences"][0]["controller"] is True
@@ -130,3 +131,81 @@ def test_shipped_example_table_is_what_the_builder_makes_of_the_example_release(
         (EXAMPLE.parent / "router" / "routing-table.json").read_text(), "examples/router/routing-table.json"
     )
     assert shipped == routing_table_from(_release(), 1, "Progressing", version=1)
+
+
+def _holder() -> tuple[TableHolder, list[tuple[str, str]]]:
+    holder = TableHolder()
+    rejected: list[tuple[str, str]] = []
+    holder.on_reject.append(lambda src, why: rejected.append((src, why)))
+    return holder, rejected
+
+
+def test_a_table_going_back_in_version_is_refused_also_after_its_source_went_away() -> None:
+    holder, rejected = _holder()
+    ab = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    holder.put("configmap t/x", table(*ab, version=5, uid="u-1"))
+    holder.put("configmap t/other", table(*ab, version=1, release="other", models=["o"]))
+    with pytest.raises(TableRefusedError) as e:
+        holder.put("configmap t/x", table(*ab, version=4, uid="u-1", default_weight=100))
+    assert "version 4 of llm/chat (uid u-1) goes back: version 5 was in force already" in e.value.reason
+    assert rejected == [("configmap t/x", e.value.reason)]
+    entry = holder.tables["configmap t/x"]
+    assert entry[1].version == 5, "the last good table stays"
+    # The ConfigMap is deleted and recreated with the old table: still refused.
+    holder.remove("configmap t/x")
+    with pytest.raises(TableRefusedError):
+        holder.put("configmap t/x", table(*ab, version=4, uid="u-1"))
+    assert "configmap t/x" not in holder.tables
+    # Forward again is fine; so is a new release of that name (another uid) starting over.
+    holder.put("configmap t/x", table(*ab, version=6, uid="u-1"))
+    holder.put("configmap t/y", table(*ab, version=1, uid="u-2"))
+    assert len(rejected) == 2
+
+
+def test_without_a_uid_versions_are_counted_per_namespace_and_release() -> None:
+    holder, rejected = _holder()
+    ab = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    holder.put("file a", table(*ab, version=3))
+    holder.put("file b", table(*ab, version=1, namespace="elsewhere", models=["e"]))  # another release
+    with pytest.raises(TableRefusedError):
+        holder.put("file c", table(*ab, version=2, models=["c"]))  # llm/chat again, from elsewhere
+    assert len(rejected) == 1
+
+
+def test_the_same_version_is_a_no_op_when_identical_and_refused_when_changed() -> None:
+    holder, rejected = _holder()
+    ab = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    changes: list[int] = []
+    holder.on_change.append(lambda t: changes.append(t.version))
+    first = holder.swap(table(*ab, version=2, uid="u-1"), "configmap t/x")
+    assert holder.swap(table(*ab, version=2, uid="u-1"), "configmap t/x") is first
+    assert changes == [2], "nothing changed, nothing to announce"
+    with pytest.raises(TableRefusedError) as e:
+        holder.swap(table(*ab, version=2, uid="u-1", default_weight=100), "configmap t/x")
+    assert "was in force already with other content" in e.value.reason
+    assert rejected == [("configmap t/x", e.value.reason)]
+    assert holder.current is first
+
+
+def test_a_live_table_wins_a_model_over_a_standing_one_whatever_their_ages() -> None:
+    holder, _ = _holder()
+    ab = ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    standing = table(*ab, release="old", models=["m", "s"], standing=True)
+    _, lost = holder.put("configmap t/old", standing, created=100.0)
+    assert lost == []
+    _, lost = holder.put("configmap t/new", table(*ab, release="new", models=["m"]), created=200.0)
+    assert lost == [], "the newer live table takes the model from the older standing one"
+    for_m = holder.for_model("m")
+    for_s = holder.for_model("s")
+    assert for_m is not None
+    assert for_m.release == "new"
+    assert for_s is not None
+    assert for_s.release == "old", "the standing table keeps the models nobody live claims"
+    # Among standing tables, as among live ones, the older keeps the model.
+    _, lost = holder.put("configmap t/older", table(*ab, release="gone", models=["s"], standing=True), 50.0)
+    assert lost == []
+    for_s = holder.for_model("s")
+    assert for_s is not None
+    assert for_s.release == "gone"
+    _, lost = holder.put("configmap t/young", table(*ab, release="newest", models=["m"]), created=300.0)
+    assert lost == ["m"]

@@ -20,7 +20,7 @@ import pytest
 from controlplane.harness import free_port
 from router_fakes import FakeScheduler, router_argv, table_doc
 from tinct.router import workers
-from tinct.router.summing import MetricsSum, parse, render
+from tinct.router.summing import Family, MetricsSum, parse, render
 
 WAIT = 60.0  # bound on waiting for processes; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -325,3 +325,66 @@ def test_sums_add_counters_take_the_largest_gauge_and_keep_dead_workers_counts()
     text = render(after.values()).decode()
     assert 'r_total{side="stable"} 7.0' in text
     assert 'h_bucket{le="+Inf"} 2.0' in text
+
+
+async def _table_version(fleet: Fleet) -> float | None:
+    async with aiohttp.ClientSession() as http, http.get(f"{fleet.metrics}/metrics") as r:
+        fams = parse(await r.text())
+    fam = fams.get("tinct_router_table_version")
+    if fam is None:
+        return None
+    key = ("tinct_router_table_version", (("namespace", "llm"), ("release", "chat")))
+    return fam.samples.get(key)
+
+
+async def test_the_table_version_is_the_lowest_of_the_workers_so_a_lagging_one_shows(
+    tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler
+) -> None:
+    async with _fleet(tmp_path, v1, v2, "--workers", "2") as fleet:
+        pids = await _until_ready(fleet)
+        assert await _table_version(fleet) == 1
+        sock0 = Path(json.loads(_argv(pids[0])[-1])["metrics_socket"])
+        # Worker 1 is frozen: it cannot see the new table, and the parent has its last reading.
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            (tmp_path / "table.json").write_text(json.dumps(table_doc(v1.url, v2.url, version=2)))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WAIT
+            while b"version 2" not in (await workers._get(sock0, "/readyz", WAIT))[1]:
+                assert loop.time() < deadline, "worker 0 never took table version 2"
+                await asyncio.sleep(0.1)
+            lagging = await _table_version(fleet)
+        finally:
+            os.kill(pids[1], signal.SIGCONT)
+        print(f"worker 0 on version 2, worker 1 frozen on 1: the parent says {lagging}")
+        assert lagging == 1, "a worker still on version 1 must keep the router's version at 1"
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while (version := await _table_version(fleet)) != 2:
+            assert asyncio.get_running_loop().time() < deadline, f"stuck at {version}"
+            await asyncio.sleep(0.1)
+
+
+def test_sums_take_the_lowest_table_version_and_only_where_every_worker_has_one() -> None:
+    def worker(**versions: int) -> dict[str, Family]:
+        lines = "".join(
+            f'tinct_router_table_version{{namespace="llm",release="{r}"}} {v}\n'
+            f'tinct_router_candidate_ejected{{namespace="llm",release="{r}"}} {v % 2}\n'
+            for r, v in versions.items()
+        )
+        return parse(
+            f"# TYPE tinct_router_table_version gauge\n# TYPE tinct_router_candidate_ejected gauge\n{lines}"
+        )
+
+    def version(total: dict[str, Family], release: str) -> float | None:
+        key = ("tinct_router_table_version", (("namespace", "llm"), ("release", release)))
+        return total["tinct_router_table_version"].samples.get(key)
+
+    sums = MetricsSum()
+    total = sums.total([worker(chat=7, code=3), worker(chat=6)])
+    assert version(total, "chat") == 6, "the lagging worker's version"
+    assert version(total, "code") is None, "not every worker serves a table of it yet"
+    ejected = total["tinct_router_candidate_ejected"].samples
+    assert ejected[("tinct_router_candidate_ejected", (("namespace", "llm"), ("release", "chat")))] == 1
+    # A running worker not read yet serves no table the parent knows of.
+    assert version(sums.total([worker(chat=7), {}]), "chat") is None
+    assert version(sums.total([worker(chat=7), worker(chat=7)]), "chat") == 7

@@ -72,7 +72,7 @@ _NO_TABLE = error_response(503, "no_routing_table", "the router has no routing t
 
 def _wire_metrics(st: RouterState) -> None:
     def changed(table: CompiledTable) -> None:
-        st.metrics.table_version.labels(table.release).set(table.version)
+        st.metrics.table_version.labels(table.namespace, table.release).set(table.version)
         if st.proxy is not None:
             st.proxy.health(table)
 
@@ -122,7 +122,7 @@ class Router:
             keep_per_origin=cfg.pool_per_host,
             idle_timeout=cfg.keepalive_timeout,
         )
-        st.proxy = Proxy(self._pool, st.metrics)
+        st.proxy = Proxy(self._pool, st.metrics, head_timeout=cfg.upstream_head_timeout)
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)

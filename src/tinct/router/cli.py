@@ -27,6 +27,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         max_body_bytes=args.max_body_bytes,
         head_timeout=args.head_timeout,
         body_timeout=args.body_timeout,
+        upstream_head_timeout=args.upstream_head_timeout,
         shutdown_timeout=args.shutdown_timeout,
         table_files=tuple(Path(t) for t in args.table or ()),
         default_release=args.default_release,
@@ -128,7 +129,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--default-release",
         metavar="NAME",
-        help="release whose table takes requests that name no model (default: the oldest table)",
+        help="release whose table takes requests that name no model, as NAME or NAMESPACE/NAME "
+        "(default: the oldest table)",
     )
     p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
     p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")
@@ -168,6 +170,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=_D.body_timeout,
         help="seconds a classified request body may take to arrive whole, and the longest pause in "
         "a streamed one; slower clients get a 408 and are closed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--upstream-head-timeout",
+        type=_seconds,
+        default=_D.upstream_head_timeout,
+        help="seconds until stable's response head must be in, else the client gets a 502; "
+        "generous, as a non-streamed answer sends its head only when generation ends (the "
+        "candidate has the table's fallback.latencyMs) (default: %(default)s)",
     )
     p.add_argument(
         "--shutdown-timeout",

@@ -35,6 +35,9 @@ class RouterConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     #: Connect timeout towards either backend (the candidate also has the table's latencyMs).
     connect_timeout: float = 5.0
+    #: Seconds until stable's response head must be in (the candidate has the table's
+    #: latencyMs); generous, as a non-streamed answer sends its head only once generated.
+    upstream_head_timeout: float = 300.0
     #: Idle upstream keep-alive connections kept per backend (0: unlimited).
     pool_per_host: int = 0
     #: Seconds an idle upstream connection is kept.

@@ -38,7 +38,8 @@ class Exchange:
     side: str = "router"
     scheduler_version: str = ""
     status: int = 0
-    #: Seconds from ``started`` to the answer's head; None when there was no upstream answer.
+    #: Seconds to the answer's head: from ``started``, or after a fallback from the start of
+    #: stable's attempt; None when there was no upstream answer.
     ttfb: float | None = None
 
 

@@ -1,7 +1,9 @@
 """Prometheus metrics of the router, on a registry of its own.
 
-Label values come only from the table (release, scheduler versions, dye tags built from
-configured bucket/role/latency names), from a fixed list (side, fallback reason) or from the
+Every per-release series carries the release's ``namespace`` (the table's, or ``""``) as its
+first label, so releases of one name in two namespaces behind one router stay apart.
+Label values come only from the table (namespace, release, scheduler versions, dye tags
+built from configured bucket/role/latency names), from a fixed list (side, fallback reason) or from the
 HTTP status code, so the number of series stays bounded whatever clients send.
 
 The per-request series (request count, time-to-first-byte and duration histograms) are
@@ -24,13 +26,14 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from tinct.router.exchange import Exchange
+    from tinct.router.table import CompiledTable
 
 #: Tag label of requests that are not classified (other endpoints, rejected requests).
 UNCLASSIFIED = "none"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_REQUEST_LABELS = ("release", "side", "scheduler_version", "dye_tag", "code")
-_LATENCY_LABELS = ("release", "side", "dye_tag")
+_REQUEST_LABELS = ("namespace", "release", "side", "scheduler_version", "dye_tag", "code")
+_LATENCY_LABELS = ("namespace", "release", "side", "dye_tag")
 
 
 class _Histogram:
@@ -64,13 +67,14 @@ class _RequestCollector(Collector):
             "Requests answered, by the side that served them.",
             labels=_REQUEST_LABELS,
         )
-        for (release, side, version, tag, code), n in self.m.counts.items():
-            req.add_metric([release, side, version, tag, str(code)], n)
+        for (namespace, release, side, version, tag, code), n in self.m.counts.items():
+            req.add_metric([namespace, release, side, version, tag, str(code)], n)
         yield req
         for name, doc, series in (
             (
                 "tinct_router_time_to_first_byte_seconds",
-                "From request received to response headers sent to the client.",
+                "From request received to response headers sent to the client; for a "
+                "fallback, the candidate's until it failed and stable's from its own attempt.",
                 self.m.ttfb_series,
             ),
             (
@@ -91,40 +95,49 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        #: (release, side, scheduler_version, dye_tag, code) -> requests answered
-        self.counts: dict[tuple[str, str, str, str, int], int] = {}
-        self.ttfb_series: dict[tuple[str, str, str], _Histogram] = {}
-        self.duration_series: dict[tuple[str, str, str], _Histogram] = {}
+        #: (namespace, release, side, scheduler_version, dye_tag, code) -> requests answered
+        self.counts: dict[tuple[str, str, str, str, str, int], int] = {}
+        #: (namespace, release, side, dye_tag) -> histogram
+        self.ttfb_series: dict[tuple[str, str, str, str], _Histogram] = {}
+        self.duration_series: dict[tuple[str, str, str, str], _Histogram] = {}
         r.register(_RequestCollector(self))
         self.fallbacks = Counter(
             "tinct_router_fallbacks",
             "Candidate requests served by stable instead, by reason.",
-            ["release", "reason", "dye_tag"],
+            ["namespace", "release", "reason", "dye_tag"],
             registry=r,
         )
         self.ejections = Counter(
             "tinct_router_candidate_ejections",
             "Times the candidate was ejected after consecutive failures.",
-            ["release"],
+            ["namespace", "release"],
             registry=r,
         )
         self.ejected = Gauge(
             "tinct_router_candidate_ejected",
             "1 while the candidate is ejected.",
-            ["release"],
+            ["namespace", "release"],
             registry=r,
         )
         self.truncated = Counter(
             "tinct_router_truncated_responses",
             "Answers cut mid-body because the backend failed (upstream_error) or went silent "
-            "for fallback.idleTimeoutMs (idle_timeout); the client saw a truncated answer.",
-            ["release", "side", "reason"],
+            "for fallback.idleTimeoutMs (idle_timeout); the client saw a truncated answer. "
+            "Counted against the side that cut it, per dye tag.",
+            ["namespace", "release", "side", "reason", "dye_tag"],
+            registry=r,
+        )
+        self.upstream_rejected = Counter(
+            "tinct_router_upstream_rejected",
+            "Backend answers refused before any of them reached the client: head over the "
+            "limits (head_too_large), unparsable (malformed), or not in time (head_timeout).",
+            ["namespace", "release", "side", "reason"],
             registry=r,
         )
         self.table_version = Gauge(
             "tinct_router_table_version",
             "Version of the routing table in force.",
-            ["release"],
+            ["namespace", "release"],
             registry=r,
         )
         self.table_rejections = Counter(
@@ -136,24 +149,35 @@ class RouterMetrics:
     def request(self, ex: Exchange) -> None:
         """Record one answered request (its outcome as ``ex`` says), ending now."""
         total = time.perf_counter() - ex.started
-        release = ex.table.release
-        key = (release, ex.side, ex.scheduler_version, ex.tag, ex.status)
+        table = ex.table
+        key = (table.namespace, table.release, ex.side, ex.scheduler_version, ex.tag, ex.status)
         counts = self.counts
         counts[key] = counts.get(key, 0) + 1
-        hkey = (release, ex.side, ex.tag)
+        hkey = (table.namespace, table.release, ex.side, ex.tag)
         d = self.duration_series.get(hkey)
         if d is None:
             d = self.duration_series[hkey] = _Histogram()
-            self.ttfb_series[hkey] = _Histogram()
+            self.ttfb_series.setdefault(hkey, _Histogram())
         d.observe(total)
         if ex.ttfb is not None:
             self.ttfb_series[hkey].observe(ex.ttfb)
 
-    def fallback(self, release: str, reason: str, tag: str) -> None:
-        self.fallbacks.labels(release, reason, tag).inc()
+    def candidate_failed(self, ex: Exchange, seconds: float) -> None:
+        """A candidate attempt failed ``seconds`` after the request came in, and the request
+        falls back: that is what the fallback cost, observed as the candidate's time to first
+        byte (in the request's cell)."""
+        table = ex.table
+        hkey = (table.namespace, table.release, "candidate", ex.tag)
+        h = self.ttfb_series.get(hkey)
+        if h is None:
+            h = self.ttfb_series[hkey] = _Histogram()
+        h.observe(seconds)
 
-    def ejection(self, release: str) -> None:
-        self.ejections.labels(release).inc()
+    def fallback(self, table: CompiledTable, reason: str, tag: str) -> None:
+        self.fallbacks.labels(table.namespace, table.release, reason, tag).inc()
+
+    def ejection(self, table: CompiledTable) -> None:
+        self.ejections.labels(table.namespace, table.release).inc()
 
 
 __all__ = ["LATENCY_BUCKETS", "UNCLASSIFIED", "RouterMetrics"]

@@ -6,6 +6,14 @@ The candidate is tried first when the sticky choice says so; the proxy falls bac
 within the table's ``latencyMs`` (``latency_too_high``). While it is ejected the candidate is
 not tried at all (``ejected``).
 
+Backends are bounded like clients: an answer whose head is over the limits
+(:data:`~tinct.router.upstream.MAX_RESPONSE_HEAD`,
+:data:`~tinct.router.upstream.MAX_RESPONSE_HEADERS`), that does not parse, or (stable) whose
+head is not in within ``upstream_head_timeout`` is refused while nothing of it reached the
+client: stable's with a ``502 bad_gateway``, the candidate's with a fallback to stable
+(``upstream_error``, counted towards ejection). Each refusal is counted in
+``tinct_router_upstream_rejected_total``.
+
 A fallback is only possible before the first byte went to the client: the candidate's
 headers decide it, and once they are accepted the body is streamed through as it arrives
 (SSE events chunk by chunk, no buffering). A candidate that fails *after* that cannot be
@@ -36,6 +44,7 @@ from tinct.router.upstream import (
     UpstreamError,
     UpstreamIdleError,
     UpstreamPool,
+    UpstreamRejectedError,
 )
 from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
@@ -89,14 +98,18 @@ def _answer_headers(resp: Response) -> tuple[RawHeaders, bool]:
 class Proxy:
     """Sends requests upstream over one keep-alive connection pool and streams answers back."""
 
-    def __init__(self, pool: UpstreamPool, metrics: RouterMetrics) -> None:
+    def __init__(self, pool: UpstreamPool, metrics: RouterMetrics, *, head_timeout: float = 300.0) -> None:
         self.pool = pool
         self.metrics = metrics
-        self._health: dict[tuple[str, str, str, int, float], CandidateHealth] = {}
+        #: Seconds until stable's response head must be in (the candidate has latencyMs).
+        self.head_timeout = head_timeout
+        self._health: dict[tuple[str, str, str, str, int, float], CandidateHealth] = {}
 
     def health(self, table: CompiledTable) -> CandidateHealth:
-        """Ejection state of the table's candidate; kept across table swaps that keep it."""
+        """Ejection state of the table's candidate, per (namespace, release); kept across
+        table swaps that keep the candidate and its fallback rules."""
         key = (
+            table.namespace,
             table.release,
             str(table.candidate.url),
             table.candidate.scheduler_version,
@@ -105,9 +118,10 @@ class Proxy:
         )
         h = self._health.get(key)
         if h is None:
-            self._health = {k: v for k, v in self._health.items() if k[0] != table.release}
+            release = key[:2]
+            self._health = {k: v for k, v in self._health.items() if k[:2] != release}
             h = self._health[key] = CandidateHealth(table.consecutive_failures, table.cooldown)
-            gauge = self.metrics.ejected.labels(table.release)
+            gauge = self.metrics.ejected.labels(table.namespace, table.release)
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
@@ -146,15 +160,28 @@ class Proxy:
                 else "upstream_error"
             )
             _log.debug("candidate failed (%s): %r", reason, e)
+            if isinstance(e, UpstreamRejectedError):
+                self._rejected(ex, "candidate", e)
         else:
             reason_ = reason_for_status(resp.status)
+            failed = resp.failed
+            if reason_ is None and failed is not None:
+                # Broken right after its head, and nothing of it went to the client yet.
+                _log.debug("candidate failed after its head: %r", failed)
+                if isinstance(failed, UpstreamRejectedError):
+                    self._rejected(ex, "candidate", failed)
+                reason_ = "upstream_error"
             if reason_ is None:
                 health.success()
                 return resp, None
             resp.close()
             reason = reason_
+        if reason != "latency_too_high":
+            # What the fallback cost is the candidate's (the latency limit is accounted for
+            # apart, by the analysis).
+            self.metrics.candidate_failed(ex, time.perf_counter() - ex.started)
         if health.failure():
-            self.metrics.ejection(table.release)
+            self.metrics.ejection(table)
             _log.warning(
                 "candidate %s (%s) ejected for %.0fs after %d consecutive failures, last: %s",
                 table.candidate.url,
@@ -182,24 +209,48 @@ class Proxy:
             if resp is not None:
                 up = table.candidate
             else:
-                self.metrics.fallback(table.release, reason or "upstream_error", ex.tag)
+                self.metrics.fallback(table, reason or "upstream_error", ex.tag)
         ex.side = up.side
         ex.scheduler_version = up.scheduler_version
+        # Stable's time to first byte after a fallback is its own, from its attempt on.
+        since = ex.started if reason is None else time.perf_counter()
         if resp is None:
+            timeout = asyncio.timeout(self.head_timeout)
             try:
-                resp = await self._send(up, ex, headers)
+                try:
+                    async with timeout:
+                        resp = await self._send(up, ex, headers)
+                except TimeoutError:
+                    if not timeout.expired():
+                        raise
+                    raise UpstreamRejectedError(
+                        "head_timeout", f"no response head within {self.head_timeout:g}s"
+                    ) from None
+                failed = resp.failed
+                if failed is not None:  # broken right after its head; the client has nothing yet
+                    resp.close()
+                    raise failed
             except (UpstreamError, TimeoutError, OSError) as e:
                 _log.warning("stable %s failed: %r", up.url, e)
+                if isinstance(e, UpstreamRejectedError):
+                    self._rejected(ex, "stable", e)
+                    code, message = "bad_gateway", f"stable backend's answer refused: {e}"
+                else:
+                    code, message = "stable_unavailable", f"stable backend failed: {e!r}"
                 extra = [(FALLBACK_REASON.encode(), reason.encode())] if reason else []
-                ex.conn.respond(
-                    error_response(502, "stable_unavailable", f"stable backend failed: {e!r}", extra)
-                )
+                ex.conn.respond(error_response(502, code, message, extra))
                 ex.status = 502
                 self.metrics.request(ex)
                 return
-        await self._stream(ex, resp, up, reason)
+        await self._stream(ex, resp, up, reason, since)
 
-    async def _stream(self, ex: Exchange, resp: Response, up: Upstream, reason: Reason | None) -> None:
+    def _rejected(self, ex: Exchange, side: str, e: UpstreamRejectedError) -> None:
+        table = ex.table
+        self.metrics.upstream_rejected.labels(table.namespace, table.release, side, e.reason).inc()
+
+    async def _stream(
+        self, ex: Exchange, resp: Response, up: Upstream, reason: Reason | None, since: float
+    ) -> None:
         conn = ex.conn
         table = ex.table
         headers, has_date = _answer_headers(resp)
@@ -209,7 +260,7 @@ class Proxy:
         ex.status = resp.status
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
-            ex.ttfb = time.perf_counter() - ex.started
+            ex.ttfb = time.perf_counter() - since
             conn.source = resp
             done = resp.stream(conn.write, table.idle_timeout)
             if done is not None:
@@ -221,9 +272,9 @@ class Proxy:
             # client sees a truncated answer instead of a well-formed short one.
             why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
             _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
-            self.metrics.truncated.labels(table.release, up.side, why).inc()
+            self.metrics.truncated.labels(table.namespace, table.release, up.side, why, ex.tag).inc()
             if up.side == "candidate" and self.health(table).failure():
-                self.metrics.ejection(table.release)
+                self.metrics.ejection(table)
             conn.abort()
         finally:
             conn.source = None

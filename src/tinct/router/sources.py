@@ -2,8 +2,9 @@
 
 Each file holds one table; earlier files on the command line count as older (they keep a
 model two tables claim). A file is read at startup, again on SIGHUP, and whenever its
-modification time or size changes (checked every second). A file that does not parse or validate is rejected
-like any table: logged, counted, and the table in force stays.
+modification time or size changes (checked every second). A file that does not parse or
+validate is rejected like any table: logged, counted, and the table in force stays; so is
+one whose version goes back (:class:`~tinct.router.table.TableHolder`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from tinct.api.routing import RoutingTableError, parse_table
-from tinct.router.table import TableHolder
+from tinct.router.table import TableHolder, TableRefusedError
 
 _log = logging.getLogger(__name__)
 
@@ -52,7 +53,10 @@ class FileTable:
         except RoutingTableError as e:
             self.holder.reject(source, e.reason)
             return False
-        self.holder.put(source, table, created=float(self.order))
+        try:
+            self.holder.put(source, table, created=float(self.order))
+        except TableRefusedError:
+            return False  # rejected (logged and counted) by the holder
         return True
 
     def changed(self) -> bool:

@@ -8,8 +8,10 @@ per-request path the router's plain counters avoid, needs a shared directory cle
 dead workers' files, and cannot carry the collector-built families.
 
 How samples combine across workers: counters, histograms and summaries add up; gauges take
-the largest value (``tinct_router_table_version`` is the same in every worker, and
-``tinct_router_candidate_ejected`` is 1 when any worker has the candidate ejected);
+the largest value (``tinct_router_candidate_ejected`` is 1 when any worker has the
+candidate ejected), except ``tinct_router_table_version``, which takes the *smallest*: the
+operator reads it to know that every router serves a table, so a worker that lags must
+show, and a release's series is left out until every live worker serves a table of it;
 ``_created`` timestamps take the earliest. A worker that dies leaves its last-read counts
 behind (:meth:`MetricsSum.retire`), so the sums never go down when a worker is restarted —
 Prometheus would read a drop as a counter reset and count the new total again.
@@ -29,6 +31,8 @@ from prometheus_client.registry import Collector
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
 _MAXED = frozenset({"gauge", "unknown", "info", "stateset"})
+#: Gauges whose sum over workers is the lowest value, shown only where every worker has one.
+LOWEST = frozenset({"tinct_router_table_version"})
 
 
 @dataclass
@@ -51,8 +55,8 @@ def parse(text: str) -> dict[str, Family]:
     return out
 
 
-def _combine(kind: str, sample: str, a: float, b: float) -> float:
-    if sample.endswith("_created"):
+def _combine(family: str, kind: str, sample: str, a: float, b: float) -> float:
+    if sample.endswith("_created") or family in LOWEST:
         return min(a, b)
     if kind in _MAXED:
         return max(a, b)
@@ -69,7 +73,7 @@ def merge(into: dict[str, Family], more: dict[str, Family], *, counters_only: bo
             dst = into[name] = Family(fam.name, fam.type, fam.documentation)
         for key, value in fam.samples.items():
             old = dst.samples.get(key)
-            dst.samples[key] = value if old is None else _combine(fam.type, key[0], old, value)
+            dst.samples[key] = value if old is None else _combine(name, fam.type, key[0], old, value)
 
 
 class _Families(Collector):
@@ -104,11 +108,20 @@ class MetricsSum:
             merge(self.retired, last, counters_only=True)
 
     def total(self, live: Sequence[dict[str, Family]]) -> dict[str, Family]:
-        """The sum of the retired counts and of each live worker's metrics."""
+        """The sum of the retired counts and of each live worker's metrics.
+
+        ``live`` has one entry per running worker; one not read yet is an empty dict, so
+        the :data:`LOWEST` gauges it does not report yet are left out.
+        """
         out: dict[str, Family] = {}
         merge(out, self.retired)
         for families in live:
             merge(out, families)
+        for name in LOWEST:
+            fam = out.get(name)
+            if fam is not None:
+                every = [f.samples if (f := families.get(name)) else {} for families in live]
+                fam.samples = {k: v for k, v in fam.samples.items() if all(k in s for s in every)}
         return out
 
 
@@ -120,4 +133,4 @@ def sample_sum(families: dict[str, Family], family: str) -> float:
     return sum(v for (name, _), v in fam.samples.items() if name == f"{family}_total")
 
 
-__all__ = ["Family", "MetricsSum", "merge", "parse", "render", "sample_sum"]
+__all__ = ["LOWEST", "Family", "MetricsSum", "merge", "parse", "render", "sample_sum"]

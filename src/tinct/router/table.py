@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from yarl import URL
 
-from tinct.api.routing import Endpoint, RoutingCell, RoutingTable
+from tinct.api.routing import Endpoint, RoutingCell, RoutingTable, RoutingTableError
 
 _log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class CompiledTable:
         self.table = table
         self.version = table.version
         self.release = table.release
+        #: The release's namespace as metric labels carry it ("" when the table names none).
+        self.namespace = table.namespace or ""
         dye = table.dye
         buckets = dye.prompt_length.buckets
         self.chars_per_token = dye.prompt_length.chars_per_token
@@ -127,15 +129,33 @@ def _upstream(side: str, ep: Endpoint) -> Upstream:
     )
 
 
+class TableRefusedError(RoutingTableError):
+    """A valid table the holder will not put in force (it goes back in version, or changes
+    under a version already seen); rejected like an invalid table."""
+
+
+def release_identity(table: RoutingTable) -> str:
+    """What a table's versions are counted per: its release's uid, else namespace and name."""
+    if table.uid:
+        return f"uid {table.uid}"
+    return f"release {table.namespace or ''}/{table.release}"
+
+
 @dataclass
 class TableHolder:
     """The tables in force, by source key, and which serves which model. Mutated on the loop only.
 
-    Each table names the OpenAI ``model`` values it serves; two tables claiming one model:
-    the older (by ``created``, then key) keeps it. :attr:`current` is the *default* table: the
-    one ``default_release`` names, else the oldest; it takes the paths that carry no model
-    and, when it names no models itself, the models no table claims. A router with one table
-    that names no models therefore routes everything by it.
+    Each table names the OpenAI ``model`` values it serves; two tables claiming one model: a
+    live table wins over a standing one (the route a deleted release left behind) whatever
+    their ages, and among tables of the same kind the older (by ``created``, then key) keeps
+    it. :attr:`current` is the *default* table, picked in the same order unless
+    ``default_release`` names one (``release`` or ``namespace/release``); it takes the paths
+    that carry no model and, when it names no models itself, the models no table claims. A
+    router with one table that names no models therefore routes everything by it.
+
+    Versions only go forward: the highest version seen is kept per release (its uid, else
+    its namespace and name; see :func:`release_identity`), also once its table left force,
+    and a table below it, or at it with other content, is refused (:class:`TableRefusedError`).
 
     ``on_change`` callbacks run after every accepted table, ``on_reject`` after a rejection
     (source, reason); the metrics and readiness hang off them.
@@ -149,37 +169,78 @@ class TableHolder:
     #: key -> (created, table)
     tables: dict[str, tuple[float, CompiledTable]] = field(default_factory=dict)
     by_model: dict[str, CompiledTable] = field(default_factory=dict)
+    #: :func:`release_identity` -> the table of the highest version seen for it; kept when
+    #: its table leaves force, so a deleted and recreated source cannot go back either.
+    seen: dict[str, RoutingTable] = field(default_factory=dict)
 
     def swap(self, table: RoutingTable, source: str) -> CompiledTable:
-        """Put ``table`` in force as the only table."""
+        """Put ``table`` in force as the only table.
+
+        Raises:
+            TableRefusedError: as :meth:`put` does; the tables in force stay.
+        """
+        self._check(source, table)
         for key in [k for k in self.tables if k != source]:
             del self.tables[key]
         compiled, _ = self.put(source, table)
         return compiled
 
+    def refusal(self, table: RoutingTable) -> str | None:
+        """Why ``table`` would be refused (its version goes back, or it changed under a
+        version already seen); None when it may be put in force."""
+        prior = self.seen.get(release_identity(table))
+        if prior is None or table.version > prior.version:
+            return None
+        who = f"{table.namespace or ''}/{table.release}" + (f" (uid {table.uid})" if table.uid else "")
+        if table.version < prior.version:
+            return (
+                f"version {table.version} of {who} goes back: version {prior.version} was in force "
+                "already; a table's version must grow"
+            )
+        if table != prior:
+            return (
+                f"version {table.version} of {who} was in force already with other content; "
+                "a changed table needs a new version"
+            )
+        return None
+
+    def _check(self, key: str, table: RoutingTable) -> None:
+        reason = self.refusal(table)
+        if reason is not None:
+            self.reject(key, reason)
+            raise TableRefusedError(key, reason)
+
     def put(self, key: str, table: RoutingTable, created: float = 0.0) -> tuple[CompiledTable, list[str]]:
         """Put the table of source ``key`` in force (replacing that source's previous one).
 
-        Returns the compiled table and the models it claims that an older table keeps.
+        Returns the compiled table and the models it claims that another table keeps.
+
+        Raises:
+            TableRefusedError: the table goes back in version, or changed under a version in
+                force before (:meth:`refusal`); it is rejected as an invalid table is (through
+                :meth:`reject`) and the source's previous table stays.
         """
-        compiled = CompiledTable(table)
+        self._check(key, table)
         old = self.tables.get(key)
-        if old is not None and old[1].release == table.release and table.version < old[1].version:
-            _log.warning(
-                "routing table from %s goes back from version %d to %d; taking it",
-                key,
-                old[1].version,
-                table.version,
-            )
+        if old is not None and old[0] == created and old[1].table == table:
+            compiled = old[1]  # the same table again (a relist, a reload): nothing changes
+            return compiled, [m for m in table.models if self.by_model.get(m) is not compiled]
+        compiled = CompiledTable(table)
+        identity = release_identity(table)
+        prior = self.seen.get(identity)
+        if prior is None or table.version > prior.version:
+            self.seen[identity] = table
         self.tables[key] = (created, compiled)
         self._index()
         _log.info(
-            "routing table in force: release=%s version=%d state=%s step=%d models=%s from %s",
+            "routing table in force: release=%s/%s version=%d state=%s step=%d models=%s%s from %s",
+            table.namespace or "",
             table.release,
             table.version,
             table.state,
             table.step,
             ",".join(table.models) or "*",
+            " (standing)" if table.standing else "",
             key,
         )
         for cb in self.on_change:
@@ -195,13 +256,20 @@ class TableHolder:
     def _index(self) -> None:
         by_model: dict[str, CompiledTable] = {}
         default: tuple[str, CompiledTable] | None = None
-        for key, (_, t) in sorted(self.tables.items(), key=lambda kv: (kv[1][0], kv[0])):
+        # Live tables before standing ones, then the older first.
+        ranked = sorted(self.tables.items(), key=lambda kv: (kv[1][1].table.standing, kv[1][0], kv[0]))
+        for key, (_, t) in ranked:
             for m in t.table.models:
                 by_model.setdefault(m, t)
-            if default is None or t.release == self.default_release != default[1].release:
+            if default is None or (self._named_default(t) and not self._named_default(default[1])):
                 default = (key, t)
         self.by_model = by_model
         self.source, self.current = default if default is not None else (None, None)
+
+    def _named_default(self, t: CompiledTable) -> bool:
+        """``default_release`` names ``t``: as ``release``, or ``namespace/release``."""
+        name = self.default_release
+        return name is not None and name in (t.release, f"{t.namespace}/{t.release}")
 
     def for_model(self, model: object) -> CompiledTable | None:
         """The table that routes requests for ``model``; None: no table serves it."""
@@ -220,4 +288,12 @@ class TableHolder:
             cb(source, reason)
 
 
-__all__ = ["CompiledTable", "Route", "TableHolder", "Upstream", "tag_of"]
+__all__ = [
+    "CompiledTable",
+    "Route",
+    "TableHolder",
+    "TableRefusedError",
+    "Upstream",
+    "release_identity",
+    "tag_of",
+]

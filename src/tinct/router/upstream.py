@@ -10,6 +10,12 @@ it alive and the request was sent whole. A request that fails on a *reused* conn
 before any response byte came back (the backend closed an idle connection as it was being
 reused) is sent once more on a new connection when its body can be replayed.
 
+Backends are untrusted input, bounded like clients: a response head (status line and header
+section) over :data:`MAX_RESPONSE_HEAD` bytes or :data:`MAX_RESPONSE_HEADERS` header lines is
+refused as it arrives (bytes are counted as they come, so a header value sent without end
+is cut at the bound, not buffered), and so is an answer that does not parse; both fail with
+:class:`UpstreamRejectedError`, whose ``reason`` the proxy counts.
+
 Responses to ``HEAD`` end at their head; httptools cannot be told to skip the body a
 ``Content-Length`` announces, so the connection gets a fresh parser and stays in the pool.
 """
@@ -20,7 +26,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias, cast
+from typing import Literal, TypeAlias, cast
 
 import httptools
 
@@ -32,6 +38,15 @@ _log = logging.getLogger(__name__)
 #: (host, port, TLS) of a backend: the pool's key.
 Origin: TypeAlias = tuple[str, int, bool]
 Sink = Callable[[bytes], None]
+#: Why an answer was refused before its body: ``head_too_large``, ``malformed``,
+#: ``head_timeout`` (the last one is the proxy's timer).
+RejectReason = Literal["head_too_large", "malformed", "head_timeout"]
+
+#: Bytes a response head (status line and header section, interim 1xx answers included) may
+#: take, like a client's request head; counted on the wire as they arrive.
+MAX_RESPONSE_HEAD = 64 * 1024
+#: Header lines a response head may have.
+MAX_RESPONSE_HEADERS = 256
 
 
 class UpstreamError(Exception):
@@ -44,6 +59,14 @@ class UpstreamConnectError(UpstreamError):
 
 class UpstreamIdleError(UpstreamError):
     """The backend sent nothing of its answer's body for the idle timeout."""
+
+
+class UpstreamRejectedError(UpstreamError):
+    """The backend's answer was refused: its head over the limits or too slow, or unparsable."""
+
+    def __init__(self, reason: RejectReason, message: str) -> None:
+        super().__init__(message)
+        self.reason: RejectReason = reason
 
 
 class _StaleError(UpstreamError):
@@ -67,7 +90,10 @@ class Response:
         "complete",
         "content_length",
         "head",
+        "head_lines",
         "head_only",
+        "head_seen",
+        "head_size",
         "headers",
         "hops",
         "keep_alive",
@@ -94,6 +120,11 @@ class Response:
         self.complete = False
         #: Any byte of this answer came back.
         self.started = False
+        #: Bytes received while the head was incomplete (whole reads, counted after each).
+        self.head_seen = 0
+        #: Bytes of the parsed head (status reason and header lines) and its header lines.
+        self.head_size = 0
+        self.head_lines = 0
         self.pump: asyncio.Task[None] | None = None
         self._informational = False
         self._held: list[bytes] = []
@@ -138,6 +169,11 @@ class Response:
         d = self._done
         if d is not None and not d.done():
             d.set_exception(exc)
+
+    @property
+    def failed(self) -> UpstreamError | None:
+        """How the answer failed after its head, before any of it was sent on; None: it did not."""
+        return self._error
 
     @property
     def until_eof(self) -> bool:
@@ -278,16 +314,38 @@ class UpstreamConnection(asyncio.Protocol):
             return
         r.started = True
         self.last_data = self.loop.time()
+        in_head = not r.head.done()
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__
+            if isinstance(cause, UpstreamRejectedError):
+                self._refuse(cause)
+            else:
+                self._refuse(
+                    UpstreamRejectedError("malformed", f"malformed answer from the backend: {cause!r}")
+                )
         except httptools.HttpParserError as e:
-            r = self.resp
-            if r is not None:
-                self.resp = None
-                r._fail(UpstreamError(f"malformed answer from the backend: {e}"))
-            self.close()
+            self._refuse(UpstreamRejectedError("malformed", f"malformed answer from the backend: {e}"))
         except httptools.HttpParserUpgrade:
             self.close()
+        else:
+            if in_head and self.resp is r and not r.head.done():
+                r.head_seen += len(data)
+                if r.head_seen > MAX_RESPONSE_HEAD:
+                    self._refuse(
+                        UpstreamRejectedError(
+                            "head_too_large", f"the backend's response head is over {MAX_RESPONSE_HEAD} bytes"
+                        )
+                    )
+
+    def _refuse(self, exc: UpstreamError) -> None:
+        """Fail the answer in progress with ``exc`` and close: the connection is out of step."""
+        r = self.resp
+        if r is not None:
+            self.resp = None
+            r._fail(exc)
+        self.close()
 
     def pause_reading(self) -> None:
         if not self.paused and self.transport is not None and not self.closed:
@@ -309,13 +367,25 @@ class UpstreamConnection(asyncio.Protocol):
     # --- parser callbacks ----------------------------------------------------------------
 
     def on_status(self, status: bytes) -> None:
-        if self.resp is not None:
-            self.resp.reason = status
+        r = self.resp
+        if r is not None:
+            r.reason += status  # the parser may hand the reason phrase over in pieces
+            r.head_size += len(status)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         r = self.resp
         if r is None:
             return
+        r.head_lines += 1
+        r.head_size += len(name) + len(value) + 4
+        if r.head_lines > MAX_RESPONSE_HEADERS:
+            raise UpstreamRejectedError(
+                "head_too_large", f"the backend's response head has over {MAX_RESPONSE_HEADERS} header lines"
+            )
+        if r.head_size > MAX_RESPONSE_HEAD:
+            raise UpstreamRejectedError(
+                "head_too_large", f"the backend's response head is over {MAX_RESPONSE_HEAD} bytes"
+            )
         n = name.lower()
         r.headers.append((n, name, value))
         if n == b"content-length":
@@ -333,7 +403,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         status = self._parser.get_status_code()
         if status == 101:
-            raise UpstreamError("the backend switched protocols unasked")
+            raise UpstreamRejectedError("malformed", "the backend switched protocols unasked")
         if status < 200:
             r._informational = True  # 100 Continue and the like: skip, the answer follows
             r.headers = []
@@ -535,11 +605,15 @@ class UpstreamPool:
 
 
 __all__ = [
+    "MAX_RESPONSE_HEAD",
+    "MAX_RESPONSE_HEADERS",
     "Origin",
+    "RejectReason",
     "Response",
     "UpstreamConnectError",
     "UpstreamConnection",
     "UpstreamError",
     "UpstreamIdleError",
     "UpstreamPool",
+    "UpstreamRejectedError",
 ]

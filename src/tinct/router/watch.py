@@ -10,10 +10,14 @@ swap itself is one assignment on the loop.
 
 Several ConfigMaps may match the selector (e.g. cluster-wide): one router serves them all,
 each table the OpenAI ``model`` names it lists (:class:`~tinct.router.table.TableHolder`).
-Two tables claiming one model: the older ConfigMap (by creation time) keeps it, and the
-newer gets a Warning Event ``ModelConflict``. An invalid table is rejected (log
-line, counter, and a Warning Event ``InvalidRoutingTable`` on the ConfigMap when RBAC lets
-the router create events); the ConfigMap's last valid table stays. A deleted ConfigMap's
+Two tables claiming one model: a live table wins over a standing one, else the older
+ConfigMap (by creation time) keeps it, and the other gets a Warning Event ``ModelConflict``.
+A table is rejected (log line, counter, and a Warning Event ``InvalidRoutingTable`` on the
+ConfigMap when RBAC lets the router create events) when it is invalid, when its version
+goes back (or its content changes under a version seen before) for its release, or when
+the ConfigMap holding it is not the one named for its release
+(:func:`~tinct.api.routing.configmap_name`): a copy of a release's table under another
+name never routes. The ConfigMap's last valid table stays. A deleted ConfigMap's
 table leaves force, except the last one, which stays: a router without a table could only
 answer 503.
 """
@@ -31,9 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, parse_table
+from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, configmap_name, parse_table
 from tinct.kubeconfig import api_client
-from tinct.router.table import TableHolder
+from tinct.router.table import TableHolder, TableRefusedError
 
 _log = logging.getLogger(__name__)
 
@@ -78,16 +82,21 @@ class ConfigMapWatch:
     # --- on the loop -------------------------------------------------------------------
 
     def _put(self, key: str, table: RoutingTable, created: float = 0.0, cm: Any = None) -> None:
-        self.tables[key] = table
         source = f"configmap {key}"
         entry = self.holder.tables.get(source)
         if entry is not None and entry[1].table == table:
             return  # a relist or resync: nothing changed
-        _, lost = self.holder.put(source, table, created)
+        try:
+            _, lost = self.holder.put(source, table, created)
+        except TableRefusedError as e:  # rejected (logged, counted) by the holder
+            if cm is not None:
+                self.loop.run_in_executor(None, self._event, cm, EVENT_REASON, _rejected(e.reason))
+            return
+        self.tables[key] = table
         if lost:
             message = (
-                f"models {', '.join(lost)} are already served by an older routing table; "
-                "this table does not serve them"
+                f"models {', '.join(lost)} are already served by another routing table (a live "
+                "one, or an older one); this table does not serve them"
             )
             _log.warning("routing table %s: %s", key, message)
             if cm is not None:
@@ -128,11 +137,17 @@ class ConfigMapWatch:
             except RoutingTableError as e:
                 reason = e.reason
             else:
-                created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
-                self._post(self._put, key, table, created, cm)
-                return
+                expected = configmap_name(table.namespace or "default", table.release)
+                if meta.name == expected:
+                    created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
+                    self._post(self._put, key, table, created, cm)
+                    return
+                reason = (
+                    f"the table of {table.namespace or 'default'}/{table.release} belongs in the "
+                    f"ConfigMap {expected!r}, not {meta.name!r}"
+                )
         self._post(self._reject, key, reason)
-        self._event(cm, EVENT_REASON, f"routing table rejected, the last valid one stays in force: {reason}")
+        self._event(cm, EVENT_REASON, _rejected(reason))
 
     def _event(self, cm: Any, event_reason: str, message: str) -> None:
         if not self.post_events:
@@ -232,6 +247,11 @@ class ConfigMapWatch:
                 _log.warning("watching routing tables failed: %r; retrying", e)
             time.sleep(backoff)
             backoff = min(backoff * 2, 10.0)
+
+
+def _rejected(reason: str) -> str:
+    """The message of an ``InvalidRoutingTable`` Event."""
+    return f"routing table rejected, the last valid one stays in force: {reason}"
 
 
 @contextlib.asynccontextmanager

@@ -332,6 +332,8 @@ class Supervisor:
                 live.append(w.last)
                 n = sample_sum(w.last, "tinct_router_requests")
                 per_worker.samples[("tinct_router_worker_requests_total", (("worker", str(w.index)),))] = n
+            elif w.proc is not None and w.proc.poll() is None:
+                live.append({})  # running but not read yet: it serves no table we know of
         families = self.sums.total(live)
         families[per_worker.name] = per_worker
         restarts = Family("tinct_router_worker_restarts", "counter", "Workers started again after dying.")
