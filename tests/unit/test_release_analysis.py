@@ -1,7 +1,8 @@
 """Analysis verdicts from router metrics, and what an unusable Prometheus answer means.
 
-The Prometheus answers are the JSON shape its HTTP API returns; the failure cases use real
-HTTP: a closed port and a server answering 503.
+The Prometheus answers are the JSON shape its HTTP API returns; :func:`analyse` is run
+against a real HTTP stand-in (:mod:`prometheus_fakes`) that evaluates tinct's own queries.
+How a misbehaving Prometheus is handled is in ``test_release_prometheus.py``.
 """
 
 from __future__ import annotations
@@ -9,17 +10,15 @@ from __future__ import annotations
 import json
 import math
 import random
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
 
-from router_fakes import free_port
+from prometheus_fakes import FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult
 from tinct.operator.release.analysis import Samples, Side, analyse, evaluate, quantile, queries, samples_from
+from tinct.operator.release.prometheus import PrometheusTarget
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"
@@ -30,7 +29,6 @@ def spec(**kw: Any) -> Analysis:
     doc: dict[str, Any] = {
         "interval": "30s",
         "failureLimit": 2,
-        "prometheus": {"url": "http://127.0.0.1:9"},
         "metrics": [{"name": "success-rate", "min": 99}, {"name": "latency-p95", "maxMs": 800}],
         "minRequests": 10,
     }
@@ -93,11 +91,60 @@ def json_safe(r: AnalysisResult) -> None:
         assert n is None or math.isfinite(n), r
 
 
-def test_queries_are_scoped_to_the_release_and_window() -> None:
-    q = queries('chat"x', "45s")
-    assert 'tinct_router_requests_total{release="chat\\"x"}[45s]' in q["requests"]
-    assert "tinct_router_fallbacks_total" in q["fallbacks"]
+def test_queries_are_scoped_to_the_namespace_release_and_window() -> None:
+    q = queries("team-a", 'chat"x', "45s")
+    assert 'tinct_router_requests_total{namespace="team-a",release="chat\\"x"}[45s]' in q["requests"]
+    assert 'tinct_router_fallbacks_total{namespace="team-a",' in q["fallbacks"]
+    assert 'tinct_router_truncated_responses_total{namespace="team-a",' in q["truncated"]
     assert "sum by (side, dye_tag, le)" in q["ttfb"]
+
+
+def window_of(namespace: str, *, cand: float = 100, cand_5xx: float = 0) -> list[Series]:
+    """Raw series of the release ``chat`` in ``namespace``, as the routers export them."""
+    out: list[Series] = []
+    for row in answers(cand=cand, cand_5xx=cand_5xx)["requests"]:
+        labels = {**row["metric"], "namespace": namespace, "release": "chat"}
+        out.append(("tinct_router_requests_total", labels, float(row["value"][1])))
+    for row in answers()["ttfb"]:
+        labels = {**row["metric"], "namespace": namespace, "release": "chat"}
+        out.append(("tinct_router_time_to_first_byte_seconds_bucket", labels, float(row["value"][1])))
+    return out
+
+
+async def test_releases_of_one_name_in_two_namespaces_never_judge_each_other() -> None:
+    # chat in team-a is healthy, chat in team-b fails half its requests; one Prometheus has both.
+    both = window_of("team-a") + window_of("team-b", cand_5xx=50)
+    async with FakePrometheus(both) as prom:
+        target = PrometheusTarget("default", prom.url)
+        a = await analyse(spec(), "team-a", "chat", NOW, prometheus=target)
+        b = await analyse(spec(), "team-b", "chat", NOW, prometheus=target)
+        other = await analyse(spec(), "team-c", "chat", NOW, prometheus=target)
+    assert (a.verdict, a.requests) == ("Pass", 100)
+    assert (b.verdict, b.requests) == ("Fail", 100)
+    assert next(m for m in b.metrics if m.name == "success-rate").value == pytest.approx(50.0)
+    assert other.verdict == "Inconclusive", "no traffic of its own"
+
+
+async def test_custom_queries_name_the_release_and_answer_one_finite_number() -> None:
+    query = 'sum(rate(errors{namespace="$namespace",release="$release"}[$interval]))'
+    asked = 'sum(rate(errors{namespace="team-a",release="chat"}[30s]))'
+    s = spec(metrics=[{"name": "custom", "query": query, "max": 0.01}])
+    for value, verdict, message in (
+        (0.001, "Pass", None),
+        (0.5, "Fail", "failed: custom 0.5 > 0.01"),
+        (math.inf, "Inconclusive", "inconclusive: custom: the query returned +Inf, not a finite number"),
+        (math.nan, "Inconclusive", "inconclusive: custom: the query returned NaN, not a finite number"),
+    ):
+        async with FakePrometheus(custom={asked: value}) as prom:
+            r = await analyse(s, "team-a", "chat", NOW, prometheus=PrometheusTarget("default", prom.url))
+        assert (r.verdict, r.message) == (verdict, message)
+        json_safe(r)
+    async with FakePrometheus() as prom:  # the stand-in refuses other queries with 400 bad_data
+        r = await analyse(s, "team-b", "chat", NOW, prometheus=PrometheusTarget("default", prom.url))
+    assert (
+        r.message
+        == 'inconclusive: Prometheus "default" answered HTTP 400 (bad_data) (the query of metrics[0])'
+    )
 
 
 def test_quantile_interpolates_like_prometheus() -> None:
@@ -379,38 +426,3 @@ def test_results_are_strict_json_whatever_the_samples() -> None:
         cutoff = rng.choice([None, 800.0])
         json_safe(evaluate(s, window, custom, NOW, cells, cutoff))
     assert isinstance(Samples(), Samples)
-
-
-@pytest.fixture
-def failing_prometheus() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"status":"error","error":"overloaded"}'
-            self.send_response(503)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_prometheus_answering_5xx_is_inconclusive(failing_prometheus: str) -> None:
-    r = analyse(spec(prometheus={"url": failing_prometheus}), "chat", NOW)
-    assert r.verdict == "Inconclusive"
-    assert "503" in (r.message or "")
-    assert {m.verdict for m in r.metrics} == {"Inconclusive"}
-
-
-def test_unreachable_prometheus_is_inconclusive() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
-    r = analyse(spec(prometheus={"url": url}), "chat", NOW)
-    assert r.verdict == "Inconclusive"
-    assert f"Prometheus at {url} failed" in (r.message or "")

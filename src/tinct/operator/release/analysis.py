@@ -1,9 +1,10 @@
 """Analysis of a release's candidate from the router's metrics in Prometheus.
 
-Four PromQL queries per analysis read what the routers export for one release over the
-last interval, grouped by side and dye tag (``tinct_router_requests_total``, the fallbacks,
-the truncated answers, the time-to-first-byte histogram); the verdicts are computed here, so
-the same numbers judge the whole candidate and, with ``analysis.perCell``, every dye cell.
+Four PromQL queries per analysis read what the routers export for one release, selected by
+its namespace and name, over the last interval, grouped by side and dye tag
+(``tinct_router_requests_total``, the fallbacks, the truncated answers, the time-to-first-byte
+histogram); the verdicts are computed here, so the same numbers judge the whole candidate
+and, with ``analysis.perCell``, every dye cell.
 
 What counts is what users saw:
 
@@ -28,22 +29,28 @@ What counts is what users saw:
   the reason in the message, never ``Fail``. A result never holds a non-finite number: it is
   written to status, which is JSON.
 
-:func:`evaluate` is pure; :func:`analyse` does the blocking HTTP (run it in a thread).
+:func:`evaluate` is pure; :func:`analyse` is a coroutine that queries Prometheus through the
+bounded client of :mod:`tinct.operator.release.prometheus` (deadlines, a cap on the body, no
+answer quoted in a message) and hands the answers to :func:`evaluate`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aiohttp
+
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult, CellResult, Metric, MetricResult, Verdict
+from tinct.operator.release.prometheus import PrometheusError, PrometheusTarget, querying, selector
 
 __all__ = [
     "Samples",
     "analyse",
+    "custom_query",
     "evaluate",
     "quantile",
     "queries",
@@ -89,14 +96,10 @@ class Samples:
         return self.sides.setdefault((side, tag), Side())
 
 
-def _sel(release: str) -> str:
-    escaped = release.replace("\\", "\\\\").replace('"', '\\"')
-    return f'release="{escaped}"'
-
-
-def queries(release: str, window: str) -> dict[str, str]:
-    """The PromQL reading the router metrics of ``release`` over ``window`` (e.g. ``1m``)."""
-    sel = _sel(release)
+def queries(namespace: str, release: str, window: str) -> dict[str, str]:
+    """The PromQL reading the router metrics of the release ``namespace/release`` over
+    ``window`` (e.g. ``1m``); a release of the same name in another namespace is not read."""
+    sel = selector(namespace=namespace, release=release)
     return {
         "requests": f"sum by (side, dye_tag, code) (increase(tinct_router_requests_total{{{sel}}}[{window}]))",
         "fallbacks": f"sum by (dye_tag, reason) (increase(tinct_router_fallbacks_total{{{sel}}}[{window}]))",
@@ -458,29 +461,6 @@ def _inconclusive(spec: Analysis, now: datetime, why: str) -> AnalysisResult:
     return AnalysisResult(time=now, verdict="Inconclusive", metrics=metrics, message=f"inconclusive: {why}")
 
 
-Query = Callable[[str], list[dict[str, Any]]]
-
-
-def prometheus_query(url: str, timeout: float = 5.0) -> Query:
-    """A PromQL instant-query function on ``prometheus-api-client``, without its retries
-    (an analysis that cannot reach Prometheus is inconclusive; the next interval tries again)."""
-    from prometheus_api_client import PrometheusConnect
-    from urllib3.util.retry import Retry
-
-    prom = PrometheusConnect(url=url, retry=Retry(total=0, raise_on_status=False), timeout=timeout)
-
-    def run(promql: str) -> list[dict[str, Any]]:
-        result: Any = prom.custom_query(promql)
-        if isinstance(result, dict):  # a scalar or string answer: {"resultType": ..., "result": [t, v]}
-            return [{"metric": {}, "value": result.get("result", [0, "NaN"])}]
-        if result and isinstance(result[0], (int, float)):  # a bare [time, value] pair
-            return [{"metric": {}, "value": result}]
-        rows: list[dict[str, Any]] = result
-        return rows
-
-    return run
-
-
 def _custom_value(rows: list[dict[str, Any]]) -> float | str:
     if not rows:
         return "the query returned no data"
@@ -492,31 +472,61 @@ def _custom_value(rows: list[dict[str, Any]]) -> float | str:
     return v
 
 
-def analyse(
+def custom_query(query: str, namespace: str, release: str, window: str) -> str:
+    """A custom metric's PromQL with ``$namespace``, ``$release`` and ``$interval`` replaced."""
+    return query.replace("$namespace", namespace).replace("$release", release).replace("$interval", window)
+
+
+async def analyse(
     spec: Analysis,
+    namespace: str,
     release: str,
     now: datetime,
     *,
-    query: Query | None = None,
+    prometheus: PrometheusTarget,
     cells: Mapping[str, list[str]] | None = None,
     cutoff_ms: float | None = None,
+    session: aiohttp.ClientSession | None = None,
 ) -> AnalysisResult:
-    """Query Prometheus for the last ``spec.interval`` of ``release`` and judge it. Blocking."""
-    run = query or prometheus_query(spec.prometheus.url or "")
+    """Query Prometheus for the ``spec.interval`` up to ``now`` of the release and judge it.
+
+    A coroutine on the caller's event loop; its queries run one after the other, each
+    bounded by ``prometheus.timeout`` and all by the analysis's total deadline
+    (:mod:`tinct.operator.release.prometheus`). A Prometheus that fails makes the result
+    ``Inconclusive``, its message naming the Prometheus and the problem.
+
+    Args:
+        spec: the release's analysis settings.
+        namespace: the GrayRelease's namespace.
+        release: the GrayRelease's name.
+        now: the time of the analysis, the end of its window.
+        prometheus: the Prometheus to read (:func:`~tinct.operator.release.prometheus.resolve`
+            of ``spec.prometheus``).
+        cells: cell name -> dye tags (:func:`~tinct.operator.release.tables.cells_by_tag`);
+            give them with or without ``spec.perCell``: ``maxStableDelta`` compares the sides
+            cell by cell.
+        cutoff_ms: the routers' fallback latency limit (``spec.fallback.latencyMs``).
+        session: the session to query through
+            (:func:`~tinct.operator.release.prometheus.client_session`); None: one of its own.
+    """
     window = spec.interval
+    results: dict[str, list[dict[str, Any]]] = {}
+    custom: dict[int, float | str] = {}
     try:
-        builtin = any(m.name != "custom" for m in spec.metrics)
-        results = {k: run(q) for k, q in queries(release, window).items()} if builtin else {}
-        custom: dict[int, float | str] = {}
-        for i, m in enumerate(spec.metrics):
-            if m.name == "custom" and m.query:
-                promql = m.query.replace("$release", release).replace("$interval", window)
-                custom[i] = _custom_value(run(promql))
-    except Exception as exc:
-        return _inconclusive(spec, now, f"Prometheus at {spec.prometheus.url} failed: {_short(exc)}")
+        async with querying(prometheus, session=session, at=now) as query:
+            if any(m.name != "custom" for m in spec.metrics):
+                for key, promql in queries(namespace, release, window).items():
+                    results[key] = await query(promql)
+            for i, m in enumerate(spec.metrics):
+                if m.name == "custom" and m.query:
+                    try:
+                        custom[i] = _custom_value(
+                            await query(custom_query(m.query, namespace, release, window))
+                        )
+                    except PrometheusError as exc:
+                        raise PrometheusError(
+                            exc.target, f"{exc.problem} (the query of metrics[{i}])"
+                        ) from None
+    except PrometheusError as exc:
+        return _inconclusive(spec, now, str(exc))
     return evaluate(spec, samples_from(results), custom, now, cells, cutoff_ms)
-
-
-def _short(exc: Exception) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:297] + "..."
