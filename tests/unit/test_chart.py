@@ -240,6 +240,38 @@ def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> Non
     assert "lineage" not in vols
 
 
+def test_prometheus_servers_reach_the_operator_configuration(helm: Helm) -> None:
+    from tinct.operator.settings import OperatorConfig
+
+    def env_of(values: dict[str, Any]) -> dict[str, str]:
+        c = container(one(template(helm, values), "Deployment", "t-tinct-operator"))
+        return {e["name"]: e["value"] for e in c["env"] if "value" in e}
+
+    env = env_of(
+        {
+            "operator.prometheus.url": "http://prometheus-operated.monitoring:9090",
+            "operator.prometheus.named": {
+                "fleet-b": "https://prometheus.fleet-b:9090/prom",
+                "edge": "http://10.0.0.7:9090",
+            },
+            "operator.prometheus.timeout": 2.5,
+        }
+    )
+    assert env["TINCT_PROMETHEUS_URL"] == "http://prometheus-operated.monitoring:9090"
+    assert env["TINCT_PROMETHEUS"] == "edge=http://10.0.0.7:9090,fleet-b=https://prometheus.fleet-b:9090/prom"
+    config = OperatorConfig.from_env(env)
+    assert config.prometheus_url == "http://prometheus-operated.monitoring:9090"
+    assert dict(config.prometheus) == {
+        "edge": "http://10.0.0.7:9090",
+        "fleet-b": "https://prometheus.fleet-b:9090/prom",
+    }
+    assert config.prometheus_timeout == 2.5
+    defaults = env_of({})
+    assert "TINCT_PROMETHEUS_URL" not in defaults, "no default Prometheus unless one is given"
+    assert "TINCT_PROMETHEUS" not in defaults
+    assert OperatorConfig.from_env(defaults).prometheus_timeout == 5
+
+
 def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     docs = template(
         helm,
@@ -307,6 +339,12 @@ def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:
         ({"router.autoscaling.maxReplica": 3}, "maxReplica"),
         ({"router.workers": 0}, "/router/workers"),
         ({"router.metricsPort": 70000}, "/router/metricsPort"),
+        ({"operator.prometheus.url": "prometheus:9090"}, "/operator/prometheus/url"),
+        # helm's validator names a bad key, though not where it is.
+        ({"operator.prometheus.named": {"Fleet_B": "http://p:9090"}}, "invalid propertyName 'Fleet_B'"),
+        ({"operator.prometheus.named": {"default": "http://p:9090"}}, "invalid propertyName 'default'"),
+        ({"operator.prometheus.named": {"b": "http://p:9090,c=http://q"}}, "/operator/prometheus/named/b"),
+        ({"operator.prometheus.timeout": 0}, "/operator/prometheus/timeout"),
     ],
 )
 def test_schema_refuses_bad_values_and_names_them(helm: Helm, values: dict[str, Any], message: str) -> None:

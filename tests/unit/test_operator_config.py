@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -92,3 +93,51 @@ def test_replicas_with_the_same_arguments_get_different_priorities() -> None:
     pinned = kopf.OperatorSettings()
     configure(pinned, OperatorConfig(peering="tinct", peering_priority=100))
     assert pinned.peering.priority == 100
+
+
+def test_prometheus_servers_from_environment_and_flags() -> None:
+    cfg = OperatorConfig.from_env(
+        {
+            "TINCT_PROMETHEUS_URL": "http://Prometheus.monitoring:9090/",
+            "TINCT_PROMETHEUS": "fleet-b=https://prom.fleet-b:9090/prom/, edge=http://10.0.0.7:9090,",
+            "TINCT_PROMETHEUS_TIMEOUT": "2.5",
+        }
+    )
+    assert cfg.prometheus_url == "http://prometheus.monitoring:9090"
+    assert cfg.prometheus == (("fleet-b", "https://prom.fleet-b:9090/prom"), ("edge", "http://10.0.0.7:9090"))
+    assert cfg.prometheus_timeout == 2.5
+    flagged = cfg.with_flags({"prometheus": ["a=http://a:9090"], "prometheus_url": None})
+    assert flagged.prometheus == (("a", "http://a:9090"),), "the flags replace the variable's list"
+    assert flagged.prometheus_url == cfg.prometheus_url
+    assert (OperatorConfig().prometheus_url, OperatorConfig().prometheus) == (None, ())
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TINCT_PROMETHEUS_URL": "ftp://prom"}, "http(s)://host"),
+        ({"TINCT_PROMETHEUS_URL": "http://user:secret@prom"}, "may not hold credentials"),
+        ({"TINCT_PROMETHEUS_URL": "http://prom/?x=1"}, "no query or fragment"),
+        ({"TINCT_PROMETHEUS": "Fleet_B=http://prom"}, "'Fleet_B' is not a Prometheus name"),
+        ({"TINCT_PROMETHEUS": "a=http://x,a=http://y"}, "'a' is given twice"),
+        ({"TINCT_PROMETHEUS": "http://prom"}, "is not NAME=URL"),
+        ({"TINCT_PROMETHEUS": "default=http://prom"}, "names the --prometheus-url one"),
+        ({"TINCT_PROMETHEUS": "b=gopher://prom"}, "b: a Prometheus URL"),
+        ({"TINCT_PROMETHEUS_TIMEOUT": "0"}, "more than 0"),
+    ],
+)
+def test_bad_prometheus_settings_are_refused(env: dict[str, str], message: str) -> None:
+    (variable,) = env
+    with pytest.raises(ValueError, match=re.escape(variable)) as info:
+        OperatorConfig.from_env(env)
+    assert message in str(info.value)
+
+
+def test_operator_refuses_a_bad_prometheus_before_starting() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tinct.cli", "operator", "--prometheus", "fleet-b=ftp://prom"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "tinct operator: prometheus ['fleet-b=ftp://prom']: fleet-b: a Prometheus URL" in proc.stderr

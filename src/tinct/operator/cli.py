@@ -107,6 +107,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="namespace of the routing tables, which only the operator may write and the routers read "
         "(TINCT_TABLE_NAMESPACE; default: the operator's own namespace)",
     )
+    p.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="Prometheus a GrayRelease analysis reads when it names none (TINCT_PROMETHEUS_URL)",
+    )
+    p.add_argument(
+        "--prometheus",
+        metavar="NAME=URL",
+        action="append",
+        help="another Prometheus a GrayRelease may name by spec.analysis.prometheus.name or URL "
+        "(repeatable; TINCT_PROMETHEUS, ','-separated). A release naming a Prometheus the operator "
+        "is not given is refused",
+    )
+    p.add_argument(
+        "--prometheus-timeout",
+        metavar="SECONDS",
+        help="seconds one Prometheus query may take (TINCT_PROMETHEUS_TIMEOUT, 5)",
+    )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator)

@@ -25,7 +25,16 @@ variable                       meaning                                          
 ``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
 ``TINCT_TABLE_NAMESPACE``      namespace of the routing tables (only the          the operator's own (Pod
                                operator writes there, the routers read there)     namespace), else ``default``
+``TINCT_PROMETHEUS_URL``       the Prometheus analyses read by default            unset
+``TINCT_PROMETHEUS``           named ones, ``NAME=URL,NAME=URL``                  unset
+``TINCT_PROMETHEUS_TIMEOUT``   seconds one Prometheus query may take              ``5``
 =============================  =================================================  ===========================
+
+**Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:
+the default one (``TINCT_PROMETHEUS_URL``), or one named here (``TINCT_PROMETHEUS``) that
+the release names by ``spec.analysis.prometheus.name`` or by its URL; see
+:func:`tinct.operator.release.prometheus.resolve`. A URL is ``http(s)://host[:port][/path]``:
+no credentials (they would show in every message naming the URL), query or fragment.
 
 **Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
 replicas started with the same arguments must not share one: unless
@@ -41,6 +50,7 @@ kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import time
@@ -49,12 +59,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from yarl import URL
 
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
 from tinct.lineage.root import DEFAULT_ROOT, lineage_root
 
-__all__ = ["ANNOTATION_PREFIX", "FINALIZER", "OperatorConfig", "configure", "start_priority"]
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "DEFAULT_PROMETHEUS",
+    "FINALIZER",
+    "OperatorConfig",
+    "configure",
+    "prometheus_url",
+    "start_priority",
+]
 
 ANNOTATION_PREFIX = "tinct.io"
 FINALIZER = "tinct.io/finalizer"
@@ -121,6 +140,58 @@ def _roots(raw: str | Sequence[str]) -> tuple[str, ...]:
     return roots
 
 
+#: A Prometheus name: a DNS label, as ``spec.analysis.prometheus.name`` takes it.
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: The name messages give the default Prometheus; not available to a named one.
+DEFAULT_PROMETHEUS = "default"
+
+
+def prometheus_url(raw: str) -> str:
+    """``raw`` checked as a Prometheus base URL, without a trailing ``/``."""
+    try:
+        url = URL(raw.strip())
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("a Prometheus URL is http(s)://host[:port][/path]")
+    if url.user is not None or url.password is not None:
+        raise ValueError("a Prometheus URL may not hold credentials")
+    if url.query_string or url.fragment:
+        raise ValueError("a Prometheus URL takes no query or fragment")
+    return str(url).rstrip("/")
+
+
+def _prometheus_named(raw: str | Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``NAME=URL`` pairs from ``--prometheus`` values or a ``,``-separated variable."""
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        name, eq, url = item.partition("=")
+        name = name.strip()
+        if not eq or not url.strip():
+            raise ValueError(f"{item!r} is not NAME=URL")
+        if not _LABEL.match(name) or len(name) > 63:
+            raise ValueError(f"{name!r} is not a Prometheus name (a DNS label: a-z, 0-9, '-')")
+        if name == DEFAULT_PROMETHEUS:
+            raise ValueError(f"{DEFAULT_PROMETHEUS!r} names the --prometheus-url one (TINCT_PROMETHEUS_URL)")
+        if name in out:
+            raise ValueError(f"{name!r} is given twice")
+        try:
+            out[name] = prometheus_url(url)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return tuple(out.items())
+
+
+def _timeout(raw: str) -> float:
+    seconds = float(raw)
+    if not (math.isfinite(seconds) and 0 < seconds <= 300):
+        raise ValueError("must be more than 0 and at most 300 seconds")
+    return seconds
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     lineage_root: str = _env("TINCT_LINEAGE_ROOT", lineage_root, DEFAULT_ROOT)
@@ -141,6 +212,12 @@ class OperatorConfig:
     table_namespace: str = field(
         default_factory=own_namespace, metadata={"env": "TINCT_TABLE_NAMESPACE", "parse": _namespace}
     )
+    #: The Prometheus an analysis reads when its release names none; None: no default.
+    prometheus_url: str | None = _env("TINCT_PROMETHEUS_URL", prometheus_url, None)
+    #: (name, URL) of the other Prometheus servers a release may name.
+    prometheus: tuple[tuple[str, str], ...] = _env("TINCT_PROMETHEUS", _prometheus_named, ())
+    #: Seconds one Prometheus query may take (the analysis' total is a few times that).
+    prometheus_timeout: float = _env("TINCT_PROMETHEUS_TIMEOUT", _timeout, 5.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:

@@ -166,7 +166,7 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
     )
     rt.tables = TableWatch(config.table_namespace, rt.kube._api)
     rt.tables.start()
-    rt.session = prometheus.session()
+    rt.session = prometheus.client_session()
     memo[_RUNTIME] = rt
     if config.metrics_port:
         serve(rt.metrics, config.metrics_port)
