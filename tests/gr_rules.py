@@ -152,6 +152,13 @@ CASES = [
         "min-above-max-replicas", _spec("autoscaling.minReplicas", 20), "minReplicas must be <= maxReplicas"
     ),
     Case("min-equals-max-replicas", _spec("autoscaling.minReplicas", 12), None),
+    Case("interval-too-short", _spec("analysis.interval", "1500ms"), "interval must be at least 2s"),
+    Case("interval-at-the-minimum", _spec("analysis.interval", "2s"), None),
+    Case(
+        "prometheus-name-and-url",
+        _spec("analysis.prometheus", {"name": "fleet", "url": "http://p:9090"}),
+        "give prometheus.name or prometheus.url, not both",
+    ),
 ]
 
 

@@ -139,7 +139,7 @@ def test_crd_metadata() -> None:
     cols = [c["name"] for c in mv["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
     assert cols == ["Model", "Version", "Phase", "Age"]
     cols = [c["name"] for c in gr["spec"]["versions"][0]["additionalPrinterColumns"] if not c.get("priority")]
-    assert cols == ["Stable", "Candidate", "Step", "Phase", "Age"]
+    assert cols == ["Stable", "Candidate", "Step", "Weight", "Table", "Phase", "Age"]
 
 
 def test_examples_parse_into_the_models() -> None:
