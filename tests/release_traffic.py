@@ -27,14 +27,20 @@ class CellTraffic:
     role: str
     latency: str
     words: int
+    stream: bool = False
+    model: str = "llama3-8b"
 
     def body(self) -> bytes:
         prompt = "tell me about dye tags " * self.words
-        return json.dumps({"model": "llama3-8b", "messages": [{"role": "user", "content": prompt}]}).encode()
+        doc: dict[str, object] = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
+        if self.stream:
+            doc["stream"] = True
+        return json.dumps(doc).encode()
 
 
 LONG_ADMIN_HIGH = CellTraffic("admin", "high", 1200)  # ~5,500 tokens: the `long` bucket
 MEDIUM_AUDIT_LOW = CellTraffic("audit", "low", 300)  # the default cell
+STREAMED = CellTraffic("audit", "low", 300, stream=True)  # the default cell, answered as SSE
 
 
 def ask(

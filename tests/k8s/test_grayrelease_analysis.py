@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kopf.testing import KopfRunner
 
-from controlplane.harness import Cluster
+from controlplane.environ import patched_environ
+from controlplane.harness import Cluster, free_port
 from controlplane.prometheus import Prometheus
 from release_cluster import (
+    MODULES,
     apply,
     backends,
     condition,
@@ -28,12 +33,23 @@ from release_cluster import (
     get,
     history,
     operator,
+    release_status,
+    table,
     wait,
     wait_release,
 )
-from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, burst, router
+from release_traffic import (
+    LONG_ADMIN_HIGH,
+    MEDIUM_AUDIT_LOW,
+    STREAMED,
+    Background,
+    CellTraffic,
+    Router,
+    burst,
+    router,
+)
 from router_fakes import BackgroundSchedulers
-from tinct.api.routing import DATA_KEY, parse_table
+from tinct.api.routing import parse_table
 from tinct.router.choose import point
 from tinct.router.table import CompiledTable
 
@@ -79,10 +95,13 @@ class Stack:
         return st
 
     def table(self) -> dict[str, Any]:
-        cm = get(self.cluster, self.ns, "configmap", "tinct-routing-chat")
-        assert cm is not None
-        doc: dict[str, Any] = json.loads(cm["data"][DATA_KEY])
-        return doc
+        got = table(self.cluster, self.ns)
+        assert got is not None
+        return got[1]
+
+    def operator(self, **env: str) -> Any:
+        """The operator, its default Prometheus the one scraping this stack's router."""
+        return operator(self.ns, self.root, TINCT_PROMETHEUS_URL=self.prometheus.url, **env)
 
     def hpa(self, side: str) -> tuple[int, int] | None:
         hpa = get(self.cluster, self.ns, "hpa", f"tinct-chat-{side}")
@@ -134,7 +153,7 @@ def _in_force(stack: Stack, version: int) -> bool:
 
 def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: Stack) -> None:
     checked: dict[int, tuple[dict[str, float], tuple[int, int] | None]] = {}
-    with operator(stack.ns, stack.root), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
+    with stack.operator(), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release())
 
         def promoted() -> bool:
@@ -177,7 +196,7 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
 def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
     stack.schedulers.set_mode(stack.schedulers.v2, "error")
     with (
-        operator(stack.ns, stack.root),
+        stack.operator(),
         Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]) as bg,
     ):
         apply(stack.cluster, stack.ns, stack.release(failureLimit=2))
@@ -208,7 +227,7 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
 def test_slow_candidate_falls_back_per_request_and_fails_on_latency(stack: Stack) -> None:
     stack.schedulers.set_mode(stack.schedulers.v2, "stall")
     with (
-        operator(stack.ns, stack.root),
+        stack.operator(),
         Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]) as bg,
     ):
         doc = stack.release(
@@ -229,7 +248,7 @@ def test_slow_candidate_falls_back_per_request_and_fails_on_latency(stack: Stack
 
 def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> None:
     # Only the default cell gets traffic: the long/admin/high cell is inconclusive, not failed.
-    with operator(stack.ns, stack.root), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
+    with stack.operator(), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(perCell=True, interval="5s"))
         st = wait_release(stack.cluster, stack.ns, lambda s: s.get("step") == 1, "step 1", timeout=120)
         cells = {c["cell"]: c for c in st["lastAnalysis"]["cells"]}
@@ -250,10 +269,202 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
             stack.prometheus.start()
         cond = condition(held, "AnalysisPassing")
         assert (cond["status"], cond["reason"]) == ("Unknown", "Inconclusive")
-        assert f"Prometheus at {stack.prometheus.url} failed" in cond["message"]
+        assert 'Prometheus "default" could not be reached' in cond["message"]
         assert (held["phase"], held["step"], held["failedAnalyses"]) == ("Progressing", 1, 0)
         done = wait_release(
             stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
         )
     assert done["failedAnalyses"] == 0
     assert done["inconclusiveAnalyses"] == 0
+
+
+def test_a_candidate_that_dies_mid_stream_is_rolled_back(stack: Stack) -> None:
+    """A stream cut after its headers is a failure of the side that cut it: with the old
+    count (a 200 is a success) this candidate read 100 %."""
+    stack.schedulers.set_mode(stack.schedulers.v2, "die")
+    with stack.operator(), Background(stack.router.port, [STREAMED]) as bg:
+        apply(
+            stack.cluster,
+            stack.ns,
+            stack.release(failureLimit=1, metrics=[{"name": "success-rate", "min": 95}]),
+        )
+        st = wait_release(
+            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
+        )
+    assert bg.answered.get(("v2", "-"), 0) > 0, "the candidate's answers started as 200s"
+    sr = st["lastAnalysis"]["metrics"][0]
+    assert (sr["name"], sr["verdict"]) == ("success-rate", "Fail")
+    assert sr["value"] < 95
+    assert "tinct_router_truncated_responses_total" in stack.router.metrics()
+
+
+def test_a_step_is_judged_only_once_every_router_serves_its_table(
+    stack: Stack, tmp_path: Path, prometheus: Callable[..., Prometheus]
+) -> None:
+    """A second router that never follows the tables (it reads a file of the first version)
+    keeps the lowest served version back: the step's window does not start, the release
+    holds and says why; once that router goes, the release goes on."""
+    from router_fakes import router_argv
+
+    with stack.operator(), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
+        apply(stack.cluster, stack.ns, stack.release(interval="3s"))
+        first = wait_release(
+            stack.cluster, stack.ns, lambda s: (s.get("routing") or {}).get("confirmedAt"), "confirmed"
+        )
+        frozen = tmp_path / "frozen.json"
+        frozen.write_text(json.dumps(stack.table()))
+        port = free_port()
+        stale = subprocess.Popen(
+            router_argv(str(frozen), port),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            stack.prometheus.set_targets([f"127.0.0.1:{stack.router.port}", f"127.0.0.1:{port}"], wait=True)
+            held = wait_release(
+                stack.cluster,
+                stack.ns,
+                lambda s: (
+                    "the routers have not been seen serving table version"
+                    in condition(s, "Progressing")["message"]
+                ),
+                "held for the stale router",
+                timeout=120,
+            )
+            time.sleep(8)  # more than two windows
+            still = stack.status()
+        finally:
+            stale.terminate()
+            stale.wait(10)
+        stack.prometheus.set_targets([f"127.0.0.1:{stack.router.port}"], wait=True)
+        done = wait_release(
+            stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
+        )
+    assert first["step"] == 0
+    assert held["step"] == still["step"], "no window judged traffic the stale router sent by an old table"
+    assert (still.get("routing") or {}).get("confirmedAt") is None
+    assert f"the lowest seen is {first['routing']['version']}" in condition(still, "Progressing")["message"]
+    assert done["failedAnalyses"] == 0
+
+
+def test_releases_named_alike_in_two_namespaces_never_judge_each_others_traffic(
+    cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
+) -> None:
+    """One router, one table namespace, two releases called chat: the one whose candidate
+    answers 5xx rolls back, the healthy one is promoted."""
+    other = f"{namespace[:50]}-b"
+    cluster.kubectl("create", "namespace", other)
+    sick, well = BackgroundSchedulers(("sick-v1", "sick-v2")), BackgroundSchedulers(("well-v1", "well-v2"))
+    try:
+        for ns in (namespace, other):
+            (tmp_path / ns).mkdir()
+            backends(cluster, ns, tmp_path / ns)
+        sick.set_mode(sick.v2, "error")
+        with router(namespace, tmp_path / "router.log") as r:
+            prom = prometheus()
+            prom.set_targets([f"127.0.0.1:{r.port}"])
+            env = {"TINCT_TABLE_NAMESPACE": namespace, "TINCT_PROMETHEUS_URL": prom.url}
+            with patched_environ(TINCT_LINEAGE_ROOT=str(tmp_path / "lineage"), TINCT_RELEASE_TICK="0.5",
+                                 TINCT_ARTIFACT_ROOTS=str(tmp_path), **env):  # fmt: skip
+                args = ["run", *MODULES, "--standalone", "--namespace", namespace, "--namespace", other]
+                with (
+                    KopfRunner(args, timeout=60) as runner,
+                    Background(r.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]),
+                ):
+                    for ns, s in ((namespace, sick), (other, well)):
+                        doc = Stack(cluster, ns, tmp_path, s, r, prom).release(failureLimit=1)
+                        doc["spec"]["models"] = ["llama3-8b"] if ns == namespace else ["llama3-8b-b"]
+                        apply(cluster, ns, doc)
+                    # Traffic for the second release's model too.
+                    with Background(r.port, [CellTraffic("audit", "low", 300, model="llama3-8b-b")]):
+                        rolled = wait_release(
+                            cluster,
+                            namespace,
+                            lambda s: s.get("phase") == "RolledBack",
+                            "sick rolled back",
+                            timeout=180,
+                        )
+                        promoted = wait_release(
+                            cluster,
+                            other,
+                            lambda s: s.get("phase") == "Promoted",
+                            "well promoted",
+                            timeout=240,
+                        )
+                assert runner.exception is None, runner.output
+    finally:
+        sick.stop()
+        well.stop()
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+    assert rolled["lastAnalysis"]["metrics"][0]["value"] < 95
+    assert promoted["failedAnalyses"] == 0
+
+
+def test_a_custom_metric_answering_inf_is_inconclusive_and_recorded(stack: Stack) -> None:
+    with stack.operator(), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
+        apply(
+            stack.cluster,
+            stack.ns,
+            stack.release(metrics=[{"name": "custom", "query": "vector(+Inf)", "max": 1}], interval="3s"),
+        )
+        st = wait_release(
+            stack.cluster,
+            stack.ns,
+            lambda s: s.get("inconclusiveAnalyses", 0) >= 1,
+            "inconclusive",
+            timeout=120,
+        )
+    m = st["lastAnalysis"]["metrics"][0]
+    assert (m["verdict"], m.get("value")) == ("Inconclusive", None)
+    assert "+Inf" in m["message"]
+    assert (st["phase"], st["step"]) == ("Progressing", 0)
+
+
+def test_prometheus_urls_come_from_the_operator_and_a_hanging_one_delays_nobody(stack: Stack) -> None:
+    """A release naming a URL the operator does not know is refused before anything is
+    fetched; one reading a Prometheus that never answers does not hold up another's rollback."""
+    import socket
+
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(64)  # accepts connections and never answers
+    slow = f"http://127.0.0.1:{hang.getsockname()[1]}"
+    stack.schedulers.set_mode(stack.schedulers.v2, "error")
+    try:
+        with (
+            stack.operator(TINCT_PROMETHEUS=f"slow={slow}", TINCT_PROMETHEUS_TIMEOUT="60"),
+            Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]),
+        ):
+            stranger = stack.release()
+            stranger["metadata"]["name"] = "stranger"
+            stranger["spec"]["analysis"]["prometheus"] = {"url": "http://169.254.169.254/latest"}
+            stranger["spec"]["models"] = ["stranger"]
+            waiting = stack.release(interval="2s")
+            waiting["metadata"]["name"] = "waiting"
+            waiting["spec"]["analysis"]["prometheus"] = {"name": "slow"}
+            waiting["spec"]["models"] = ["waiting"]
+            waiting["spec"]["analysis"]["metrics"] = [{"name": "custom", "query": "vector(1)", "max": 2}]
+            apply(stack.cluster, stack.ns, stranger, waiting)
+            refused = wait_release(
+                stack.cluster, stack.ns, lambda s: any(c["reason"] == "PrometheusNotAllowed" for c in s.get("conditions", [])),
+                "refused", name="stranger",
+            )  # fmt: skip
+            wait_release(
+                stack.cluster,
+                stack.ns,
+                lambda s: s.get("phase") == "Progressing",
+                "waiting started",
+                name="waiting",
+            )
+            apply(stack.cluster, stack.ns, stack.release(failureLimit=1))
+            rolled = wait_release(
+                stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=120
+            )
+            slowpoke = release_status(stack.cluster, stack.ns, "waiting")
+    finally:
+        hang.close()
+    assert refused["phase"] == "Pending"
+    assert "169.254.169.254" in condition(refused, "AnalysisReady")["message"]
+    assert "use one of" in condition(refused, "AnalysisReady")["message"]
+    assert rolled["failedAnalyses"] == 1
+    assert slowpoke.get("lastAnalysis") is None, "its analysis is still waiting on the slow Prometheus"

@@ -32,21 +32,19 @@ from release_cluster import (
     modelversion,
     operator,
     release_status,
+    table,
     wait,
     wait_release,
 )
-from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION
+from tinct.api.routing import configmap_name
 
 pytestmark = pytest.mark.usefixtures("crds")
 
-NO_METRICS = {"interval": "2s", "prometheus": {"url": "http://127.0.0.1:9"}, "metrics": []}
+NO_METRICS = {"interval": "2s", "metrics": []}
 
 
 def _table(cluster: Cluster, ns: str) -> tuple[int, dict[str, Any]] | None:
-    cm = get(cluster, ns, "configmap", "tinct-routing-chat")
-    if cm is None:
-        return None
-    return int(cm["metadata"]["annotations"][VERSION_ANNOTATION]), json.loads(cm["data"][DATA_KEY])
+    return table(cluster, ns)
 
 
 def _hpa_bounds(cluster: Cluster, ns: str, side: str) -> tuple[int, int] | None:
@@ -117,18 +115,22 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
         seen: list[tuple[int, str, int, list[float]]] = []
 
         def promoted() -> bool:
+            # Status is recorded before the table is applied: the end is both showing Promoted
+            # at the version status recorded, read in that order so neither can be missed.
+            st = release_status(cluster, ns)
             got = _table(cluster, ns)
             if got is not None:
                 version, table = got
                 entry = (version, table["state"], table["step"], [c["weight"] for c in table["cells"]])
                 if not seen or seen[-1] != entry:
                     seen.append(entry)
-            return release_status(cluster, ns).get("phase") == "Promoted"
+            recorded = (st.get("routing") or {}).get("version")
+            return st.get("phase") == "Promoted" and got is not None and got[0] == recorded
 
         wait("Promoted", promoted)
         st = release_status(cluster, ns)
         hpas = {side: _hpa_bounds(cluster, ns, side) for side in ("stable", "candidate")}
-        cm = get(cluster, ns, "configmap", "tinct-routing-chat")
+        cm = get(cluster, ns, "configmap", configmap_name(ns, "chat"))
     versions = [v for v, *_ in seen]
     assert versions == sorted(versions)
     assert len(set(versions)) == len(versions)
@@ -146,7 +148,8 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
         "len:*+role:*+latency:*": 100,
     }
     assert cm is not None
-    assert cm["metadata"]["ownerReferences"][0]["kind"] == "GrayRelease"
+    assert cm["metadata"]["labels"]["tinct.io/release-namespace"] == ns
+    assert "ownerReferences" not in cm["metadata"], "the table outlives its release as the standing route"
     assert hpas["candidate"] == (1, 12)
     assert hpas["stable"] is not None
     assert hpas["stable"][0] == 1
@@ -213,7 +216,7 @@ def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, 
         wait_release(cluster, ns, lambda s: s.get("phase") == "Paused", "Paused")
         out = _tinct("release", "resume", "chat", "-n", ns, "--wait", "60")
         assert out.returncode == 0, out.stderr
-        assert "Progressing at step 0" in out.stdout
+        assert "Progressing at step 1/4" in out.stdout
 
         out = _tinct("release", "abort", "chat", "-n", ns, "--wait", "60")
         assert out.returncode == 0, out.stderr
@@ -264,6 +267,7 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
         "TINCT_LINEAGE_ROOT": str(root),
         "TINCT_RELEASE_TICK": "0.5",
         "TINCT_ARTIFACT_ROOTS": str(tmp_path),
+        "TINCT_TABLE_NAMESPACE": ns,
     }
     metrics_port = free_port()
     proc = subprocess.Popen(
@@ -352,7 +356,7 @@ def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str
     assert [s["managed"] for s in st["autoscaling"]] == [True, False]
 
 
-def test_deleting_the_release_collects_its_table_and_hpas_not_the_deployments(
+def test_deleting_the_release_collects_its_hpas_keeps_its_route_and_the_deployments(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
@@ -365,7 +369,10 @@ def test_deleting_the_release_collects_its_table_and_hpas_not_the_deployments(
         cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--wait=false")
         # The operator lets go of the release (its finalizer); the garbage collector does the rest.
         wait("the release gone", lambda: get(cluster, ns, "grayrelease", "chat") is None)
-    wait("the ConfigMap collected", lambda: _table(cluster, ns) is None)
+    standing = _table(cluster, ns)
+    assert standing is not None, "its model stays served: the table is the standing route now"
+    assert standing[1]["standing"] is True
+    assert {c["weight"] for c in standing[1]["cells"]} == {0}, "not promoted: stable serves it"
     wait(
         "the HPAs collected",
         lambda: _hpa_bounds(cluster, ns, "stable") is None and _hpa_bounds(cluster, ns, "candidate") is None,
@@ -385,11 +392,13 @@ def test_children_deleted_by_hand_are_applied_again(cluster: Cluster, namespace:
         wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "candidate"))
         before = wait("the table", lambda: _table(cluster, ns))
         time.sleep(11)  # past the grace in which the operator trusts its own last write
-        cluster.kubectl("delete", "configmap/tinct-routing-chat", "hpa/tinct-chat-candidate", "-n", ns)
+        cluster.kubectl(
+            "delete", f"configmap/{configmap_name(ns, 'chat')}", "hpa/tinct-chat-candidate", "-n", ns
+        )
         again = wait("the table again", lambda: _table(cluster, ns))
         hpa = wait("the candidate HPA again", lambda: _hpa_bounds(cluster, ns, "candidate"))
         st = release_status(cluster, ns)
-    assert again[0] > before[0]
+    assert again[0] == before[0], "the table status recorded, applied again as it was"
     assert [c["weight"] for c in again[1]["cells"]] == [c["weight"] for c in before[1]["cells"]]
     assert hpa == (1, 1)
     assert st["routing"]["version"] == again[0]

@@ -399,7 +399,7 @@ def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
         if w:
             assert available >= need[int(w[0])], (w, available)
     # While the release ran, stable kept its floor of 3; the candidate's minimum rose before its share did.
-    running = [s for s in seen if s[0] and s[0][0] < 100]
+    running = [s for s in seen if s[0] and 0 < s[0][0] < 100]
     assert running
     assert all(stable is None or stable[0] == 3 for _, _, stable, _ in running)
     waits = [e for e in events(cluster, ns) if e["reason"] == "WaitingForCapacity"]
@@ -425,7 +425,13 @@ def test_without_analysis_no_step_advances_over_zero_available_replicas(
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis=NO_METRICS))
         st = wait_release(
-            cluster, ns, lambda s: "no available replica" in (s.get("message") or ""), "waiting for replicas"
+            cluster,
+            ns,
+            lambda s: (
+                "waiting for 1 available replicas of candidate Deployment sched-v2 (0 now)"
+                in (s.get("message") or "")
+            ),
+            "waiting for replicas",
         )
         time.sleep(6)  # three intervals
         later = release_status(cluster, ns)

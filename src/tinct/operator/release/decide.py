@@ -380,6 +380,7 @@ class _Round:
         self.st = self.old.model_copy(deep=True)
         self.n = steps_of(self.spec)
         self.out: list[Transition] = []
+        self.at: dict[int, tuple[GrayReleasePhase, int, datetime | None]] = {}
         #: The candidate is unavailable this round: it serves nothing.
         self.withdrawn = False
         #: Why the release is held this round (for the progress deadline's message).
@@ -390,7 +391,10 @@ class _Round:
     # --- helpers -----------------------------------------------------------------------
 
     def emit(self, t: Transition) -> None:
+        st = self.st
         self.out.append(t)
+        #: Where the release stood right after ``t``: its history row says that, not the end of the round.
+        self.at[id(t)] = (st.phase, st.step, st.step_started_at)
 
     def enter(self, phase: GrayReleasePhase, step: int) -> None:
         st = self.st
@@ -606,6 +610,9 @@ class _Round:
                 "Recovered", f"the failed precondition holds now; starting over from step 1/{self.n}"
             )
 
+        if st.stable_floor is None and inputs.capacity.stable_replicas is not None:
+            # What stable served everything with before this attempt: kept until promotion.
+            st.stable_floor = max(1, inputs.capacity.stable_replicas)
         started = st.step_started_at is not None
         serving = self.old.candidate_weight > 0
         down = self.candidate_down() if started or st.next_step is not None else []
@@ -648,9 +655,6 @@ class _Round:
         )
 
     def start(self) -> Transition | None:
-        st = self.st
-        if st.stable_floor is None and self.inputs.capacity.stable_replicas is not None:
-            st.stable_floor = max(1, self.inputs.capacity.stable_replicas)
         short = self.short_of(0)
         if short:
             t = self.wait("WaitingForCapacity", short)
@@ -834,15 +838,18 @@ class _Round:
                 for m in st.last_analysis.metrics
                 if m.value is not None and math.isfinite(m.value)
             }
+        phase, step, started = self.at.get(id(t), (st.phase, st.step, st.step_started_at))
+        then = st.model_copy(update={"phase": phase, "step": step, "step_started_at": started})
+        last = t is self.out[-1]
         st.history = [
             *st.history,
             HistoryEntry(
                 seq=st.transitions,
                 reason=t.reason,
                 message=t.message[:2000],
-                phase=st.phase,
-                step=st.step,
-                weights=dict(st.weights),
+                phase=phase,
+                step=step,
+                weights=weights_for(self.spec, then, self.withdrawn and last),
                 metrics=metrics,
                 time=self.now,
             ),

@@ -487,8 +487,13 @@ def _actions(rt: Runtime, key: Key, body: kopf.Body, status: GrayReleaseStatus |
     """The action values to consider now: those the watch delivered, then the current one."""
     current = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
     done = set(status.seen_actions) if status is not None else set()
-    values = [*rt.actions.get(key, []), *([current] if current else [])]
-    return [v for v in dict.fromkeys(values) if v not in done]
+    acked = status.acknowledged_action if status is not None else None
+    values = [v for v in rt.actions.get(key, []) if v not in done and v != current]
+    # The annotation as it stands is decided on even when seen before (GitOps restoring an old
+    # value): the decision refuses it and says so, once.
+    if current and current != acked:
+        values.append(current)
+    return list(dict.fromkeys(values))
 
 
 def _forget_actions(rt: Runtime, key: Key, status: GrayReleaseStatus) -> None:

@@ -245,6 +245,8 @@ class TableWatch:
             except ApiException as e:
                 if e.status == 410:
                     continue
+                if self._stop.is_set():
+                    break
                 _log.warning(
                     "watching routing tables in namespace %s failed: %s %s; retrying",
                     self.namespace,
