@@ -12,11 +12,14 @@ and measures:
 - ``rollback_reaction_s``: a release whose candidate answers 5xx under steady traffic, with
   ``failureLimit: 1``: from the time of the analysis that fails (``status.lastAnalysis.time``)
   to the router serving the rollback table.
+- ``operator_rss_growth_mb_noisy_cluster`` / ``router_rss_growth_mb_noisy_cluster``: how much
+  the operator's and the router's RSS grow when ``--noise`` unrelated ConfigMaps of 50 KB are
+  created in the namespace of the releases and their tables (targets: under 30 MB each).
 
 Everything listens on 127.0.0.1; everything started here is stopped at the end. The last
 line printed is the JSON summary; progress goes to stderr.
 
-Usage: python bench/release.py [--releases N] [--cells N] [--window SECONDS] [--writes N]
+Usage: python bench/release.py [--releases N] [--cells N] [--window SECONDS] [--writes N] [--noise N]
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ def cells(n: int) -> list[dict[str, Any]]:
     return out
 
 
-def release(name: str, n_cells: int, prom: str, v1: str, v2: str, **analysis: Any) -> dict[str, Any]:
+def release(name: str, n_cells: int, v1: str, v2: str, **analysis: Any) -> dict[str, Any]:
+    """A release serving the model ``name``, judged by the operator's default Prometheus."""
     return {
         "apiVersion": "tinct.io/v1alpha1",
         "kind": "GrayRelease",
@@ -100,6 +104,7 @@ def release(name: str, n_cells: int, prom: str, v1: str, v2: str, **analysis: An
                 "schedulerVersion": "v2",
                 "url": v2,
             },
+            "models": [name],
             "dye": {
                 "promptLength": {"buckets": BUCKETS},
                 "role": {"values": ROLES, "default": "user"},
@@ -111,7 +116,6 @@ def release(name: str, n_cells: int, prom: str, v1: str, v2: str, **analysis: An
                 "failureLimit": 2,
                 "minRequests": 10,
                 "inconclusiveLimit": 10000,
-                "prometheus": {"url": prom},
                 "metrics": [{"name": "success-rate", "min": 99}, {"name": "latency-p95", "maxMs": 800}],
                 **analysis,
             },
@@ -144,6 +148,7 @@ def main() -> int:
     ap.add_argument("--cells", type=int, default=27)
     ap.add_argument("--window", type=float, default=60.0, help="seconds the operator's CPU is measured over")
     ap.add_argument("--writes", type=int, default=200, help="routing-table writes timed for propagation")
+    ap.add_argument("--noise", type=int, default=5000, help="unrelated 50 KB ConfigMaps for the noisy-cluster RSS")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tinct-release-bench-"))
@@ -184,7 +189,7 @@ def main() -> int:
 
         with (
             router(NS, work / "router-prop.log", release="prop") as prop,
-            router(NS, work / "router.log", release="rollback") as rt,
+            router(NS, work / "router.log") as rt,
         ):
             prom.set_targets([f"127.0.0.1:{rt.port}"], wait=True)
             propagation = measure_propagation(cp, prop, args.writes)
@@ -195,6 +200,8 @@ def main() -> int:
                 "TINCT_LINEAGE_ROOT": str(work / "lineage"),
                 "TINCT_RELEASE_TICK": "5",
                 "TINCT_ARTIFACT_ROOTS": str(work),
+                "TINCT_TABLE_NAMESPACE": NS,
+                "TINCT_PROMETHEUS_URL": prom.url,
             }
             with (work / "operator.log").open("wb") as fh:
                 op = subprocess.Popen(
@@ -272,7 +279,7 @@ def run_releases(
 ) -> dict[str, float]:
     log(f"applying {args.releases} GrayReleases of {args.cells} cells")
     docs = [
-        release(f"r{i:03d}", args.cells, prom.url, schedulers.v1.url, schedulers.v2.url)
+        release(f"r{i:03d}", args.cells, schedulers.v1.url, schedulers.v2.url)
         for i in range(args.releases)
     ]
     for chunk in range(0, len(docs), 20):
@@ -313,7 +320,6 @@ def run_releases(
     rb = release(
         "rollback",
         3,
-        prom.url,
         schedulers.v1.url,
         schedulers.v2.url,
         failureLimit=1,
@@ -333,7 +339,7 @@ def run_releases(
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    with Background(rt.port, [CellTraffic("user", "low", 5)]):
+    with Background(rt.port, [CellTraffic("user", "low", 5, model="rollback")]):
 
         def rolled_back() -> dict[str, Any] | None:
             obj = json.loads(cp.kubectl("get", "grayrelease", "rollback", "-n", NS, "-o", "json").stdout)
@@ -346,11 +352,46 @@ def run_releases(
     failed_at = datetime.fromisoformat(st["lastAnalysis"]["time"].replace("Z", "+00:00")).timestamp()
     reaction = seen[st["routing"]["version"]] - failed_at
     log(f"rollback: analysis at {failed_at:.3f}, router on the 0% table {reaction:.3f} s later")
+    noisy = measure_noise(cp, op.pid, rt.proc.pid, args.noise)
     return {
         "rollback_reaction_s": round(reaction, 3),
         "operator_cpu_cores": round(cores, 3),
         "operator_rss_mb": round(rss, 1),
         "releases_analysed_in_window": fresh,
+        **noisy,
+    }
+
+
+def _steady_rss(pid: int, seconds: float = 10.0) -> float:
+    """The largest RSS of ``pid`` over ``seconds``."""
+    top, end = 0.0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        top = max(top, proc_rss_mb(pid))
+        time.sleep(0.5)
+    return top
+
+
+def measure_noise(cp: ControlPlane, operator_pid: int, router_pid: int, n: int) -> dict[str, float]:
+    """RSS growth of the operator and the router when ``n`` unrelated 50 KB ConfigMaps appear
+    beside the releases and their tables."""
+    from kubernetes import client
+
+    log(f"noisy cluster: creating {n} unrelated ConfigMaps of 50 KB in {NS}")
+    before = {"operator": _steady_rss(operator_pid), "router": _steady_rss(router_pid)}
+    api = client.CoreV1Api()
+    blob = "x" * 50_000
+    for i in range(n):
+        api.create_namespaced_config_map(
+            NS, {"metadata": {"name": f"noise-{i:05d}", "labels": {"app": "noise"}}, "data": {"blob": blob}}
+        )
+        if i % 1000 == 999:
+            log(f"{i + 1}/{n} created")
+    time.sleep(10)  # let any watch that would receive them do so
+    after = {"operator": _steady_rss(operator_pid), "router": _steady_rss(router_pid)}
+    log(f"RSS before {before}, after {after}")
+    return {
+        "operator_rss_growth_mb_noisy_cluster": round(after["operator"] - before["operator"], 1),
+        "router_rss_growth_mb_noisy_cluster": round(after["router"] - before["router"], 1),
     }
 
 

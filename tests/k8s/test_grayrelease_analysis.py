@@ -199,7 +199,10 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
         stack.operator(),
         Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]) as bg,
     ):
-        apply(stack.cluster, stack.ns, stack.release(failureLimit=2))
+        # Every request tried on the candidate: each window judges its answers (with ejections, a
+        # window shorter than the cooldown may see the candidate untried and say nothing).
+        fallback = {"consecutiveFailures": 1000, "cooldownSeconds": 0}
+        apply(stack.cluster, stack.ns, stack.release(failureLimit=2, fallback=fallback))
         st = wait_release(
             stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
         )
@@ -213,7 +216,7 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
     assert {c["weight"] for c in table["cells"]} == {0}
     assert set(after.values()) == {"v1"}
     assert (st["step"], st["failedAnalyses"]) == (0, 2)
-    assert "rolled back at step 0 after 2 failed analyses" in st["message"]
+    assert "rolled back at step 1/3 after 2 failed analyses" in st["message"]
     assert "success-rate" in st["message"]
     assert candidate_hpa == (1, 1)
     assert condition(st, "AnalysisPassing")["status"] == "False"
@@ -250,7 +253,13 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
     # Only the default cell gets traffic: the long/admin/high cell is inconclusive, not failed.
     with stack.operator(), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(perCell=True, interval="5s"))
-        st = wait_release(stack.cluster, stack.ns, lambda s: s.get("step") == 1, "step 1", timeout=120)
+        st = wait_release(
+            stack.cluster,
+            stack.ns,
+            lambda s: s.get("step") == 1 and (s.get("routing") or {}).get("confirmedAt"),
+            "step 2/3 served by the router",
+            timeout=120,
+        )
         cells = {c["cell"]: c for c in st["lastAnalysis"]["cells"]}
         assert cells[LONG]["verdict"] == "Inconclusive"
         assert cells[DEFAULT]["verdict"] == "Pass"
@@ -372,7 +381,10 @@ def test_releases_named_alike_in_two_namespaces_never_judge_each_others_traffic(
                     Background(r.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]),
                 ):
                     for ns, s in ((namespace, sick), (other, well)):
-                        doc = Stack(cluster, ns, tmp_path, s, r, prom).release(failureLimit=1)
+                        no_ejection = {"consecutiveFailures": 1000, "cooldownSeconds": 0}
+                        doc = Stack(cluster, ns, tmp_path, s, r, prom).release(
+                            failureLimit=1, fallback=no_ejection
+                        )
                         doc["spec"]["models"] = ["llama3-8b"] if ns == namespace else ["llama3-8b-b"]
                         apply(cluster, ns, doc)
                     # Traffic for the second release's model too.

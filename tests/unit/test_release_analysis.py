@@ -271,10 +271,14 @@ def test_ejected_fallbacks_count_neither_for_nor_against_the_candidate() -> None
     assert r.requests == 21
     (sr,) = r.metrics
     assert (sr.verdict, sr.value) == ("Pass", pytest.approx(100 * 20 / 21))
-    # Nor do they make up minRequests.
-    few = evaluate(s, samples_from(answers(cand=5, fallbacks={"ejected": 20})), {}, NOW)
+    # They do make up minRequests: the candidate's share was there, and a candidate failing
+    # hard is tried only a few times per cooldown. Three tries, all failed, while ejected the
+    # rest of the window: a failure, not an inconclusive window.
+    hard = evaluate(s, samples_from(answers(cand=0, fallbacks={"upstream_error": 3, "ejected": 20})), {}, NOW)
+    assert (hard.verdict, hard.requests, hard.metrics[0].value) == ("Fail", 3, pytest.approx(0.0))
+    few = evaluate(s, samples_from(answers(cand=5, fallbacks={"ejected": 2})), {}, NOW)
     assert few.verdict == "Inconclusive"
-    assert "5 candidate requests < minRequests 10" in (few.message or "")
+    assert "7 candidate requests < minRequests 10" in (few.message or "")
     # The other fallbacks still count against it.
     bad = evaluate(s, samples_from(answers(cand=20, fallbacks={"unreachable": 20, "ejected": 20})), {}, NOW)
     assert (bad.verdict, bad.requests, bad.metrics[0].value) == ("Fail", 40, pytest.approx(50.0))

@@ -14,7 +14,9 @@ What counts is what users saw:
   after its headers (``tinct_router_truncated_responses_total``) counts against the side
   that cut it, stable included, whatever status ``tinct_router_requests_total`` recorded. An
   ``ejected`` fallback went to stable while the candidate sat out its cooldown, untried: it
-  counts neither for nor against the candidate, nor towards ``minRequests``.
+  counts neither for nor against the candidate, but towards ``minRequests`` (the candidate's
+  share was there; a candidate failing hard is tried a few times per cooldown only, and
+  those few tries are what judges it).
 - ``latency-p95`` is in milliseconds, from the TTFB histogram, interpolated within buckets as
   ``histogram_quantile`` does; a ``latency_too_high`` fallback counts as an observation above
   every bucket, and a p95 among them as at least the routers' latency limit.
@@ -184,6 +186,9 @@ def quantile(q: float, buckets: Buckets) -> float | None:
 @dataclass
 class _Group:
     requests: float = 0.0  # the candidate got: served there or fallen back after trying it
+    #: chosen for the candidate while it sat out an ejection: they count towards minRequests
+    #: (the candidate's share was there) but neither for nor against it
+    ejected: float = 0.0
     cand_ok: float = 0.0
     cand_ttfb: Buckets = field(default_factory=dict)
     slow: float = 0.0
@@ -212,7 +217,10 @@ def _group(samples: Samples, tags: Iterable[str] | None) -> _Group:
             g.stable_ok += s.ok
             _add(g.stable_ttfb, s.ttfb)
     for (tag, reason), n in samples.fallbacks.items():
-        if (wanted is not None and tag not in wanted) or reason == EJECTED:
+        if wanted is not None and tag not in wanted:
+            continue
+        if reason == EJECTED:
+            g.ejected += n
             continue
         g.requests += n
         if reason == TOO_SLOW:
@@ -404,7 +412,7 @@ def evaluate(
     if samples.non_finite:
         answered = ", ".join(f"{v} for {q}" for q, v in samples.non_finite.items())
         unusable = f"Prometheus answered {answered}, not a finite number"
-    few = _too_few(overall.requests, spec.min_requests)
+    few = _too_few(overall.requests + overall.ejected, spec.min_requests)
     results: list[MetricResult] = []
     for i, m in enumerate(spec.metrics):
         if m.name == "custom":
@@ -424,7 +432,7 @@ def evaluate(
         for name, tags in cells.items():
             g = _group(samples, tags)
             counted = g.requests if math.isfinite(g.requests) else 0.0
-            if unusable or _too_few(g.requests, spec.min_requests):
+            if unusable or _too_few(g.requests + g.ejected, spec.min_requests):
                 cell_results.append(CellResult(cell=name, requests=counted, verdict="Inconclusive"))
                 continue
             ms = [_builtin(m, g, cutoff_ms, [g]) for m in builtins]

@@ -819,6 +819,8 @@ class _Round:
         st.progress = f"{self.n}/{self.n}" if st.phase == "Promoted" else self.label()
         if self.out:
             st.message = self.out[-1].message[:1024]
+        elif self.held and st.phase == "Progressing":
+            st.message = f"holding step {self.label()}: {self.held}"[:1024]
         elif self.held and st.phase == "Pending":
             st.message = st.message or self.held[:1024]
         if self.capacity is not None:
