@@ -148,7 +148,9 @@ def main() -> int:
     ap.add_argument("--cells", type=int, default=27)
     ap.add_argument("--window", type=float, default=60.0, help="seconds the operator's CPU is measured over")
     ap.add_argument("--writes", type=int, default=200, help="routing-table writes timed for propagation")
-    ap.add_argument("--noise", type=int, default=5000, help="unrelated 50 KB ConfigMaps for the noisy-cluster RSS")
+    ap.add_argument(
+        "--noise", type=int, default=5000, help="unrelated 50 KB ConfigMaps for the noisy-cluster RSS"
+    )
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tinct-release-bench-"))
@@ -279,8 +281,7 @@ def run_releases(
 ) -> dict[str, float]:
     log(f"applying {args.releases} GrayReleases of {args.cells} cells")
     docs = [
-        release(f"r{i:03d}", args.cells, schedulers.v1.url, schedulers.v2.url)
-        for i in range(args.releases)
+        release(f"r{i:03d}", args.cells, schedulers.v1.url, schedulers.v2.url) for i in range(args.releases)
     ]
     for chunk in range(0, len(docs), 20):
         cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs[chunk : chunk + 20]))

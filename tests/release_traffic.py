@@ -57,8 +57,12 @@ def ask(
     try:
         c.request("POST", "/v1/chat/completions", body=cell.body(), headers=headers)
         resp = c.getresponse()
-        resp.read()
-        return resp.getheader("X-Scheduler-Active", "?"), resp.getheader("X-Fallback-Reason", "-")
+        side = resp.getheader("X-Scheduler-Active", "?")
+        try:
+            resp.read()
+        except http.client.IncompleteRead:
+            return side, "truncated"  # the answer was cut after its headers
+        return side, resp.getheader("X-Fallback-Reason", "-")
     finally:
         if conn is None:
             c.close()
@@ -159,7 +163,7 @@ class Background:
             cell = self.cells[i % len(self.cells)]
             try:
                 side, reason = ask(self.port, cell, f"bg-{i}")
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 side, reason = "error", "-"
             key = (side, reason)
             self.answered[key] = self.answered.get(key, 0) + 1
