@@ -41,6 +41,7 @@ from controlplane import build  # noqa: E402
 from controlplane.harness import ControlPlane, free_port  # noqa: E402
 from controlplane.prometheus import Prometheus  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
+from release_cluster import deployment  # noqa: E402
 from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background  # noqa: E402
 from router_fakes import BackgroundSchedulers  # noqa: E402
 
@@ -133,21 +134,35 @@ def main() -> int:
         v200 = make_artifact_set(work / "models" / "2.0.0")
 
         models = work / "models"
-        say(f"tinct operator --namespace {NS} --lineage-root {lineage} --artifact-root {models}")
-        with process(
-            [
-                TINCT,
-                "operator",
-                "--namespace",
-                NS,
-                "--lineage-root",
-                str(lineage),
-                "--artifact-root",
-                str(models),
-            ],
-            work / "operator.log",
-            env,
-        ) as op:
+        say(
+            "Prometheus (built from its Go module, cached): the operator's one, scraping the routers every second"
+        )
+        prom = Prometheus(build.ensure_prometheus(), work / "prometheus").start()
+        say(
+            f"tinct operator --namespace {NS} --table-namespace {NS} --prometheus-url {prom.url} "
+            f"--lineage-root {lineage} --artifact-root {models}"
+        )
+        with (
+            contextlib.closing(prom),
+            process(
+                [
+                    TINCT,
+                    "operator",
+                    "--namespace",
+                    NS,
+                    "--table-namespace",
+                    NS,
+                    "--prometheus-url",
+                    prom.url,
+                    "--lineage-root",
+                    str(lineage),
+                    "--artifact-root",
+                    str(models),
+                ],
+                work / "operator.log",
+                env,
+            ) as op,
+        ):
             docs = [
                 modelversion("llama3-8b-1-4-0", "1.4.0", v140),
                 modelversion("llama3-8b-2-0-0", "2.0.0", v200),
@@ -205,7 +220,7 @@ def main() -> int:
 
             backends = BackgroundSchedulers()
             try:
-                gray_releases(cp, env, work, lineage, backends, op)
+                gray_releases(cp, env, work, lineage, backends, op, prom)
             finally:
                 backends.stop()
     say(f"done; logs were in {work} (removed)")
@@ -242,15 +257,15 @@ def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> A
     )
 
 
-def release_doc(name: str, prom: str, backends: BackgroundSchedulers) -> dict[str, Any]:
-    """examples/grayrelease.yaml as shipped, but with the schedulers on loopback, this Prometheus
-    and a 5 s interval so the demo stays short."""
+def release_doc(name: str, backends: BackgroundSchedulers) -> dict[str, Any]:
+    """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus), but with the
+    schedulers on loopback and a 5 s interval so the demo stays short."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
     doc["metadata"]["name"] = name
     spec = doc["spec"]
     spec["stable"]["url"] = backends.v1.url
     spec["candidate"]["url"] = backends.v2.url
-    spec["analysis"].update(interval="5s", minRequests=3, prometheus={"url": prom})
+    spec["analysis"].update(interval="5s", minRequests=3)
     # An ejected candidate gets no requests for the cooldown; the demo's is short.
     spec["fallback"]["cooldownSeconds"] = 2
     return doc
@@ -289,82 +304,86 @@ def gray_releases(
     lineage: Path,
     backends: BackgroundSchedulers,
     op: subprocess.Popen[bytes],
+    prom: Prometheus,
 ) -> None:
-    say("Prometheus (built from its Go module, cached) scraping one router per release every second")
-    with Prometheus(build.ensure_prometheus(), work / "prometheus") as prom:
-        objs = [
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": n},
-                "spec": {"ports": [{"port": 8000}]},
-            }
-            for n in ("sched-v1", "sched-v2")
-        ]
-        cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump_all(objs))
-        cp.kubectl("create", "deployment", "sched-v1", "-n", NS, "--image=registry.invalid/sched:1")
-        cp.kubectl("create", "deployment", "sched-v2", "-n", NS, "--image=registry.invalid/sched:2")
-        port, port2 = free_port(), free_port()
-        with (
-            router_process(port, "chat", work / "router.log", env) as router,
-            router_process(port2, "chat-2", work / "router-2.log", env),
-        ):
-            prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}"])
-            say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 5 s analysis interval)")
-            show(
-                cp.kubectl(
-                    "apply",
-                    "-n",
-                    NS,
-                    "-f",
-                    "-",
-                    input=yaml.safe_dump(release_doc("chat", prom.url, backends)),
-                ).stdout
-            )
-            cells = [LONG_ADMIN_HIGH, LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]
-            with Background(port, cells):
-                follow(cp, "chat", lambda st: st.get("step") == 1, op)
-                say("tinct release pause chat   (hold step 1 while we look at it)")
-                show(tinct(env, "release", "pause", "chat", "-n", NS))
-                follow(cp, "chat", lambda st: st.get("phase") == "Paused", op)
-                say("tinct release status chat")
-                show(tinct(env, "release", "status", "chat", "-n", NS))
-                wait_for(
-                    "the router on the step-1 table",
-                    lambda: router.poll() is None and router_ready(port),
-                    proc=router,
-                )
-                run_requests(port, backends)
-                time.sleep(3)  # the ejection's cooldown ends: the router tries v2 again
-                say("tinct release resume chat   (Prometheus analysis each interval until Promoted)")
-                show(tinct(env, "release", "resume", "chat", "-n", NS))
-                follow(cp, "chat", lambda st: st.get("phase") == "Promoted", op)
+    say("Services and Deployments of the two schedulers (their Pods run on the simulated node)")
+    objs = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": n},
+            "spec": {"ports": [{"port": 8000}]},
+        }
+        for n in ("sched-v1", "sched-v2")
+    ]
+    cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump_all(objs))
+    cp.kubectl(
+        "apply",
+        "-n",
+        NS,
+        "-f",
+        "-",
+        input=yaml.safe_dump_all([deployment("sched-v1"), deployment("sched-v2")]),
+    )
+    port, port2 = free_port(), free_port()
+    with (
+        router_process(port, "chat", work / "router.log", env) as router,
+        router_process(port2, "chat-2", work / "router-2.log", env),
+    ):
+        prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}"])
+        say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 5 s analysis interval)")
+        show(
+            cp.kubectl(
+                "apply",
+                "-n",
+                NS,
+                "-f",
+                "-",
+                input=yaml.safe_dump(release_doc("chat", backends)),
+            ).stdout
+        )
+        cells = [LONG_ADMIN_HIGH, LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]
+        with Background(port, cells):
+            follow(cp, "chat", lambda st: st.get("step") == 1, op)
+            say("tinct release pause chat   (hold step 1 while we look at it)")
+            show(tinct(env, "release", "pause", "chat", "-n", NS))
+            follow(cp, "chat", lambda st: st.get("phase") == "Paused", op)
             say("tinct release status chat")
             show(tinct(env, "release", "status", "chat", "-n", NS))
+            wait_for(
+                "the router on the step-1 table",
+                lambda: router.poll() is None and router_ready(port),
+                proc=router,
+            )
+            run_requests(port, backends)
+            time.sleep(3)  # the ejection's cooldown ends: the router tries v2 again
+            say("tinct release resume chat   (Prometheus analysis each interval until Promoted)")
+            show(tinct(env, "release", "resume", "chat", "-n", NS))
+            follow(cp, "chat", lambda st: st.get("phase") == "Promoted", op)
+        say("tinct release status chat")
+        show(tinct(env, "release", "status", "chat", "-n", NS))
 
-            say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
-            backends.set_mode(backends.v2, "error")
+        say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
+        backends.set_mode(backends.v2, "error")
+        cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", backends)))
+        with Background(port2, cells):
+            follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
+        say("tinct release status chat-2")
+        show(tinct(env, "release", "status", "chat-2", "-n", NS))
+        say("kubectl get events (GrayRelease)")
+        show(
             cp.kubectl(
-                "apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", prom.url, backends))
-            )
-            with Background(port2, cells):
-                follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
-            say("tinct release status chat-2")
-            show(tinct(env, "release", "status", "chat-2", "-n", NS))
-            say("kubectl get events (GrayRelease)")
-            show(
-                cp.kubectl(
-                    "get",
-                    "events",
-                    "-n",
-                    NS,
-                    "--field-selector",
-                    "involvedObject.kind=GrayRelease",
-                    "--sort-by=.metadata.creationTimestamp",
-                    "-o",
-                    "custom-columns=OBJECT:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message",
-                ).stdout
-            )
+                "get",
+                "events",
+                "-n",
+                NS,
+                "--field-selector",
+                "involvedObject.kind=GrayRelease",
+                "--sort-by=.metadata.creationTimestamp",
+                "-o",
+                "custom-columns=OBJECT:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message",
+            ).stdout
+        )
     query = (
         "SELECT release, state, step, to_model_version AS candidate, "
         "weights['len:long+role:admin+latency:high'] AS long_admin_high, "

@@ -60,7 +60,9 @@ def test_install_upgrade_uninstall(helm: Helm, cluster: Cluster, namespace: str)
     assert _get(cluster, "service", f"{rel}-tinct-router", "-n", namespace) is not None
     role = _get(cluster, "clusterrole", f"{rel}-tinct-operator")
     assert role is not None
-    assert _get(cluster, "clusterrolebinding", f"{rel}-tinct-router") is not None
+    assert _get(cluster, "rolebinding", f"{rel}-tinct-router", "-n", namespace) is not None, (
+        "tables: chart namespace only"
+    )
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(MV))
 
     helm(

@@ -211,7 +211,7 @@ def test_kubectl_get_shows_printer_columns(cluster: Cluster, namespace: str) -> 
     mv_header = next(line for line in lines if line.startswith("NAME") and "MODEL" in line)
     assert mv_header.split() == ["NAME", "MODEL", "VERSION", "PHASE", "AGE"]
     gr_header = next(line for line in lines if line.startswith("NAME") and "CANDIDATE" in line)
-    assert gr_header.split() == ["NAME", "STABLE", "CANDIDATE", "STEP", "PHASE", "AGE"]
+    assert gr_header.split() == ["NAME", "STABLE", "CANDIDATE", "STEP", "WEIGHT", "TABLE", "PHASE", "AGE"]
     mv_row = next(line for line in lines if line.startswith("modelversion.tinct.io/llama3-8b-2-0-0"))
     assert mv_row.split()[1:3] == ["llama3-8b", "2.0.0"]
     gr_row = next(line for line in lines if line.startswith("grayrelease.tinct.io/chat"))

@@ -288,7 +288,18 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
     try:
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "4s"}))
         st1 = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 1")
-        scraped = _scrape(metrics_port)
+        # Status is recorded before the round acts and counts: wait for the metrics to follow.
+        scraped = wait(
+            "the metrics at step 2/4",
+            lambda: (
+                (got := _scrape(metrics_port))
+                and any(
+                    n == "tinct_release_step" and v == 1 and ("namespace", ns) in ls
+                    for (n, ls), v in got.items()
+                )
+                and got
+            ),
+        )
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)

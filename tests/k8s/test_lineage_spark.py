@@ -24,7 +24,7 @@ from release_cluster import apply, backends, example, get, modelversion, operato
 pytestmark = pytest.mark.usefixtures("crds")
 
 DELTA_SPARK = "io.delta:delta-spark_2.13:4.4.0"
-NO_METRICS = {"interval": "1s", "prometheus": {"url": "http://127.0.0.1:9"}, "metrics": []}
+NO_METRICS = {"interval": "2s", "metrics": []}
 COLUMNS = {
     "model_versions": ["event_id", "event", "model", "version", "uid", "generation", "onnx_sha256"],
     "artifacts": ["event_id", "uri", "format", "sha256", "size"],
