@@ -287,10 +287,10 @@ def follow(
         if op.poll() is not None:
             raise SystemExit(f"the operator exited with {op.returncode}")
         st = status(cp, name)
-        now = (st.get("phase"), st.get("step"))
+        now = (st.get("phase"), st.get("progress"))
         if st and now != seen:
             seen = now
-            show(f"{name}: {st.get('phase')} step {st.get('step')} -- {st.get('message', '')}")
+            show(f"{name}: {st.get('phase')} step {st.get('progress', '-')} -- {st.get('message', '')}")
         if st and until(st):
             return st
         time.sleep(0.3)

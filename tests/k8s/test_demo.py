@@ -46,9 +46,9 @@ def test_demo_runs_end_to_end() -> None:
     assert "X-Fallback-Reason=version_mismatch answer='hello from v1'" in out
     assert 'reason="version_mismatch"' in out
     # The operator drives both releases under Prometheus analysis.
-    assert "GrayRelease llm/chat  phase Paused  step 1/3" in out
-    assert re.search(r"chat: Promoted step 3 -- promoted after step 2: analysis passed", out)
-    assert re.search(r"chat-2: RolledBack step 0 -- rolled back at step 0 after 2 failed analyses", out)
+    assert "GrayRelease llm/chat  phase Paused  step 2/4" in out
+    assert re.search(r"chat: Promoted step 4/4 -- promoted after step 3/4: analysis passed", out)
+    assert re.search(r"chat-2: RolledBack step 1/4 -- rolled back at step 1/4 after 2 failed analyses", out)
     matrix = re.search(r"GrayRelease llm/chat-2  phase RolledBack.*?\n(.*?)\n\n", out, re.S)
     assert matrix, out
     assert re.search(r"len:long\+role:admin\+latency:high\s+5\s+20\s+50\s+100\s+0\n", matrix.group(1))
