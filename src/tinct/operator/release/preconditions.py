@@ -1,0 +1,128 @@
+"""What keeps a GrayRelease from progressing, and whose problem it is; pure.
+
+:func:`preconditions` reads the objects a release depends on (as the controller's watch
+caches hold them) and names each that is missing or not ready, with the condition it sets
+False and the side it belongs to: a problem on the candidate's side takes the candidate's
+traffic away (:mod:`~tinct.operator.release.decide`), one on stable's holds the step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
+
+__all__ = ["Party", "Problem", "Side", "preconditions"]
+
+_SEMVER_MAJOR = re.compile(r"^v?([0-9]+)\.")
+
+Side = Literal["stable", "candidate"]
+#: Whose problem a precondition is: a side's, or the release's own (e.g. its analysis).
+Party = Literal["stable", "candidate", "release"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A precondition that does not hold; ``condition`` is the status condition it sets False."""
+
+    condition: Literal["ModelVersionsReady", "BackendsAvailable", "AnalysisReady"]
+    reason: str
+    message: str
+    #: Cannot resolve without a spec change: the release fails instead of waiting.
+    fatal: bool = False
+    #: Whose problem it is; a candidate problem takes the candidate's traffic away.
+    side: Party = "candidate"
+
+
+def _mv_summary(obj: Mapping[str, Any] | None) -> tuple[str | None, str | None, str | None]:
+    if obj is None:
+        return None, None, None
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return spec.get("model"), spec.get("version"), status.get("phase")
+
+
+def preconditions(
+    spec: GrayReleaseSpec,
+    modelversions: Mapping[str, Mapping[str, Any] | None],
+    services: Mapping[str, bool],
+    deployments: Mapping[str, bool],
+) -> list[Problem]:
+    """What keeps ``spec`` from progressing, given the objects found (None / False: absent)."""
+    out: list[Problem] = []
+    sides: tuple[tuple[Side, Any], ...] = (("stable", spec.stable), ("candidate", spec.candidate))
+    found: dict[str, tuple[str | None, str | None, str | None]] = {}
+    for side, backend in sides:
+        obj = modelversions.get(backend.model_version)
+        if obj is None:
+            out.append(
+                Problem(
+                    "ModelVersionsReady",
+                    "ModelVersionMissing",
+                    f"{side} ModelVersion {backend.model_version} does not exist; apply it",
+                    side=side,
+                )
+            )
+            continue
+        found[side] = _mv_summary(obj)
+        phase = found[side][2]
+        if phase != "Ready":
+            out.append(
+                Problem(
+                    "ModelVersionsReady",
+                    "ModelVersionNotReady",
+                    f"{side} ModelVersion {backend.model_version} is {phase or 'Pending'}, not Ready",
+                    side=side,
+                )
+            )
+    if len(found) == 2:
+        (sm, sv, _), (cm, cv, _) = found["stable"], found["candidate"]
+        if sm != cm:
+            out.append(
+                Problem(
+                    "ModelVersionsReady",
+                    "DifferentModels",
+                    f"stable is model {sm!r} but candidate is {cm!r}; a release moves traffic between "
+                    "versions of one model: fix spec.stable/candidate.modelVersion",
+                    fatal=True,
+                )
+            )
+        else:
+            smaj, cmaj = _major(sv), _major(cv)
+            if smaj is not None and cmaj is not None and smaj != cmaj and not spec.allow_major_upgrade:
+                out.append(
+                    Problem(
+                        "ModelVersionsReady",
+                        "MajorUpgradeNotAllowed",
+                        f"{sv} -> {cv} changes the MAJOR version (an API break); "
+                        "set spec.allowMajorUpgrade: true to release it",
+                    )
+                )
+    for side, backend in sides:
+        if not services.get(backend.service, False):
+            out.append(
+                Problem(
+                    "BackendsAvailable",
+                    "ServiceMissing",
+                    f"{side} Service {backend.service} does not exist",
+                    side=side,
+                )
+            )
+        if backend.deployment and not deployments.get(backend.deployment, False):
+            out.append(
+                Problem(
+                    "BackendsAvailable",
+                    "DeploymentMissing",
+                    f"{side} Deployment {backend.deployment} does not exist",
+                    side=side,
+                )
+            )
+    return out
+
+
+def _major(version: str | None) -> int | None:
+    m = _SEMVER_MAJOR.match(version or "")
+    return int(m.group(1)) if m else None
