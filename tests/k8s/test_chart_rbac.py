@@ -257,9 +257,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     _refusals_common(cluster, rt_kc, namespace)
     _refused(cluster, rt_kc, "get", "configmaps", "-n", other_namespace)
     _refused(cluster, rt_kc, "create", "configmap", "forged", "-n", namespace, "--from-literal=k=v")
-    _refused(
-        cluster, rt_kc, "patch", "configmap", "tinct-routing-llm.chat", "-n", namespace, "-p", "{}"
-    )
+    _refused(cluster, rt_kc, "patch", "configmap", "tinct-routing-llm.chat", "-n", namespace, "-p", "{}")
     _refused(cluster, rt_kc, "get", "modelversions", "-n", namespace)
     _allowed(cluster, rt_kc, "get", "configmaps", "-n", namespace)
 
