@@ -452,7 +452,12 @@ def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
         doc["metadata"]["annotations"] = {"tinct.io/action": "promote@1"}
         apply(cluster, ns, doc)
         st = wait_release(
-            cluster, ns, lambda s: (s.get("lastAction") or {}).get("value") == "promote@1", "refused"
+            cluster,
+            ns,
+            lambda s: (
+                (s.get("lastAction") or {}).get("value") == "promote@1" and s.get("phase") == "Progressing"
+            ),
+            "refused, and started as it would anyway",
         )
         assert (st["phase"], st["lastAction"]["result"]) == ("Progressing", "Refused")
         assert "present when the release was created" in st["lastAction"]["message"]
