@@ -11,7 +11,9 @@ retries instead of failing the version; cancelled work raises
 The steps run in order and the first that fails decides the outcome: the quantization x
 runtime rules (no I/O), admission of every URI (``file://`` only under the artifact
 roots), presence of every file (one ``stat`` each), the format of every artifact (a few
-reads each), then the digests (every byte, compared with the declared ``sha256`` values).
+reads each, which also give the file's interface facts), the interface the facts combine
+into (:mod:`~tinct.artifacts.interface`), then the digests (every byte, compared with the
+declared ``sha256`` values).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tinct.artifacts import compat
 from tinct.artifacts.fair import Group
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT, FormatError, validate
 from tinct.artifacts.hashing import FileDigest, Progress, format_digests, hash_steps
+from tinct.artifacts.interface import Interface, InterfaceError, combine
 from tinct.artifacts.storage import (
     ArtifactNotFoundError,
     ArtifactRefusedError,
@@ -52,6 +55,9 @@ class Verification:
     files: list[tuple[str, FileDigest]] = field(default_factory=list)  # (format, digest); source last
     digests: dict[str, str] = field(default_factory=dict)
     failure: Failure | None = None
+    #: (format, uri, facts) of each artifact, in spec order; see tinct.artifacts.formats.
+    facts: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    interface: Interface | None = None
 
     @property
     def ok(self) -> bool:
@@ -129,8 +135,8 @@ async def _check_presence(
 
 async def _check_formats(
     files: list[SpecFile], group: Group, config: StorageConfig | None, onnx_parse_limit: int
-) -> Verification | None:
-    """None when every artifact is a valid file of its format; else the first failure."""
+) -> Verification | list[tuple[str, str, dict[str, Any]]]:
+    """The facts of every artifact when each is a valid file of its format; else the first failure."""
     artifacts = [f for f in files if f.index is not None]
     outcomes = await _results(
         [
@@ -149,7 +155,7 @@ async def _check_formats(
             return _fail("ArtifactMissing", f"{f.uri} vanished: {outcome.detail}")
         if isinstance(outcome, BaseException):
             raise outcome
-    return None
+    return [(f.format, f.uri, facts) for f, facts in zip(artifacts, outcomes, strict=True)]
 
 
 async def _check_digests(
@@ -211,7 +217,15 @@ async def verify(
         return sizes
     if progress is not None:
         progress.total = sum(sizes)
-    bad_format = await _check_formats(files, group, config, onnx_parse_limit)
-    if bad_format is not None:
-        return bad_format
-    return await _check_digests(files, group, config, progress)
+    facts = await _check_formats(files, group, config, onnx_parse_limit)
+    if isinstance(facts, Verification):
+        return facts
+    try:
+        interface = combine(facts)
+    except InterfaceError as exc:
+        return _fail("InterfaceInconsistent", f"{exc}: re-export the {exc.fmt} artifacts together")
+    verification = await _check_digests(files, group, config, progress)
+    if verification.ok:
+        verification.facts = facts
+        verification.interface = interface
+    return verification

@@ -18,7 +18,7 @@ SEMVER = (
 ARTIFACT_URI = r"^(file|s3|gs|az)://.+$"
 SHA256 = r"^[a-f0-9]{64}$"
 
-ArtifactFormat = Literal["onnx", "ptx", "safetensors"]
+ArtifactFormat = Literal["onnx", "ptx", "safetensors", "tokenizer"]
 QuantizationMethod = Literal["none", "awq", "gptq", "fp8", "int8", "smoothquant"]
 Runtime = Literal["tensorrt-llm", "vllm", "onnxruntime", "triton", "tgi", "llama-cpp"]
 ModelVersionPhase = Literal["Pending", "Hashing", "Ready", "Failed", "Retired"]
@@ -46,7 +46,12 @@ class Source(Model):
 class Artifact(Model):
     """One file of the version. Several files of one format (shards) are allowed."""
 
-    format: ArtifactFormat = Field(description="What the file is; its content is validated against it.")
+    format: ArtifactFormat = Field(
+        description=(
+            "What the file is; its content is validated against it. safetensors includes the "
+            "shards' index (*.safetensors.index.json); tokenizer is tokenizer.json or tokenizer_config.json."
+        )
+    )
     uri: Uri
     sha256: Digest | None = Field(default=None, description="Expected digest; a mismatch fails the version.")
 
@@ -80,6 +85,7 @@ class Digests(Model):
     onnx: str | None = None
     ptx: str | None = None
     safetensors: str | None = None
+    tokenizer: str | None = None
     source: str | None = None
 
 

@@ -1,0 +1,208 @@
+"""A ModelVersion's interface: the facts of its artifacts, combined per format, and a digest.
+
+:func:`~tinct.artifacts.formats.validate` returns the facts of one file; :func:`combine`
+turns the facts of every artifact of a version into its **interface**, a JSON-ready dict:
+
+- ``onnx`` and ``ptx``: one entry per file, keyed by file name (``model.onnx``), holding
+  that file's facts (inputs/outputs/opsets/metadata; version/target/address size/entries);
+- ``safetensors``: the shards merged into one: ``tensors`` (name -> ``DTYPE[shape]``),
+  ``metadata``, and what the tensors imply: ``vocab_size`` and ``hidden_size`` from the
+  token embedding, ``layers`` from the highest layer index in the names. With an index
+  (``*.safetensors.index.json``) every tensor must be in the shard the index names;
+- ``tokenizer``: ``tokenizer.json`` and ``tokenizer_config.json`` merged: ``vocab_size``,
+  ``vocab_digest``, ``special_tokens``, ``chat_template_digest``.
+
+:func:`digest` is the SHA-256 of the interface's canonical JSON: equal interfaces have
+equal digests whatever the URIs, so it names the contract a version offers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["Interface", "InterfaceError", "combine", "digest", "summary"]
+
+#: format -> facts (see the module docstring).
+Interface = dict[str, Any]
+
+#: Names of the token embedding, by the model families that use them.
+_EMBEDDINGS = (
+    "embed_tokens.weight",
+    "tok_embeddings.weight",
+    "word_embeddings.weight",
+    "wte.weight",
+    "embed_in.weight",
+    "embed.weight",
+    "embedding.weight",
+)
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|block)\.(\d+)\.")
+_LAYOUT = re.compile(r"^(\w+)\[([0-9,]*)\]$")
+
+
+class InterfaceError(ValueError):
+    """The artifacts of one format contradict each other (e.g. a shard and its index)."""
+
+    def __init__(self, fmt: str, detail: str) -> None:
+        super().__init__(fmt, detail)
+        self.fmt = fmt
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.fmt} artifacts disagree: {self.detail}"
+
+
+def _name(uri: str) -> str:
+    return posixpath.basename(uri.rstrip("/")) or uri
+
+
+def _shape(layout: str) -> list[int]:
+    m = _LAYOUT.match(layout)
+    if m is None or not m.group(2):
+        return []
+    return [int(d) for d in m.group(2).split(",")]
+
+
+def _safetensors(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    tensors: dict[str, str] = {}
+    where: dict[str, str] = {}
+    metadata: dict[str, str] = {}
+    index: dict[str, str] | None = None
+    for uri, facts in files:
+        if "index" in facts:
+            if index is not None:
+                raise InterfaceError("safetensors", "more than one index file is declared")
+            index = facts["index"]
+            continue
+        metadata.update(facts.get("metadata") or {})
+        for name, layout in (facts.get("tensors") or {}).items():
+            if name in tensors and tensors[name] != layout:
+                raise InterfaceError(
+                    "safetensors",
+                    f"tensor {name!r} is {tensors[name]} in {where[name]} but {layout} in {_name(uri)}",
+                )
+            tensors[name] = layout
+            where[name] = _name(uri)
+    if index is not None:
+        shards = set(where.values())
+        missing = sorted(set(index.values()) - shards)
+        if missing:
+            raise InterfaceError(
+                "safetensors", f"the index names shard(s) {', '.join(missing)} that no artifact declares"
+            )
+        for name, shard in index.items():
+            if where.get(name) != shard:
+                found = f"in {where[name]}" if name in where else "in no shard"
+                raise InterfaceError(
+                    "safetensors", f"the index puts tensor {name!r} in {shard}, it is {found}"
+                )
+        extra = sorted(set(tensors) - set(index))
+        if extra:
+            raise InterfaceError(
+                "safetensors", f"tensor(s) {', '.join(extra[:5])} are in the shards but not in the index"
+            )
+    vocab = hidden = None
+    for suffix in _EMBEDDINGS:
+        emb = next((n for n in sorted(tensors) if n == suffix or n.endswith("." + suffix)), None)
+        if emb is not None and len(_shape(tensors[emb])) == 2:
+            vocab, hidden = _shape(tensors[emb])
+            break
+    indices = [int(m.group(1)) for n in tensors if (m := _LAYER.search(n))]
+    return {
+        "tensors": dict(sorted(tensors.items())),
+        "metadata": dict(sorted(metadata.items())),
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "layers": max(indices) + 1 if indices else None,
+        "indexed": index is not None,
+    }
+
+
+def _tokenizer(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "vocab_size": None,
+        "vocab_digest": None,
+        "special_tokens": {},
+        "chat_template_digest": None,
+    }
+    kinds = [facts.get("file") for _, facts in files]
+    for kind in set(kinds):
+        if kinds.count(kind) > 1:
+            raise InterfaceError("tokenizer", f"more than one {kind} is declared")
+    for _, facts in files:
+        out["special_tokens"].update(facts.get("special_tokens") or {})
+        for key in ("vocab_size", "vocab_digest", "chat_template_digest"):
+            if facts.get(key) is not None:
+                out[key] = facts[key]
+    out["special_tokens"] = dict(sorted(out["special_tokens"].items()))
+    return out
+
+
+def combine(files: Iterable[tuple[str, str, dict[str, Any]]]) -> Interface:
+    """The interface of a version from ``(format, uri, facts)`` of each artifact.
+
+    Raises:
+        InterfaceError: files of one format contradict each other.
+    """
+    grouped: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for fmt, uri, facts in files:
+        grouped.setdefault(fmt, []).append((uri, facts))
+    out: Interface = {}
+    for fmt, items in sorted(grouped.items()):
+        if fmt == "safetensors":
+            out[fmt] = _safetensors(items)
+        elif fmt == "tokenizer":
+            out[fmt] = _tokenizer(items)
+        else:
+            per_file: dict[str, Any] = {}
+            for uri, facts in items:
+                name = _name(uri)
+                if name in per_file:
+                    raise InterfaceError(fmt, f"two artifacts are named {name}")
+                per_file[name] = facts
+            out[fmt] = dict(sorted(per_file.items()))
+    return out
+
+
+def canonical(interface: Interface) -> str:
+    """The interface as canonical JSON (sorted keys, no spaces)."""
+    return json.dumps(interface, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(interface: Interface) -> str:
+    """SHA-256 of :func:`canonical`."""
+    return hashlib.sha256(canonical(interface).encode("utf-8")).hexdigest()
+
+
+def summary(interface: Interface) -> str:
+    """One line a person reads in ``kubectl get -o yaml``, e.g. for ``status.interface``."""
+    parts: list[str] = []
+    for name, facts in (interface.get("onnx") or {}).items():
+        opsets = ",".join(f"{d} {v}" for d, v in facts["opsets"].items())
+        parts.append(
+            f"onnx {name}: inputs {','.join(facts['inputs']) or '-'}; "
+            f"outputs {','.join(facts['outputs']) or '-'}; opset {opsets}"
+        )
+    st = interface.get("safetensors")
+    if st is not None:
+        parts.append(
+            f"safetensors: {len(st['tensors'])} tensors, vocab {st['vocab_size']}, "
+            f"hidden {st['hidden_size']}, layers {st['layers']}"
+        )
+    for name, facts in (interface.get("ptx") or {}).items():
+        parts.append(
+            f"ptx {name}: {facts['version']} {facts['target']} {facts['address_size']}-bit, "
+            f"{len(facts['entries'])} entries"
+        )
+    tok = interface.get("tokenizer")
+    if tok is not None:
+        chat = "chat template" if tok["chat_template_digest"] else "no chat template"
+        parts.append(
+            f"tokenizer: vocab {tok['vocab_size']}, {len(tok['special_tokens'])} special tokens, {chat}"
+        )
+    text = " | ".join(parts)
+    return text if len(text) <= 1024 else text[:1021] + "..."
