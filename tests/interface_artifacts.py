@@ -169,3 +169,29 @@ def make_tokenizer(
     cfg = directory / "tokenizer_config.json"
     cfg.write_text(json.dumps(config, indent=2))
     return [path, cfg]
+
+
+def make_version(
+    directory: Path,
+    *,
+    inputs: Sequence[str] = ("input_ids", "attention_mask"),
+    outputs: Sequence[str] = ("logits",),
+    layers: int = 2,
+    entries: Sequence[str] = ("add_one",),
+    target: str = "sm_80",
+    words: Sequence[str] = ("hello world", "hello there", "general kenobi"),
+    chat_template: str | None = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}",
+) -> list[tuple[str, Path]]:
+    """Every artifact of one LLM version, ``(format, path)``: ONNX, two safetensors shards
+    with their index, PTX and the tokenizer files; the defaults make equal interfaces."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files: list[tuple[str, Path]] = [
+        ("onnx", make_llm_onnx(directory / "model.onnx", inputs=inputs, outputs=outputs))
+    ]
+    files += [("safetensors", p) for p in make_llm_shards(directory, layers=layers)]
+    (directory / "kernels.ptx").write_text(ptx_text(entries, target=target))
+    files.append(("ptx", directory / "kernels.ptx"))
+    files += [
+        ("tokenizer", p) for p in make_tokenizer(directory / "tok", words=words, chat_template=chat_template)
+    ]
+    return files

@@ -1,4 +1,4 @@
-"""``tinct lineage``: SQL over the lineage tables and a model's history.
+"""``tinct lineage``: SQL over the lineage tables, a model's history, and interface diffs.
 
 Only the standard library is imported at module level so ``tinct --help`` stays fast.
 """
@@ -95,6 +95,57 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return _run(args, lambda: history(args.model, _root(args)))
 
 
+def _diff_text(report: dict[str, Any], out: TextIO) -> None:
+    out.write(f"{report['from']['label']} -> {report['to']['label']}\n")
+    diffs = report["differences"]
+    if not diffs:
+        out.write("no interface differences\n")
+    else:
+        cols = ("level", "kind", "where", "detail")
+        widths = [max(len(c), *(len(d[c]) for d in diffs)) for c in cols[:3]]
+        out.write("  ".join(c.upper().ljust(w) for c, w in zip(cols[:3], widths, strict=True)) + "  DETAIL\n")
+        for d in diffs:
+            cells = [d[c].ljust(w) for c, w in zip(cols[:3], widths, strict=True)]
+            out.write("  ".join(cells) + "  " + d["detail"] + "\n")
+    out.write(f"declared {str(report['declared']).upper()}, measured {report['measured'].upper()}: ")
+    out.write(("compatible" if report["compatible"] else "NOT compatible") + f" ({report['verdict']})\n")
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """0: no breaking difference; 1: breaking; 2: the versions could not be compared."""
+    from tinct.artifacts.contract import verdict
+    from tinct.lineage.interfaces import RecordedNotFoundError, recorded_interface
+
+    try:
+        old = recorded_interface(args.old, _root(args), namespace=args.namespace)
+        new = recorded_interface(args.new, _root(args), namespace=args.namespace)
+    except RecordedNotFoundError as exc:
+        print(f"tinct lineage diff: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        print(f"tinct lineage diff: cannot read the lineage tables: {exc}", file=sys.stderr)
+        return 2
+    v = verdict(old.version, new.version, old.interface, new.interface)
+    report = {
+        "from": {"label": old.label, "model": old.model, "version": old.version, "name": old.name},
+        "to": {"label": new.label, "model": new.model, "version": new.version, "name": new.name},
+        "declared": v.declared,
+        "measured": v.measured,
+        "compatible": v.ok,
+        "breaking": v.breaking,
+        "verdict": v.explain(old.version, new.version),
+        "differences": [d.wire() for d in v.differences],
+    }
+    if old.model != new.model:
+        report["verdict"] = f"different models ({old.model}, {new.model}); " + str(report["verdict"])
+    if args.output == "json":
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _diff_text(report, sys.stdout)
+    return 1 if v.breaking else 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--root",
@@ -106,11 +157,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "lineage",
-        help="query the lineage tables (model_versions, artifacts, release_events)",
+        help="query the lineage tables (model_versions, artifacts, interfaces, release_events)",
         description="Read-only SQL (DataFusion) over the Delta lineage tables.",
     )
     lsub = p.add_subparsers(dest="lineage_command", metavar="COMMAND", required=True)
-    q = lsub.add_parser("sql", help="run a read-only SQL query over all three tables")
+    q = lsub.add_parser("sql", help="run a read-only SQL query over the tables and the model_lineage view")
     q.add_argument("query", help='e.g. "SELECT model, version, event FROM model_versions"')
     _common(q)
     when = q.add_mutually_exclusive_group()
@@ -126,3 +177,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("model", help="spec.model of the ModelVersions, e.g. llama3-8b")
     _common(s)
     s.set_defaults(func=_cmd_show)
+    d = lsub.add_parser(
+        "diff",
+        help="compare the recorded interfaces of two ModelVersions",
+        description=(
+            "Print the differences between the interfaces of two ModelVersions as recorded in the "
+            "interfaces table, each with its class (breaking, additive, none), and whether the declared "
+            "version step allows them. Exit status: 0 no breaking difference, 1 breaking, "
+            "2 the versions could not be compared."
+        ),
+    )
+    d.add_argument("old", metavar="MV_A", help="ModelVersion name or model@version, e.g. llama3-8b@1.2.0")
+    d.add_argument("new", metavar="MV_B", help="the ModelVersion compared with MV_A")
+    d.add_argument("-n", "--namespace", help="namespace of both ModelVersions (when a name is in several)")
+    d.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
+    d.add_argument(
+        "--root",
+        help=f"root URI of the lineage tables (env {ENV}, default {DEFAULT_ROOT})",
+    )
+    d.set_defaults(func=_cmd_diff)

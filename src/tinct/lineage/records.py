@@ -1,13 +1,14 @@
 """Rows for the lineage tables, built from resources; pure functions.
 
 :func:`model_version_rows` turns a ModelVersion and its verification into the rows of
-``model_versions`` and ``artifacts``; :func:`release_event_rows` builds a
+``model_versions``, ``artifacts`` and ``interfaces``; :func:`release_event_rows` builds a
 ``release_events`` row of a GrayRelease step, and :func:`record_release_event`
 writes it through a :class:`~tinct.lineage.writer.BatchWriter`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from typing import Any
 
 from tinct import __version__
 from tinct.api.v1alpha1.modelversion import ModelVersion
+from tinct.artifacts.interface import Interface, digest
 from tinct.artifacts.verify import Verification
 from tinct.lineage.schemas import model_version_event_id, release_event_id
 from tinct.lineage.writer import BatchWriter
@@ -85,7 +87,57 @@ def model_version_rows(
         }
         for fmt, d in (verification.files if verification else [])
     ]
-    return {"model_versions": [row], "artifacts": artifacts}
+    interface = (verification.interface if verification else None) or {}
+    interfaces = [
+        {
+            "event_id": event_id,
+            "uid": uid,
+            "generation": generation,
+            "model": spec.model,
+            "version": spec.version,
+            "namespace": meta.namespace,
+            "name": meta.name,
+            "recorded_at": ts,
+            **interface_columns(fmt, uri, facts, interface),
+        }
+        for fmt, uri, facts in (verification.facts if verification else [])
+    ]
+    return {"model_versions": [row], "artifacts": artifacts, "interfaces": interfaces}
+
+
+def _io(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for name, v in values.items():
+        shape = v.get("shape")
+        dims = "?" if shape is None else ",".join("?" if d is None else str(d) for d in shape)
+        out.append((name, f"{v['dtype']}[{dims}]" + (" optional" if v.get("optional") else "")))
+    return out
+
+
+def interface_columns(fmt: str, uri: str, facts: Mapping[str, Any], interface: Interface) -> dict[str, Any]:
+    """The ``interfaces`` columns of one artifact (all but the identity of the version)."""
+    st = (interface.get("safetensors") or {}) if fmt == "safetensors" else {}
+    return {
+        "uri": uri,
+        "format": fmt,
+        "interface_digest": digest(interface),
+        "inputs": _io(facts["inputs"]) if "inputs" in facts else None,
+        "outputs": _io(facts["outputs"]) if "outputs" in facts else None,
+        "opsets": list(facts["opsets"].items()) if "opsets" in facts else None,
+        "metadata": list(facts["metadata"].items()) if "metadata" in facts else None,
+        "tensor_count": len(facts["tensors"]) if "tensors" in facts else None,
+        "vocab_size": facts.get("vocab_size", st.get("vocab_size")),
+        "hidden_size": st.get("hidden_size"),
+        "layers": st.get("layers"),
+        "ptx_version": facts.get("version") if fmt == "ptx" else None,
+        "ptx_target": facts.get("target") if fmt == "ptx" else None,
+        "address_size": facts.get("address_size"),
+        "entries": facts.get("entries"),
+        "vocab_digest": facts.get("vocab_digest"),
+        "special_tokens": list(facts["special_tokens"].items()) if "special_tokens" in facts else None,
+        "chat_template_digest": facts.get("chat_template_digest"),
+        "facts": json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+    }
 
 
 def release_event_rows(

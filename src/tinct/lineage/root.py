@@ -9,7 +9,7 @@ import os
 
 __all__ = ["DEFAULT_ROOT", "ENV", "lineage_root"]
 
-#: Root of the three tables when neither a flag nor the environment names one.
+#: Root of the lineage tables when neither a flag nor the environment names one.
 DEFAULT_ROOT = "/var/lib/tinct/lineage"
 #: The environment variable ``tinct operator`` and ``tinct lineage`` both read.
 ENV = "TINCT_LINEAGE_ROOT"

@@ -1,4 +1,4 @@
-"""Schemas of the three lineage tables and the keys that make writes idempotent.
+"""Schemas of the lineage tables and the keys that make writes idempotent.
 
 Every table has a string ``event_id`` (plus ``uri`` for ``artifacts``) that identifies
 one recorded fact; writes MERGE on it so a retried reconcile never adds a row twice.
@@ -6,6 +6,8 @@ one recorded fact; writes MERGE on it so a retried reconcile never adds a row tw
 - ``model_versions.event_id`` = ``"<uid>/<generation>/<event>"``; ``retired`` is keyed
   ``"<uid>/retired"`` because an object retires once, whatever its generation.
 - ``artifacts`` key = ``event_id`` (of the model_versions row) + ``uri``.
+- ``interfaces`` (one row per artifact of a verified version, its interface facts) key =
+  ``event_id`` + ``uri``, like ``artifacts``.
 - ``release_events.event_id`` = ``"<uid>/<generation>/<step>/<state>"`` by default
   (see :func:`release_event_id`).
 """
@@ -16,6 +18,7 @@ import pyarrow as pa
 
 __all__ = [
     "ARTIFACTS",
+    "INTERFACES",
     "KEYS",
     "MODEL_VERSIONS",
     "MODEL_VERSION_EVENTS",
@@ -73,6 +76,42 @@ ARTIFACTS = pa.schema(
     ]
 )
 
+#: One row per artifact of a verified ModelVersion: its interface facts as columns, and the
+#: whole facts as JSON (``facts``) from which :func:`tinct.artifacts.interface.combine`
+#: rebuilds the version's interface. Architecture facts of safetensors (vocab_size,
+#: hidden_size, layers) are the version's, from all shards, on each shard's row.
+INTERFACES = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("generation", pa.int64(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("namespace", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("uri", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),
+        pa.field("interface_digest", pa.string(), nullable=False),
+        pa.field("inputs", pa.map_(pa.string(), pa.string())),
+        pa.field("outputs", pa.map_(pa.string(), pa.string())),
+        pa.field("opsets", pa.map_(pa.string(), pa.int64())),
+        pa.field("metadata", pa.map_(pa.string(), pa.string())),
+        pa.field("tensor_count", pa.int64()),
+        pa.field("vocab_size", pa.int64()),
+        pa.field("hidden_size", pa.int64()),
+        pa.field("layers", pa.int64()),
+        pa.field("ptx_version", pa.string()),
+        pa.field("ptx_target", pa.string()),
+        pa.field("address_size", pa.int32()),
+        pa.field("entries", pa.list_(pa.string())),
+        pa.field("vocab_digest", pa.string()),
+        pa.field("special_tokens", pa.map_(pa.string(), pa.string())),
+        pa.field("chat_template_digest", pa.string()),
+        pa.field("facts", pa.string(), nullable=False),
+        pa.field("recorded_at", _TS, nullable=False),
+    ]
+)
+
 RELEASE_EVENTS = pa.schema(
     [
         pa.field("event_id", pa.string(), nullable=False),
@@ -96,6 +135,7 @@ RELEASE_EVENTS = pa.schema(
 SCHEMAS: dict[str, pa.Schema] = {
     "model_versions": MODEL_VERSIONS,
     "artifacts": ARTIFACTS,
+    "interfaces": INTERFACES,
     "release_events": RELEASE_EVENTS,
 }
 
@@ -103,6 +143,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 KEYS: dict[str, tuple[str, ...]] = {
     "model_versions": ("event_id",),
     "artifacts": ("event_id", "uri"),
+    "interfaces": ("event_id", "uri"),
     "release_events": ("event_id",),
 }
 

@@ -1,6 +1,6 @@
 """Read-only SQL over the lineage tables, with DataFusion as the judge of "read-only".
 
-All three tables are registered under their names from a ``deltalake.DeltaTable`` loaded
+All tables are registered under their names from a ``deltalake.DeltaTable`` loaded
 at the wanted version: a local table through delta-rs's own DataFusion table provider, a
 remote one (``s3://``, ...) through its Arrow dataset. Every query is planned with DataFusion's SQL options refusing DDL
 (``CREATE [EXTERNAL] TABLE``, ``DROP``, views), DML (``INSERT``, ``UPDATE``, ``DELETE``,
@@ -8,6 +8,11 @@ remote one (``s3://``, ...) through its Arrow dataset. Every query is planned wi
 accepted. The engine decides at planning time, on its own parse of the SQL, so what it
 runs is exactly what it checked. A refused query raises :class:`NotAQueryError` before
 anything is executed or written.
+
+**The view** ``model_lineage`` (:data:`MODEL_LINEAGE`) gives ``model_versions`` the
+column names lineage schemas for this job commonly use (``model_id``, ``source_hash``,
+``onnx_hash``, ``ptx_hash``, ``safetensors_hash``, ``build_pipeline_id``), so a query
+written against that schema runs unchanged; it is defined by tinct, not by the query.
 
 **Time travel.** ``as_of_version=N`` reads ``model_versions`` at Delta version ``N``
 (the number a ModelVersion's ``status.lineage.version`` carries) and the other tables as
@@ -27,7 +32,15 @@ from deltalake import DeltaTable
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
 from tinct.lineage.schemas import SCHEMAS
 
-__all__ = ["NotAQueryError", "history", "query"]
+__all__ = ["MODEL_LINEAGE", "NotAQueryError", "history", "query"]
+
+#: The ``model_lineage`` view: one row per model_versions row, under common lineage names.
+MODEL_LINEAGE = (
+    "SELECT model AS model_id, version, namespace, name, uid, generation, event, "
+    "source_sha256 AS source_hash, onnx_sha256 AS onnx_hash, ptx_sha256 AS ptx_hash, "
+    "safetensors_sha256 AS safetensors_hash, build_pipeline_id, source_uri, recorded_at "
+    "FROM model_versions"
+)
 
 #: How DataFusion words a planning refusal by :func:`_read_only` options, and a second statement.
 #: Only the wording of the error depends on it: should it change, the query is still refused,
@@ -122,6 +135,8 @@ def query(
             ctx.register_dataset(name, dt.to_pyarrow_dataset())
         else:
             ctx.register_table(name, dt)
+        if name == "model_versions":
+            ctx.register_view("model_lineage", ctx.sql(MODEL_LINEAGE))
     try:
         frame = ctx.sql_with_options(sql, _read_only())
     except Exception as exc:

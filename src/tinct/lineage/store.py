@@ -1,7 +1,7 @@
 """The Delta Lake lineage store: idempotent, metadata-stamped writes and maintenance.
 
-All three tables live under one root URI (a local directory or an object-store prefix):
-``<root>/model_versions``, ``<root>/artifacts``, ``<root>/release_events``. They are
+All tables live under one root URI (a local directory or an object-store prefix):
+``<root>/model_versions``, ``<root>/artifacts``, ``<root>/interfaces``, ``<root>/release_events``. They are
 created empty on first use, so version 0 of each is its empty schema and time travel to
 before any event works.
 
@@ -56,7 +56,7 @@ def commit_metadata(uids: Iterable[str], operator_version: str = __version__) ->
 
 
 class LineageStore:
-    """Handle on the three tables under ``root``; safe to share between threads."""
+    """Handle on the lineage tables under ``root``; safe to share between threads."""
 
     def __init__(
         self,

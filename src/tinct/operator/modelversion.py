@@ -4,7 +4,7 @@ Run alone with ``kopf run -m tinct.operator.modelversion`` or through ``tinct op
 
 Life of a version: create/update of ``spec`` (or operator restart with unfinished work)
 → ``Hashing`` (reported with bytes done/total when hashing takes longer than the progress
-interval) → ``Ready`` with digests, per-file artifacts and the lineage table version, or
+interval) → ``Ready`` with digests, per-file artifacts, the interface and the lineage table version, or
 ``Failed`` with a message saying what to fix. A resync of an unchanged generation is a
 no-op. A delete or a new generation stops the hashing of the old one within a progress
 interval; versions share the hashing threads fairly (:mod:`tinct.artifacts.fair`). A
@@ -25,12 +25,14 @@ from tinct.api.v1alpha1.common import GROUP, VERSION, Condition, set_condition
 from tinct.api.v1alpha1.modelversion import (
     ArtifactStatus,
     Digests,
+    InterfaceStatus,
     LineageRef,
     ModelVersion,
     ModelVersionStatus,
 )
 from tinct.api.v1alpha1.modelversion import Progress as ProgressStatus
 from tinct.artifacts.hashing import Progress
+from tinct.artifacts.interface import digest, summary
 from tinct.artifacts.storage import StorageError
 from tinct.artifacts.verify import Verification, verify
 from tinct.lineage.records import Rows, model_version_rows
@@ -108,6 +110,11 @@ def build_status(
             ArtifactStatus(uri=d.uri, format=fmt, sha256=d.sha256, size=d.size)
             for fmt, d in verification.files
         ],
+        interface=(
+            InterfaceStatus(digest=digest(verification.interface), summary=summary(verification.interface))
+            if verification.interface is not None
+            else None
+        ),
         progress=None,
         lineage=lineage,
         conditions=conds,

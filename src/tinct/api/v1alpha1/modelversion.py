@@ -101,6 +101,18 @@ class LineageRef(Model):
     version: int = Field(ge=0, description="Delta table version that holds this event.")
 
 
+class InterfaceStatus(Model):
+    """What the artifacts offer clients, as the operator measured it."""
+
+    digest: str = Field(description="SHA-256 of the interface facts (equal interfaces, equal digests).")
+    summary: str = Field(default="", max_length=1024, description="The interface in one line.")
+    compared_with: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The ModelVersion (name@version) the interface was compared with, if any.",
+    )
+
+
 class Progress(Model):
     bytes_done: int = Field(default=0, ge=0)
     bytes_total: int = Field(default=0, ge=0)
@@ -112,6 +124,7 @@ class ModelVersionStatus(Model):
     observed_generation: int | None = None
     digests: Digests | None = None
     artifacts: list[ArtifactStatus] | None = None
+    interface: InterfaceStatus | None = None
     progress: Progress | None = None
     lineage: LineageRef | None = None
     conditions: list[Condition] = Field(default_factory=list)
