@@ -1,4 +1,5 @@
-"""Status patches outside kopf's once-per-handler patch (progress during long hashing).
+"""Status patches outside kopf's once-per-handler patch (progress during long hashing), and
+the list of a namespace's objects a handler compares with (a version's predecessors).
 
 Uses the synchronous ``kubernetes`` client with the cluster access of
 :mod:`tinct.kubeconfig`; every call here blocks and is meant for an executor thread.
@@ -45,3 +46,13 @@ class StatusPatcher:
             log.debug("status patch of %s %s/%s failed: %s", plural, namespace, name, exc)
             return None
         return obj
+
+    def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        """Every ``plural`` object in ``namespace``.
+
+        Raises:
+            Exception: whatever the API client raised; the caller decides what it means.
+        """
+        got: dict[str, Any] = self._client().list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+        items: list[dict[str, Any]] = got.get("items", [])
+        return items

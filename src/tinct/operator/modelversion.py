@@ -4,8 +4,11 @@ Run alone with ``kopf run -m tinct.operator.modelversion`` or through ``tinct op
 
 Life of a version: create/update of ``spec`` (or operator restart with unfinished work)
 → ``Hashing`` (reported with bytes done/total when hashing takes longer than the progress
-interval) → ``Ready`` with digests, per-file artifacts, the interface and the lineage table version, or
-``Failed`` with a message saying what to fix. A resync of an unchanged generation is a
+interval) → ``Ready`` with digests, per-file artifacts, the interface and the lineage table
+version, or ``Failed`` with a message saying what to fix. A verified version whose
+interface changed more than its declared step allows, compared with the highest Ready
+version below it (:mod:`tinct.operator.interface`), is ``Misversioned`` with
+``InterfaceCompatible=False`` and the differences. A resync of an unchanged generation is a
 no-op. A delete or a new generation stops the hashing of the old one within a progress
 interval; versions share the hashing threads fairly (:mod:`tinct.artifacts.fair`). A
 transient storage or lineage fault keeps the phase and retries with backoff. Deleting the
@@ -28,6 +31,7 @@ from tinct.api.v1alpha1.modelversion import (
     InterfaceStatus,
     LineageRef,
     ModelVersion,
+    ModelVersionPhase,
     ModelVersionStatus,
 )
 from tinct.api.v1alpha1.modelversion import Progress as ProgressStatus
@@ -37,6 +41,7 @@ from tinct.artifacts.storage import StorageError
 from tinct.artifacts.verify import Verification, verify
 from tinct.lineage.records import Rows, model_version_rows
 from tinct.operator import context
+from tinct.operator.interface import Comparison, compare, condition_of
 
 __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
 
@@ -66,8 +71,13 @@ def build_status(
     table: str,
     version: int,
     now: datetime,
+    comparison: Comparison | None = None,
 ) -> ModelVersionStatus:
-    """Status after a finished verification recorded at Delta ``version`` of ``table``."""
+    """Status after a finished verification recorded at Delta ``version`` of ``table``.
+
+    ``comparison`` (with the predecessor) sets ``InterfaceCompatible``; a verified version
+    whose declared step is smaller than its measured one is ``Misversioned``.
+    """
     old = mv.status or ModelVersionStatus()
     gen = mv.metadata.generation
     conds = list(old.conditions)
@@ -101,9 +111,17 @@ def build_status(
             conditions=conds,
         )
     total = sum(d.size for _, d in verification.files)
+    phase: ModelVersionPhase = "Ready"
+    message = f"{len(verification.files)} file(s), {total} bytes verified"
+    if comparison is not None:
+        status, reason, text = condition_of(comparison, mv.spec.version)
+        cond("InterfaceCompatible", status, reason, text)
+        if status == "False":
+            phase = "Misversioned"
+            message = f"cannot be released as {mv.spec.version}: {text}"[:1024]
     return ModelVersionStatus(
-        phase="Ready",
-        message=f"{len(verification.files)} file(s), {total} bytes verified",
+        phase=phase,
+        message=message,
         observed_generation=gen,
         digests=Digests.model_validate(verification.digests),
         artifacts=[
@@ -126,7 +144,7 @@ def _unchanged(mv: ModelVersion) -> bool:
     return (
         st is not None
         and st.observed_generation == mv.metadata.generation
-        and st.phase in ("Ready", "Failed")
+        and st.phase in ("Ready", "Misversioned", "Failed")
     )
 
 
@@ -260,7 +278,12 @@ async def reconcile(
     event = event_for(mv, verification)
     rows = model_version_rows(mv, event, verification, operator_version=ctx.store.operator_version)
     version = await _record(ctx, rows, retry)
-    return build_status(mv, verification, ctx.store.uri("model_versions"), version, datetime.now(UTC))
+    comparison = None
+    if verification.ok and verification.interface is not None:
+        comparison = await compare(mv, verification.interface, ctx)
+    return build_status(
+        mv, verification, ctx.store.uri("model_versions"), version, datetime.now(UTC), comparison
+    )
 
 
 async def retire(mv: ModelVersion, ctx: context.Context, *, retry: int = 0) -> int:

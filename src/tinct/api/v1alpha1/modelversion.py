@@ -21,7 +21,9 @@ SHA256 = r"^[a-f0-9]{64}$"
 ArtifactFormat = Literal["onnx", "ptx", "safetensors", "tokenizer"]
 QuantizationMethod = Literal["none", "awq", "gptq", "fp8", "int8", "smoothquant"]
 Runtime = Literal["tensorrt-llm", "vllm", "onnxruntime", "triton", "tgi", "llama-cpp"]
-ModelVersionPhase = Literal["Pending", "Hashing", "Ready", "Failed", "Retired"]
+#: Misversioned: verified and recorded, but its interface changed more than its declared
+#: version step allows (condition InterfaceCompatible=False); it cannot be released as declared.
+ModelVersionPhase = Literal["Pending", "Hashing", "Ready", "Misversioned", "Failed", "Retired"]
 
 Uri = Annotated[
     str,

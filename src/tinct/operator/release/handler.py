@@ -133,6 +133,8 @@ class Runtime:
     #: (namespace, child name) -> (when, the manifest last applied): covers the index's lag
     applied: dict[Key, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     session: Any = None
+    #: (uid, interface digest) -> the interface recorded in the lineage tables (never changes)
+    interfaces: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def recent(self, key: Key) -> dict[str, Any] | None:
         """The manifest applied for ``key`` within the last :data:`APPLY_GRACE` seconds."""
@@ -207,6 +209,8 @@ class View:
     #: name -> {"replicas": spec.replicas, "available": status.availableReplicas}, None: absent
     deployments: dict[str, dict[str, int] | None]
     hpas: list[dict[str, Any]]
+    #: ModelVersion name -> its recorded interface, when the two sides' interfaces differ
+    interfaces: dict[str, Any] = field(default_factory=dict)
 
     def problems(self, gr: GrayRelease, config: Any = None) -> list[Problem]:
         out = preconditions(
@@ -214,6 +218,7 @@ class View:
             self.modelversions,
             self.services,
             {k: v is not None for k, v in self.deployments.items()},
+            self.interfaces,
         )
         if gr.spec.analysis is not None and gr.spec.analysis.metrics and config is not None:
             try:
@@ -289,12 +294,44 @@ async def _routers(gr: GrayRelease, rt: Runtime) -> int | None:
     )
 
 
+def _recorded(config: Any, uid: str, name: str) -> Any:
+    from tinct.lineage.interfaces import recorded_interface
+
+    return recorded_interface(name, config.lineage_root, uid=uid, config=config.storage).interface
+
+
+async def _interfaces(gr: GrayRelease, rt: Runtime, view: View) -> None:
+    """Fill ``view.interfaces`` when stable's and candidate's interface digests differ.
+
+    Each (uid, digest) is read from the lineage tables once; a failed read leaves it out
+    (the precondition then waits) and is tried again next round.
+    """
+    sides = [gr.spec.stable.model_version, gr.spec.candidate.model_version]
+    found = {n: view.modelversions.get(n) or {} for n in sides}
+    digests = {n: ((o.get("status") or {}).get("interface") or {}).get("digest") for n, o in found.items()}
+    if None in digests.values() or len(set(digests.values())) == 1 or rt.config is None:
+        return
+    for name in sides:
+        uid = found[name].get("uid")
+        if not uid:
+            continue
+        key = (str(uid), str(digests[name]))
+        if key not in rt.interfaces:
+            try:
+                rt.interfaces[key] = await rt.run(_recorded, rt.config, str(uid), name)
+            except Exception as exc:
+                log.info("interface of ModelVersion %s not readable yet: %s", name, exc)
+                continue
+        view.interfaces[name] = rt.interfaces[key]
+
+
 async def gather(
     gr: GrayRelease, rt: Runtime, view: View, actions: Callable[[], Sequence[str]], now: datetime
 ) -> Inputs:
     """What the round needs to decide: step 1 of the module doc."""
     spec = gr.spec
     old = gr.status or GrayReleaseStatus()
+    await _interfaces(gr, rt, view)
     problems = view.problems(gr, rt.config)
     routers: int | None = None
     result: AnalysisResult | None = None
@@ -660,12 +697,17 @@ def _deployment_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
 
 @kopf.index(GROUP, VERSION, "modelversions")
 def tinct_modelversions(
-    namespace: str | None, name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
+    namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
 ) -> Any:
     return {
         (namespace, name): {
+            "uid": meta.get("uid"),
             "spec": {"model": spec.get("model"), "version": spec.get("version")},
-            "status": {"phase": status.get("phase"), "digests": dict(status.get("digests") or {})},
+            "status": {
+                "phase": status.get("phase"),
+                "digests": dict(status.get("digests") or {}),
+                "interface": {"digest": (status.get("interface") or {}).get("digest")},
+            },
         }
     }
 

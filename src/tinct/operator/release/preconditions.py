@@ -4,6 +4,10 @@
 caches hold them) and names each that is missing or not ready, with the condition it sets
 False and the side it belongs to: a problem on the candidate's side takes the candidate's
 traffic away (:mod:`~tinct.operator.release.decide`), one on stable's holds the step.
+
+Stable and candidate are also compared by interface (:mod:`tinct.artifacts.contract`): a
+breaking difference needs ``spec.allowMajorUpgrade`` *and* a MAJOR step, and a candidate
+whose version number contradicts its interface is refused, with the differences listed.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
+from tinct.artifacts.contract import verdict
+from tinct.artifacts.interface import Interface
 
 __all__ = ["Party", "Problem", "Side", "preconditions"]
 
@@ -50,8 +56,13 @@ def preconditions(
     modelversions: Mapping[str, Mapping[str, Any] | None],
     services: Mapping[str, bool],
     deployments: Mapping[str, bool],
+    interfaces: Mapping[str, Interface | None] | None = None,
 ) -> list[Problem]:
-    """What keeps ``spec`` from progressing, given the objects found (None / False: absent)."""
+    """What keeps ``spec`` from progressing, given the objects found (None / False: absent).
+
+    ``interfaces`` holds the recorded interface of a ModelVersion (by name) whenever the
+    two sides' ``status.interface.digest`` differ; None for one that could not be read.
+    """
     out: list[Problem] = []
     sides: tuple[tuple[Side, Any], ...] = (("stable", spec.stable), ("candidate", spec.candidate))
     found: dict[str, tuple[str | None, str | None, str | None]] = {}
@@ -101,6 +112,9 @@ def preconditions(
                         "set spec.allowMajorUpgrade: true to release it",
                     )
                 )
+            problem = _interface_problem(spec, modelversions, interfaces or {}, sv, cv)
+            if problem is not None:
+                out.append(problem)
     for side, backend in sides:
         if not services.get(backend.service, False):
             out.append(
@@ -121,6 +135,57 @@ def preconditions(
                 )
             )
     return out
+
+
+def _digest(obj: Mapping[str, Any] | None) -> str | None:
+    iface = ((obj or {}).get("status") or {}).get("interface") or {}
+    digest = iface.get("digest")
+    return str(digest) if digest else None
+
+
+def _interface_problem(
+    spec: GrayReleaseSpec,
+    modelversions: Mapping[str, Mapping[str, Any] | None],
+    interfaces: Mapping[str, Interface | None],
+    sv: str | None,
+    cv: str | None,
+) -> Problem | None:
+    """The refusal of a candidate whose version number does not allow its interface change."""
+    stable, candidate = spec.stable.model_version, spec.candidate.model_version
+    sd, cd = _digest(modelversions.get(stable)), _digest(modelversions.get(candidate))
+    if sd is None or cd is None or sd == cd:
+        return None  # equal interfaces, or versions recorded before interfaces were
+    si, ci = interfaces.get(stable), interfaces.get(candidate)
+    if si is None or ci is None:
+        missing = stable if si is None else candidate
+        return Problem(
+            "ModelVersionsReady",
+            "InterfaceNotRecorded",
+            f"the interface of ModelVersion {missing} cannot be read from the lineage tables yet; "
+            "the release waits to compare stable and candidate",
+        )
+    v = verdict(sv or "", cv or "", si, ci)
+    listed = "; ".join(str(d) for d in v.differences)
+    if len(listed) > 4000:
+        listed = listed[:3997] + "..."
+    if v.breaking and not (spec.allow_major_upgrade and v.declared == "major"):
+        need = (
+            "set spec.allowMajorUpgrade: true to release it"
+            if v.declared == "major"
+            else "publish the candidate as a new MAJOR version and set spec.allowMajorUpgrade: true"
+        )
+        return Problem(
+            "ModelVersionsReady",
+            "BreakingInterfaceChange",
+            f"{sv} -> {cv} breaks the interface ({need}): {listed}",
+        )
+    if not v.ok:
+        return Problem(
+            "ModelVersionsReady",
+            "VersionContradictsInterface",
+            f"{v.explain(sv or '', cv or '')}: {listed}",
+        )
+    return None
 
 
 def _major(version: str | None) -> int | None:

@@ -1,0 +1,123 @@
+"""A version number held to its interface on the real API server: an ONNX input dropped in a
+MINOR bump is flagged on the ModelVersion and its GrayRelease refused; the same change in a
+MAJOR bump with ``allowMajorUpgrade`` is released. Artifacts are written by onnx,
+safetensors and tokenizers; the operator runs both controllers in this process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.harness import Cluster
+from interface_artifacts import make_version
+from modelversion_cluster import cond, wait_phase
+from release_cluster import (
+    apply,
+    condition,
+    deployment,
+    events,
+    example,
+    operator,
+    release_status,
+    service,
+    wait_release,
+)
+from tinct.cli import main
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+
+def _mv(name: str, version: str, files: list[tuple[str, Path]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "tinct.io/v1alpha1",
+        "kind": "ModelVersion",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "llama3-8b",
+            "version": version,
+            "artifacts": [{"format": fmt, "uri": p.as_uri()} for fmt, p in files],
+        },
+    }
+
+
+def _release(candidate: str, **spec: Any) -> dict[str, Any]:
+    doc = example(analysis={"interval": "2s", "metrics": []}, allowMajorUpgrade=True, **spec)
+    doc["spec"]["stable"]["modelVersion"] = "llama3-8b-1-2-0"
+    doc["spec"]["candidate"]["modelVersion"] = candidate
+    return doc
+
+
+def test_input_removed_refused_as_minor_released_as_major(
+    cluster: Cluster, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    base = make_version(tmp_path / "1.2.0")
+    dropped = make_version(tmp_path / "dropped", inputs=["input_ids"])
+    apply(
+        cluster, ns, service("sched-v1"), service("sched-v2"), deployment("sched-v1"), deployment("sched-v2")
+    )
+    with operator(ns, root):
+        apply(cluster, ns, _mv("llama3-8b-1-2-0", "1.2.0", base))
+        stable = wait_phase(cluster, ns, "llama3-8b-1-2-0", "Ready", "Failed")
+        assert stable["status"]["phase"] == "Ready", stable["status"]
+        assert cond(stable, "InterfaceCompatible")["reason"] == "NoEarlierVersion"
+        assert stable["status"]["interface"]["summary"].startswith(
+            "onnx model.onnx: inputs attention_mask,input_ids; outputs logits"
+        )
+
+        # The input dropped, declared MINOR: recorded, but it cannot be released as declared.
+        apply(cluster, ns, _mv("llama3-8b-1-3-0", "1.3.0", dropped))
+        minor = wait_phase(cluster, ns, "llama3-8b-1-3-0", "Ready", "Misversioned", "Failed")
+        st = minor["status"]
+        assert st["phase"] == "Misversioned", st
+        c = cond(minor, "InterfaceCompatible")
+        assert (c["status"], c["reason"]) == ("False", "VersionContradictsInterface")
+        assert "compared with llama3-8b-1-2-0@1.2.0" in c["message"]
+        assert "breaking InputRemoved: onnx model.onnx input attention_mask" in c["message"]
+        assert st["message"].startswith("cannot be released as 1.3.0")
+        assert st["digests"]["onnx"]  # still recorded
+        warned = [
+            e for e in events(cluster, ns, "ModelVersion") if e["reason"] == "VersionContradictsInterface"
+        ]
+        assert warned, "no Event for the contradicted version"
+        assert warned[0]["type"] == "Warning"
+
+        apply(cluster, ns, _release("llama3-8b-1-3-0"))
+        refused = wait_release(
+            cluster,
+            ns,
+            lambda s: (
+                "InputRemoved" in condition(s, "ModelVersionsReady").get("message", "")
+                if s.get("conditions")
+                else False
+            ),
+            "the release refused with the differences",
+        )
+        mvr = condition(refused, "ModelVersionsReady")
+        assert mvr["status"] == "False"
+        assert "1.2.0 -> 1.3.0 breaks the interface" in mvr["message"]
+        assert refused.get("phase") == "Pending"
+        assert not refused.get("weights") or set(refused["weights"].values()) == {0}
+
+        # The same artifacts as a MAJOR version, with allowMajorUpgrade: released.
+        apply(cluster, ns, _mv("llama3-8b-2-0-0", "2.0.0", dropped))
+        major = wait_phase(cluster, ns, "llama3-8b-2-0-0", "Ready", "Misversioned", "Failed")
+        assert major["status"]["phase"] == "Ready", major["status"]
+        c = cond(major, "InterfaceCompatible")
+        assert (c["status"], c["reason"]) == ("True", "InterfaceMatchesVersion")
+        assert "compared with llama3-8b-1-2-0@1.2.0" in c["message"]  # not the Misversioned 1.3.0
+
+        apply(cluster, ns, _release("llama3-8b-2-0-0"))
+        done = wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted")
+        assert condition(done, "ModelVersionsReady")["status"] == "True"
+        assert release_status(cluster, ns)["phase"] == "Promoted"
+
+    # What the operator recorded answers the CLI the same way.
+    code = main(["lineage", "diff", "llama3-8b@1.2.0", "llama3-8b@1.3.0", "--root", str(root), "-o", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert (report["declared"], report["measured"], report["compatible"]) == ("minor", "major", False)
+    assert [d["kind"] for d in report["differences"]] == ["InputRemoved"]
