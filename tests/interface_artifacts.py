@@ -153,7 +153,9 @@ def make_tokenizer(
     directory.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
+    )
     tok.train_from_iterator(list(words), trainer)
     path = directory / "tokenizer.json"
     tok.save(str(path))

@@ -145,7 +145,15 @@ def test_crd_metadata() -> None:
 def test_examples_parse_into_the_models() -> None:
     mv = ModelVersion.model_validate(yaml.safe_load((EXAMPLES / "modelversion.yaml").read_text()))
     assert mv.spec.version == "2.0.0"
-    assert [a.format for a in mv.spec.artifacts] == ["onnx", "ptx", "safetensors", "safetensors"]
+    assert [a.format for a in mv.spec.artifacts] == [
+        "onnx",
+        "ptx",
+        "safetensors",
+        "safetensors",
+        "safetensors",
+        "tokenizer",
+        "tokenizer",
+    ]
     gr = GrayRelease.model_validate(yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text()))
     assert gr.spec.cells[0].weights == [5, 20, 50, 100]
     assert gr.spec.fallback.latency_ms == 800
