@@ -3,7 +3,11 @@
 - :mod:`~tinct.artifacts.storage`: URIs (``file://``, ``s3://``, ``gs://``, ``az://``) onto
   pyarrow filesystems, and the split between a missing object and a store that is down;
 - :mod:`~tinct.artifacts.hashing`: streaming SHA-256 and the per-format manifest digest;
-- :mod:`~tinct.artifacts.formats`: is an ONNX, safetensors or PTX file what it claims;
+- :mod:`~tinct.artifacts.formats`: is an ONNX, safetensors, PTX or tokenizer file what it
+  claims (:mod:`~tinct.artifacts.tokenizer` for the last), and the interface facts it states;
+- :mod:`~tinct.artifacts.interface`: a version's interface from its files' facts, its digest;
+- :mod:`~tinct.artifacts.contract`: differences between two interfaces, classified, and the
+  semver step they need;
 - :mod:`~tinct.artifacts.compat`: the quantization x runtime rules;
 - :mod:`~tinct.artifacts.verify`: all of the above for one ModelVersion spec.
 

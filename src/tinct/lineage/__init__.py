@@ -7,6 +7,10 @@ The Python API behind ``tinct lineage``::
     lineage.query("SELECT model, version, event FROM model_versions", root="/var/lib/tinct/lineage")
     lineage.history("llama3-8b", root="s3://lineage/prod")
     lineage.query("SELECT count(*) FROM artifacts", root=..., as_of_version=57)
+    lineage.query("SELECT version, vocab_size FROM interfaces WHERE format = 'tokenizer'", root=...)
+
+The recorded interface of one version comes back with
+:func:`tinct.lineage.interfaces.recorded_interface`.
 
 Hashing and validating artifacts live in :mod:`tinct.artifacts`. Heavy modules (deltalake)
 load on first use of a name that needs them.
