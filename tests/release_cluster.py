@@ -4,6 +4,7 @@ running the operator in-process, reading its history."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,6 +13,9 @@ from typing import Any
 
 import yaml
 from kopf.testing import KopfRunner
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from kubernetes import watch as kube_watch
 
 from conftest import EXAMPLES
 from controlplane import kwok
@@ -218,3 +222,67 @@ def events(cluster: Cluster, ns: str, kind: str = "GrayRelease") -> list[dict[st
     ).stdout
     items: list[dict[str, Any]] = json.loads(out).get("items", [])
     return items
+
+
+class Versions:
+    """Every version of one object the API server commits, in commit order, from a watch.
+
+    Sampling two objects with GETs cannot order their changes (a Deployment's status can
+    even step back for a moment while the controller's caches catch up); this records each
+    version with its resourceVersion, an etcd revision: one etcd orders all of them, so
+    "the Deployment had 2 available replicas before the table sent 60 %" is a comparison.
+    """
+
+    def __init__(self, cluster: Cluster, ns: str, kind: str, name: str) -> None:
+        self.api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        if kind == "deployment":
+            self._list = kube_client.AppsV1Api(self.api).list_namespaced_deployment
+        elif kind == "configmap":
+            self._list = kube_client.CoreV1Api(self.api).list_namespaced_config_map
+        else:
+            raise ValueError(kind)
+        self.ns, self.name = ns, name
+        self.seen: list[tuple[int, dict[str, Any]]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"versions-{name}", daemon=True)
+
+    def __enter__(self) -> Versions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(15)
+        self.api.close()
+
+    def _run(self) -> None:
+        rv: str | None = None
+        while not self._stop.is_set():
+            w = kube_watch.Watch()
+            try:
+                for ev in w.stream(
+                    self._list,
+                    self.ns,
+                    field_selector=f"metadata.name={self.name}",
+                    resource_version=rv,
+                    timeout_seconds=2,
+                    allow_watch_bookmarks=False,
+                ):
+                    obj = self.api.sanitize_for_serialization(ev["object"])
+                    rv = obj["metadata"]["resourceVersion"]
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        self.seen.append((int(rv), obj))
+                    if self._stop.is_set():
+                        break
+            except Exception as exc:  # reconnects from the last version seen, or lists again
+                if getattr(exc, "status", None) == 410:
+                    rv = None
+                self.errors.append(repr(exc))
+                time.sleep(0.2)
+            finally:
+                w.stop()
+
+    def first(self, pred: Callable[[dict[str, Any]], bool]) -> int | None:
+        """The resourceVersion of the first version for which ``pred`` holds, or None."""
+        return next((rv for rv, obj in self.seen if pred(obj)), None)

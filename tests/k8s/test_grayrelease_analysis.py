@@ -323,7 +323,17 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
             stack.cluster, stack.ns, lambda s: (s.get("routing") or {}).get("confirmedAt"), "confirmed"
         )
         frozen = tmp_path / "frozen.json"
-        frozen.write_text(json.dumps(stack.table()))
+        got = table(stack.cluster, stack.ns)
+        assert got is not None
+        frozen_version, doc = got
+        frozen.write_text(json.dumps(doc))
+        # Paused while the stale router comes up and is scraped: on a loaded machine the
+        # 3 s window could otherwise pass, and the next table be confirmed, before it is seen.
+        paused = '{"spec": {"paused": %s}}'
+        stack.cluster.kubectl(
+            "patch", "grayrelease", "chat", "-n", stack.ns, "--type=merge", "-p", paused % "true"
+        )
+        wait_release(stack.cluster, stack.ns, lambda s: s.get("phase") == "Paused", "paused")
         port = free_port()
         stale = subprocess.Popen(
             router_argv(str(frozen), port),
@@ -332,6 +342,9 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
         )
         try:
             stack.prometheus.set_targets([f"127.0.0.1:{stack.router.port}", f"127.0.0.1:{port}"], wait=True)
+            stack.cluster.kubectl(
+                "patch", "grayrelease", "chat", "-n", stack.ns, "--type=merge", "-p", paused % "false"
+            )
             held = wait_release(
                 stack.cluster,
                 stack.ns,
@@ -354,7 +367,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
     assert first["step"] == 0
     assert held["step"] == still["step"], "no window judged traffic the stale router sent by an old table"
     assert (still.get("routing") or {}).get("confirmedAt") is None
-    assert f"the lowest seen is {first['routing']['version']}" in condition(still, "Progressing")["message"]
+    assert f"the lowest seen is {frozen_version}" in condition(still, "Progressing")["message"]
     assert done["failedAnalyses"] == 0
 
 

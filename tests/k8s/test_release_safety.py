@@ -27,6 +27,7 @@ import yaml
 from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx
 from release_cluster import (
+    Versions,
     apply,
     backends,
     condition,
@@ -45,6 +46,7 @@ from release_cluster import (
     wait_release,
     weights,
 )
+from tinct.api.routing import DATA_KEY, configmap_name
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -365,22 +367,30 @@ def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
     cells = [{"match": {}, "weights": [30, 60, 100]}]
     doc = example(analysis=NO_METRICS, autoscaling={"minReplicas": 1, "maxReplicas": 6})
     doc["spec"]["cells"] = cells
-    seen: list[tuple[list[float] | None, Any, Any, int]] = []
+    seen: list[tuple[list[float] | None, Any, Any]] = []
 
     def sample() -> None:
         hpa = get(cluster, ns, "hpa", "tinct-chat-candidate")
         stable = get(cluster, ns, "hpa", "tinct-chat-stable")
-        dep = get(cluster, ns, "deployment", "sched-v2") or {}
         seen.append(
             (
                 weights(cluster, ns),
                 hpa and (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]),
                 stable and (stable["spec"]["minReplicas"], stable["spec"]["maxReplicas"]),
-                int((dep.get("status") or {}).get("availableReplicas") or 0),
             )
         )
 
-    with operator(ns, tmp_path / "lineage"):
+    def available(dep: dict[str, Any]) -> int:
+        return int((dep.get("status") or {}).get("availableReplicas") or 0)
+
+    def share(cm: dict[str, Any]) -> float:
+        return float(json.loads(cm["data"][DATA_KEY])["cells"][0]["weight"])
+
+    with (
+        Versions(cluster, ns, "deployment", "sched-v2") as deps,
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, tmp_path / "lineage"),
+    ):
         apply(cluster, ns, doc)
 
         def promoted() -> bool:
@@ -393,15 +403,23 @@ def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
             sample()
             time.sleep(0.3)
     assert st["stableFloor"] == 3
-    # Each share is in force only with the candidate replicas it needs (stable served 100 % with 3).
-    need = {0: 0, 30: 1, 60: 2, 100: 3}
-    for w, _hpa, _stable, available in seen:
-        if w:
-            assert available >= need[int(w[0])], (w, available)
+    # Each share came into force only once the candidate had the replicas it needs (stable
+    # served 100 % with 3): in commit order, those replicas were available before the table
+    # that sent the share was written.
+    need = {30: 1, 60: 2, 100: 3}
+    assert tables.seen, tables.errors
+    assert deps.seen, deps.errors
+    for w, n in need.items():
+        sent = tables.first(lambda cm, w=w: share(cm) == w)
+        assert sent is not None, (w, [share(cm) for _, cm in tables.seen])
+        ready = deps.first(lambda d, n=n: available(d) >= n)
+        history_ = [(rv, available(d)) for rv, d in deps.seen]
+        assert ready is not None, (w, n, sent, history_)
+        assert ready < sent, (w, n, ready, sent, history_)
     # While the release ran, stable kept its floor of 3; the candidate's minimum rose before its share did.
     running = [s for s in seen if s[0] and 0 < s[0][0] < 100]
     assert running
-    assert all(stable is None or stable[0] == 3 for _, _, stable, _ in running)
+    assert all(stable is None or stable[0] == 3 for _, _, stable in running)
     waits = [e for e in events(cluster, ns) if e["reason"] == "WaitingForCapacity"]
     assert waits, "the candidate had 1 replica and 60 % needs 2: the step waited for the HPA"
     assert seen[-1][0] == [100]

@@ -41,11 +41,14 @@ def test_a_small_group_runs_between_slices_of_a_big_one(pool: FairPool) -> None:
 
 
 def test_cancel_drops_queued_and_stops_running_work(pool: FairPool) -> None:
-    started = threading.Event()
+    started, cancelled = threading.Event(), threading.Event()
     log: list[str] = []
 
     def endless() -> Job[None]:
         started.set()
+        # Holds the only worker until the group is cancelled, so the second job is still
+        # queued then (on a loaded machine a slice can end before the test cancels).
+        cancelled.wait(5)
         while True:
             log.append("x")
             yield None
@@ -55,6 +58,7 @@ def test_cancel_drops_queued_and_stops_running_work(pool: FairPool) -> None:
     queued = group.submit(_ticks(1, log, "never"))
     assert started.wait(5)
     group.cancel()
+    cancelled.set()
     wait([running, queued], timeout=5)
     for f in (running, queued):
         with pytest.raises(WorkCancelledError):
