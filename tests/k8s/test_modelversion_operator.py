@@ -77,7 +77,11 @@ def test_local_and_s3_artifacts_become_ready_and_queryable(
         "Compatible": "True",
         "Verified": "True",
         "Recorded": "True",
+        "InterfaceCompatible": "True",
     }
+    # The first version of its model: nothing to hold its number to yet.
+    assert {c["type"]: c["reason"] for c in st["conditions"]}["InterfaceCompatible"] == "NoEarlierVersion"
+    assert st["interface"]["digest"]
     assert st["lineage"]["table"] == f"{root}/model_versions"
     assert "tinct.io/last-handled-configuration" in obj["metadata"]["annotations"]
 
