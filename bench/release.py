@@ -333,7 +333,10 @@ def run_releases(
 
     def follow() -> None:  # the router's table version, every 2 ms, stamped when it changes
         while not stop.is_set():
-            version = rt.table_version("rollback")
+            try:
+                version = rt.table_version("rollback")
+            except OSError:  # a refused or reset scrape on a loaded machine: ask again
+                version = None
             if version is not None and version not in seen:
                 seen[version] = time.time()
             time.sleep(0.002)
