@@ -204,6 +204,9 @@ def main() -> int:
                 "TINCT_ARTIFACT_ROOTS": str(work),
                 "TINCT_TABLE_NAMESPACE": NS,
                 "TINCT_PROMETHEUS_URL": prom.url,
+                # 100 releases' analyses on a busy two-core machine can take Prometheus past
+                # the 5 s default; the bench measures the operator and routers, not that.
+                "TINCT_PROMETHEUS_TIMEOUT": os.environ.get("TINCT_PROMETHEUS_TIMEOUT", "20"),
             }
             with (work / "operator.log").open("wb") as fh:
                 op = subprocess.Popen(
@@ -350,7 +353,17 @@ def run_releases(
             st: dict[str, Any] = obj.get("status") or {}
             return st if st.get("phase") == "RolledBack" and st["routing"]["version"] in seen else None
 
-        st = wait_for("the rollback", rolled_back, timeout=180, every=0.5)
+        try:
+            st = wait_for("the rollback", rolled_back, timeout=180, every=0.5)
+        except SystemExit:
+            obj = json.loads(cp.kubectl("get", "grayrelease", "rollback", "-n", NS, "-o", "json").stdout)
+            got = obj.get("status") or {}
+            log(
+                f"rollback release: phase {got.get('phase')}, message {got.get('message')!r}, "
+                f"last analysis {json.dumps(got.get('lastAnalysis'))[:1500]}, routing {got.get('routing')}, "
+                f"router versions seen {sorted(seen)}"
+            )
+            raise
     stop.set()
     follower.join(5)
     failed_at = datetime.fromisoformat(st["lastAnalysis"]["time"].replace("Z", "+00:00")).timestamp()
