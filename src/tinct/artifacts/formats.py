@@ -118,6 +118,17 @@ class _Window:
         return self._buf[lo : lo + n]
 
 
+def json_document(raw: bytes, what: str = "") -> Any:
+    """``raw`` parsed as JSON; a ValueError saying ``what`` is not JSON and why otherwise
+    (a document nested past the parser's recursion limit included)."""
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what}not JSON: {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"{what}not JSON: nested too deeply") from None
+
+
 def _check_safetensors(win: _Window) -> Facts:
     if win.size < 8:
         raise ValueError("shorter than the 8-byte header length")
@@ -129,12 +140,7 @@ def _check_safetensors(win: _Window) -> Facts:
     raw = win.read(8, n)
     if not raw.startswith(b"{"):
         raise ValueError("header is not a JSON object")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"header is not JSON: {exc}") from exc
-    except RecursionError:
-        raise ValueError("header is not JSON: nested too deeply") from None
+    header = json_document(raw, "header is ")
     if not isinstance(header, dict):
         raise ValueError("header is not a JSON object")
     data_len = win.size - 8 - n
@@ -167,12 +173,7 @@ def layout(dtype: str, shape: list[int]) -> str:
 def _check_safetensors_index(win: _Window) -> Facts:
     if win.size > _INDEX_MAX:
         raise ValueError(f"index of {win.size} bytes exceeds 100 MB")
-    try:
-        index = json.loads(win.read(0, win.size))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"index is not JSON: {exc}") from exc
-    except RecursionError:
-        raise ValueError("index is not JSON: nested too deeply") from None
+    index = json_document(win.read(0, win.size), "index is ")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v for k, v in weight_map.items()

@@ -23,6 +23,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tinct.artifacts.formats import json_document
+
 __all__ = ["MAX_SIZE", "tokenizer_facts"]
 
 #: Largest tokenizer file read (a 256k-token BPE vocabulary with merges is ~20 MB).
@@ -124,12 +126,7 @@ def tokenizer_facts(uri: str, size: int, read: Callable[[], bytes]) -> dict[str,
         raise ValueError(
             f"{size} bytes exceeds the {MAX_SIZE // (1024 * 1024)} MiB a tokenizer file may have"
         )
-    try:
-        doc = json.loads(read())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from exc
-    except RecursionError:
-        raise ValueError("not JSON: nested too deeply") from None
+    doc = json_document(read())
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if isinstance(doc.get("model"), dict):
