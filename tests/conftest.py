@@ -4,6 +4,16 @@ Tests under ``tests/k8s/`` are marked ``k8s`` automatically; they run against th
 kube-apiserver + etcd + kube-controller-manager that ``tests/controlplane`` builds and
 starts (or the cluster ``TINCT_TEST_KUBECONFIG`` names). If the control plane cannot
 start, those tests error: they are never skipped silently.
+
+Tests under ``tests/e2e/`` are marked ``e2e``: they run the chart, from the image built
+here, on a real node (``tests/controlplane/node.py``; fixtures ``node``, ``node_cluster``,
+``node_helm``, ``node_prometheus``, ``tinct_image``). That node has a control plane of its
+own: one that serves Pods differs from the ``k8s`` tier's on purpose -- there Pods stay
+Pending, or become Ready on kwok's fake node, without a scheduler, and a Pod made right
+after its namespace must not race the ServiceAccount controller -- so each tier keeps
+its own, each started at most once per session and only when a test of that tier runs.
+The tier needs root and Debian packages (``scripts/bootstrap.sh`` installs them); without
+them its tests fail saying what is missing.
 """
 
 from __future__ import annotations
@@ -16,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import build
+from controlplane import build, images
 from controlplane.environ import patched_environ
-from controlplane.harness import Cluster, cluster_from_env
+from controlplane.harness import Cluster, ControlPlane, cluster_from_env
 from controlplane.helm import Helm
+from controlplane.node import Node
 from controlplane.prometheus import Prometheus
 from router_fakes import FakeScheduler
 
@@ -30,10 +41,13 @@ CRD_NAMES = ("modelversions.tinct.io", "grayreleases.tinct.io")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    k8s_dir = Path(__file__).parent / "k8s"
+    here = Path(__file__).parent
     for item in items:
-        if k8s_dir in Path(str(item.fspath)).parents:
+        parents = Path(str(item.fspath)).parents
+        if here / "k8s" in parents:
             item.add_marker(pytest.mark.k8s)
+        elif here / "e2e" in parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
@@ -138,3 +152,52 @@ async def v2() -> AsyncIterator[FakeScheduler]:
 @pytest.fixture
 def backends(v1: FakeScheduler, v2: FakeScheduler) -> tuple[FakeScheduler, FakeScheduler]:
     return v1, v2
+
+
+# -- the end-to-end tier's node ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tinct_image() -> images.Image:
+    """The image built from the Dockerfile on the local Python base (cached by its inputs)."""
+    return images.ensure_image()
+
+
+@pytest.fixture(scope="session")
+def node(tinct_image: images.Image) -> Iterator[Node]:
+    """A real node with its control plane, the tinct image imported; torn down at the end."""
+    n = Node([tinct_image]).start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+@pytest.fixture(scope="session")
+def node_cluster(node: Node) -> ControlPlane:
+    return node.cluster
+
+
+@pytest.fixture(scope="session")
+def node_helm(helm_bin: Path, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm as the node cluster's admin."""
+    return Helm(helm_bin, tmp_path_factory.mktemp("node-helm-home"), node.cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def node_prometheus(
+    prometheus_bin: Path, node: Node, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    """A Prometheus listening on the node's address, so that Pods (the operator) can query it."""
+    prom = Prometheus(prometheus_bin, tmp_path_factory.mktemp("node-prometheus"), host=node.ip).start()
+    try:
+        yield prom
+    finally:
+        prom.close()
+
+
+def node_namespace(cluster: ControlPlane, prefix: str) -> str:
+    """A fresh namespace on the node's cluster (the caller deletes it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    return name

@@ -1,9 +1,16 @@
-"""A throwaway PKI for the test control plane: CA, serving cert, admin and controller-manager client certs."""
+"""A throwaway PKI for the test control plane: CA, serving cert, admin and controller-manager client certs.
+
+For a control plane that serves Pods on a real node (``node.py``) the serving certificate
+also names the addresses Pods reach it at (the ``kubernetes`` Service's IP, the node's IP),
+a front-proxy CA and client certificate let the API server call aggregated APIs
+(metrics-server), and :func:`client_cert` issues the node's components their identities.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +32,9 @@ class Pki:
     controller_manager_key: Path
     sa_key: Path
     sa_pub: Path
+    front_proxy_ca_cert: Path
+    front_proxy_client_cert: Path
+    front_proxy_client_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -53,6 +63,8 @@ def _issue(
     *,
     ca: bool = False,
     server: bool = False,
+    san_ips: Sequence[str] = (),
+    san_names: Sequence[str] = (),
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -89,7 +101,9 @@ def _issue(
                 [
                     x509.DNSName("localhost"),
                     x509.DNSName("kubernetes.default.svc"),
+                    *(x509.DNSName(n) for n in san_names),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in san_ips),
                 ]
             ),
             critical=False,
@@ -97,8 +111,16 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def make_pki(directory: Path) -> Pki:
-    """Create every key and certificate the control plane needs under ``directory``."""
+# What Pods call the API server by, besides the Service IP: the names of the kubernetes Service.
+SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc.cluster.local")
+
+
+def make_pki(directory: Path, serving_ips: Sequence[str] = ()) -> Pki:
+    """Create every key and certificate the control plane needs under ``directory``.
+
+    ``serving_ips``: more addresses the API server is reached at (for Pods: the kubernetes
+    Service's IP and the node's); its certificate then names the Service's DNS names too.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     p = Pki(
         ca_cert=directory / "ca.crt",
@@ -111,6 +133,9 @@ def make_pki(directory: Path) -> Pki:
         controller_manager_key=directory / "controller-manager.key",
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
+        front_proxy_ca_cert=directory / "front-proxy-ca.crt",
+        front_proxy_client_cert=directory / "front-proxy-client.crt",
+        front_proxy_client_key=directory / "front-proxy-client.key",
     )
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("tinct-test-ca")
@@ -131,9 +156,20 @@ def make_pki(directory: Path) -> Pki:
         ),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(subject, key, ca_name, ca_key, server=server)
+        names = SERVICE_NAMES if server and serving_ips else ()
+        cert = _issue(subject, key, ca_name, ca_key, server=server, san_ips=serving_ips, san_names=names)
         _write_key(key_path, key)
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    # The API server's identity towards aggregated API servers (requestheader authentication).
+    fp_key = ec.generate_private_key(ec.SECP256R1())
+    fp_name = _name("tinct-test-front-proxy-ca")
+    fp_ca = _issue(fp_name, fp_key, fp_name, fp_key, ca=True)
+    p.front_proxy_ca_cert.write_bytes(fp_ca.public_bytes(serialization.Encoding.PEM))
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = _issue(_name("front-proxy-client"), client_key, fp_name, fp_key)
+    _write_key(p.front_proxy_client_key, client_key)
+    p.front_proxy_client_cert.write_bytes(client.public_bytes(serialization.Encoding.PEM))
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(p.sa_key, sa_key)
@@ -143,3 +179,21 @@ def make_pki(directory: Path) -> Pki:
         )
     )
     return p
+
+
+def client_cert(pki: Pki, directory: Path, name: str, cn: str, org: str | None = None) -> tuple[Path, Path]:
+    """Issue a client certificate of the cluster CA for ``cn`` (in group ``org``): (cert, key).
+
+    The bootstrap RBAC policy knows ``system:kube-proxy`` and ``system:kube-scheduler``; the
+    Node authorizer knows ``system:node:<name>`` in ``system:nodes``.
+    """
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(cn, org), key, ca.subject, ca_key)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
