@@ -236,11 +236,17 @@ def cgroup_dirs(name: str) -> list[Path]:
     return [r / name for r in roots if (r / name).is_dir() and not (r / name).is_symlink()]
 
 
+def _subtree(top: Path) -> list[Path]:
+    """``top`` and the directories below it, deepest first. Cgroups vanish while they are
+    walked (runc removes a container's as it ends): those are skipped, not an error."""
+    return [Path(d) for d, _, _ in os.walk(top, topdown=False, onerror=lambda e: None)]
+
+
 def _cgroup_pids(top: Path) -> set[int]:
     pids: set[int] = set()
-    for procs in top.rglob("cgroup.procs"):
+    for d in _subtree(top):
         with contextlib.suppress(OSError, ValueError):
-            pids |= {int(x) for x in procs.read_text().split()}
+            pids |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
     return pids
 
 
@@ -264,8 +270,7 @@ def remove_cgroup(name: str) -> int:
     """rmdir cgroup ``name`` and everything below it (deepest first), in every hierarchy."""
     removed = 0
     for top in cgroup_dirs(name):
-        dirs = sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True)
-        for d in [*dirs, top]:
+        for d in _subtree(top):
             for attempt in range(50):
                 try:
                     d.rmdir()
