@@ -111,9 +111,9 @@ def gray_release(name: str, model: str, stable: str, candidate: str, *, failure_
             },
             "cells": [{"match": {}, "weights": [20, 60, 100]}],
             "analysis": {
-                "interval": "10s",
+                "interval": "5s",
                 "failureLimit": failure_limit,
-                "minRequests": 10,
+                "minRequests": 5,
                 "inconclusiveLimit": 30,
                 "prometheus": {},
                 "metrics": [{"name": "success-rate", "min": 99}],
@@ -220,7 +220,7 @@ def install(
     )
     print(f"\nnode bring-up: {node.timings}")
     try:
-        node_helm("install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "8m", *args, timeout=600)
+        node_helm("install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "5m", *args, timeout=600)
         cluster.kubectl("apply", "-n", tenant, "-f", "-", input=yaml.safe_dump_all(docs))
         with PodTargets(cluster, ns, ROUTERS, 9090, node_prometheus):
             yield Install(
@@ -259,6 +259,7 @@ def test_install_runs_every_pod_ready_on_the_node(
                     == "Ready"
                 ),
             )
+    print("\n" + cluster.kubectl("get", "pods", "-A", "-o", "wide").stdout)
     # metrics-server gives the router HPA its CPU figure.
     wait_for(
         cluster,
@@ -364,7 +365,7 @@ def test_router_rollout_under_steady_traffic_loses_no_request(
             install.ns,
             "--wait",
             "--timeout",
-            "8m",
+            "5m",
             *install.args,
             "--set-json",
             f'router.podAnnotations={{"e2e/rollout": "{uuid.uuid4().hex[:8]}"}}',
