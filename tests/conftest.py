@@ -18,6 +18,7 @@ them its tests fail saying what is missing.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import time
 import uuid
@@ -30,7 +31,7 @@ from controlplane import build, images
 from controlplane.environ import patched_environ
 from controlplane.harness import Cluster, ControlPlane, cluster_from_env
 from controlplane.helm import Helm
-from controlplane.node import Node
+from controlplane.node import Node, ensure_parts
 from controlplane.prometheus import Prometheus
 from router_fakes import FakeScheduler
 
@@ -158,19 +159,27 @@ def backends(v1: FakeScheduler, v2: FakeScheduler) -> tuple[FakeScheduler, FakeS
 
 
 @pytest.fixture(scope="session")
-def tinct_image() -> images.Image:
-    """The image built from the Dockerfile on the local Python base (cached by its inputs)."""
-    return images.ensure_image()
+def node() -> Iterator[Node]:
+    """A real node with its control plane, the tinct image imported; torn down at the end.
 
-
-@pytest.fixture(scope="session")
-def node(tinct_image: images.Image) -> Iterator[Node]:
-    """A real node with its control plane, the tinct image imported; torn down at the end."""
-    n = Node([tinct_image]).start()
+    Cold, the image (debootstrap, pip) is built while the node's Go parts are: the one
+    waits on the network as much as the other on the CPU.
+    """
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        image = pool.submit(images.ensure_image)
+        parts = ensure_parts()
+        tinct = image.result()
+    n = Node([tinct], parts=parts).start()
     try:
         yield n
     finally:
         n.stop()
+
+
+@pytest.fixture(scope="session")
+def tinct_image(node: Node) -> images.Image:
+    """The image built from the Dockerfile on the local Python base, in the node's containerd."""
+    return node.images[-1]
 
 
 @pytest.fixture(scope="session")
