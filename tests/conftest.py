@@ -9,7 +9,6 @@ start, those tests error: they are never skipped silently.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -49,17 +48,8 @@ def cluster() -> Iterator[Cluster]:
 def crds(cluster: Cluster) -> tuple[str, ...]:
     """The CRDs from ``crds/``, applied as a user would and Established."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    # Right after the apply a CRD may have no status.conditions yet, and `kubectl wait`
-    # then fails at once ("<nil> is of the type <nil>") instead of waiting: ask again.
-    deadline = time.monotonic() + 60
-    while True:
-        names = [f"crd/{n}" for n in CRD_NAMES]
-        proc = cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names, check=False)
-        if proc.returncode == 0:
-            return CRD_NAMES
-        if time.monotonic() > deadline:
-            raise AssertionError(f"CRDs not Established: {proc.stderr}")
-        time.sleep(0.2)
+    cluster.wait_established(*(f"crd/{n}" for n in CRD_NAMES))
+    return CRD_NAMES
 
 
 @pytest.fixture

@@ -166,6 +166,22 @@ class _Clients:
             self, namespace, name, self.workdir / f"sa-{namespace}-{name}.kubeconfig", hours
         )
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until each CRD (``crd/<name>``) is Established.
+
+        Right after an apply a CRD may have no ``status.conditions`` yet, and ``kubectl
+        wait`` then fails at once (``<nil> is of the type <nil>``) instead of waiting: ask
+        again until the deadline.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *crds, check=False)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs {', '.join(crds)} not Established: {proc.stderr.strip()}")
+            time.sleep(0.2)
+
 
 class ControlPlane(_Clients):
     """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries, and kwok.
@@ -315,7 +331,7 @@ class ControlPlane(_Clients):
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         crds = self.kubectl("get", "crd", "-o", "name").stdout.split()
         if crds:
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+            self.wait_established(*crds)
 
     def _start_controller_manager(self, deadline: float) -> None:
         assert self.pki is not None
