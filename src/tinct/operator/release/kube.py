@@ -134,23 +134,19 @@ class ReleaseKube:
     def served(self, group_version: str, plural: str) -> bool:
         """Whether the API server serves ``plural`` of ``group_version`` (e.g. ``keda.sh/v1alpha1``),
         from discovery, which every authenticated user may read."""
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
+        group, _, version = group_version.partition("/")
         try:
-            found = self._api().call_api(
-                f"/apis/{group_version}",
-                "GET",
-                auth_settings=["BearerToken"],
-                response_type="object",
-                _return_http_data_only=True,
-                _request_timeout=10,
+            found = client.CustomObjectsApi(self._api()).get_api_resources(
+                group, version, _request_timeout=10
             )
         except ApiException as e:
             if e.status == 404:
                 return False
             raise
-        resources = found.get("resources", []) if isinstance(found, dict) else []
-        return any(isinstance(r, dict) and r.get("name") == plural for r in resources)
+        return any(r.name == plural for r in (found.resources or []))
 
     @staticmethod
     def _delete(call: Callable[[str, str], Any], namespace: str, name: str) -> None:
