@@ -232,10 +232,8 @@ class Keda(_Reading):
         crds = sorted((self.source / "config/crd/bases").glob("*.yaml"))
         if not crds:
             raise ControlPlaneError(f"no KEDA CRDs under {self.source}/config/crd/bases")
-        for path in crds:
-            c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        for rel in RBAC:
-            c.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.source / rel))
+        files = [*crds, *(self.source / rel for rel in RBAC)]
+        c.kubectl("apply", "--server-side", "--force-conflicts", *(a for f in files for a in ("-f", str(f))))
         deadline = time.monotonic() + 60
         while True:
             names = [f"crd/{n}" for n in CRD_NAMES]
