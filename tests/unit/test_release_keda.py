@@ -257,3 +257,26 @@ def test_every_engine_has_a_queue_metric() -> None:
     from tinct.api.v1alpha1.grayrelease import Engine
 
     assert set(QUEUE_METRICS) == set(get_args(Engine))
+
+
+def test_kubectl_explain_describes_every_autoscaling_field() -> None:
+    import yaml
+
+    from conftest import CRDS
+
+    crd = yaml.safe_load((CRDS / "tinct.io_grayreleases.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    missing: list[str] = []
+
+    def walk(path: str, node: dict[str, Any]) -> None:
+        if "description" not in node:
+            missing.append(path)
+        for name, child in (node.get("properties") or {}).items():
+            walk(f"{path}.{name}", child)
+
+    walk("spec.autoscaling", spec["autoscaling"])
+    walk("spec.candidate.engine", spec["candidate"]["properties"]["engine"])
+    assert missing == []
+    keda = spec["autoscaling"]["properties"]["keda"]["properties"]
+    assert "replicas" in keda["targetPerReplica"]["description"]
+    assert "Seconds" in keda["scaleDownStabilizationSeconds"]["description"]
