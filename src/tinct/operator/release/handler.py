@@ -8,12 +8,13 @@ when the release, an action on it, one of its ModelVersions or Deployments chang
    bounded: a slow Prometheus delays only its own release); the actions given meanwhile,
    read *after* the analysis, so an abort given during it wins over its step-up;
 2. **decide** (:func:`~tinct.operator.release.decide.decide`, pure) the next status, and plan
-   what it calls for — the routing-table version and digest, the HPA bounds — into it;
+   what it calls for — the routing-table version and digest, the scalers' bounds — into it;
 3. **record** the status, conditioned on the resourceVersion it was decided from: a status
    that changed meanwhile is never overwritten (the round starts again from it), and a
    write that fails otherwise is retried with the *same* decision;
 4. **act** on the recorded status only: apply the routing table to the table namespace,
-   then the HPAs, then retire standing routes this release's table now covers;
+   then the HPAs or KEDA ScaledObjects, then retire standing routes this release's table
+   now covers;
 5. **history**: the transitions recorded in ``status.history`` are appended to
    ``release_events`` (with a timeout; a lineage outage delays the history, never the
    traffic) and then dropped from status; Events are posted.
@@ -393,7 +394,7 @@ async def gather(
 
 
 def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
-    """Plan the table and the HPAs the decided status calls for into it (pure, recorded with it)."""
+    """Plan the table and the scalers the decided status calls for into it (pure, recorded with it)."""
     st = decision.status
     old = gr.status or GrayReleaseStatus()
     name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
@@ -584,7 +585,7 @@ def _contains(got: Any, want: Any) -> bool:
 def _so_current(
     manifest: dict[str, Any], scaled_objects: list[dict[str, Any]], applied: dict[str, Any] | None
 ) -> bool:
-    """Whether the cluster (or our last apply) already has ``manifest``'s spec and owner."""
+    """Whether the cluster (or our last apply) already has every field of ``manifest``'s spec."""
     name, want = manifest["metadata"]["name"], manifest["spec"]
     if applied is not None and applied["spec"] == want:
         return True
