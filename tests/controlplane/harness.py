@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from controlplane import build, kwok
-from controlplane.pki import Pki, make_pki
+from controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -301,6 +301,18 @@ class ControlPlane(_Clients):
                 # ServiceAccount to exist when it is created, so a test that makes one right
                 # after its namespace does not race the ServiceAccount controller.
                 "--disable-admission-plugins=ServiceAccount",
+                # The aggregation layer (extension API servers such as KEDA's metrics API
+                # server, controlplane/keda.py): requests are proxied with the front-proxy
+                # client cert and the user in X-Remote-* headers. Aggregator routing stays off:
+                # it resolves a Service through its EndpointSlices, which may not hold loopback
+                # addresses; an ExternalName Service naming localhost routes there instead.
+                f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client_key}",
                 f"--cert-dir={self.workdir / 'certs'}",
                 "--v=1",
             ],
