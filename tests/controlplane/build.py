@@ -16,15 +16,22 @@ command from the published modules:
   own repository.  ``generate`` reads the module's own go.mod and writes one ``replace``
   per staging module to the published ``v0.<minor>.<patch>`` release.
 * ``etcd/`` is a wrapper module requiring ``go.etcd.io/etcd/server/v3``.
+* ``keda/`` is a wrapper module requiring ``github.com/kedacore/keda/v2``, whose go.mod
+  has a ``replace`` and an ``exclude`` that only apply inside its own repository, so
+  ``go install ...@version`` refuses it.  ``generate-keda`` copies both into the wrapper,
+  which names KEDA's operator and metrics API server mains as its ``tool`` packages; they
+  are built from there as published (see ``ensure_keda``).  Its Kubernetes modules are KEDA's own
+  (v0.36.x), independent of the control plane's.
 * Prometheus, helm and kwok are single mains whose modules have no ``replace``
   directives, so they are built with ``go install <module>/cmd/<name>@<version>`` (see
   ``TOOLS``); so are the node's containerd, CoreDNS and metrics-server (``NODE_TOOLS``).
 * ``pause/`` is the node's sandbox process, a module of its own without dependencies.
 
 Binaries land in ``$TINCT_CACHE_DIR`` (default ``~/.cache/tinct``) under
-``controlplane/<versions>-<key>/bin``, ``node/<version>-<key>/bin``, ``pause/<key>/bin``
-and, for each tool, ``<tool>/<version>-<key>/bin``. Each component's key hashes what it
-is built from (the files of its mains and the wrapper module's go.mod/go.sum, or its
+``controlplane/<versions>-<key>/bin``, ``node/<version>-<key>/bin``, ``pause/<key>/bin``,
+``keda/<version>-<key>/bin`` and, for each tool, ``<tool>/<version>-<key>/bin``. Each
+component's key hashes what it is built from (the files of its mains and its wrapper
+module's go.mod/go.sum, or its
 module version, the build recipe and the Go version), so changing one component does not
 rebuild the others, and a second build with the same inputs is a no-op.  A lock per
 component makes concurrent test runs wait for one build.
@@ -34,6 +41,7 @@ Usage::
     python tests/controlplane/build.py            # build (or reuse) all, print the bin dirs
     python tests/controlplane/build.py node       # the same for the end-to-end node's parts
     python tests/controlplane/build.py generate --kube v1.37.2 --etcd v3.7.3
+    python tests/controlplane/build.py generate-keda --version v2.21.0
 """
 
 from __future__ import annotations
@@ -59,6 +67,10 @@ HERE = Path(__file__).resolve().parent
 KUBE_MODULE = HERE / "kube"
 ETCD_MODULE = HERE / "etcd"
 PAUSE_MODULE = HERE / "pause"
+KEDA_MODULE = HERE / "keda"
+KEDA = "github.com/kedacore/keda/v2"
+#: KEDA's mains (the wrapper's ``tool`` packages) and the names their binaries get.
+KEDA_MAINS = {"keda-operator": f"{KEDA}/cmd/operator", "keda-adapter": f"{KEDA}/cmd/adapter"}
 # The mains of the kube wrapper module: the control plane's, and the node's.
 CONTROLPLANE_MAINS = ("kube-apiserver", "kube-controller-manager", "kubectl")
 NODE_MAINS = ("kubelet", "kube-proxy", "kube-scheduler")
@@ -75,6 +87,10 @@ NODE_RECIPE = (
     "./cmd/{kubelet,kube-proxy,kube-scheduler}; CGO_ENABLED=0"
 )
 PAUSE_RECIPE = "go build -trimpath -ldflags '-s -w' .; CGO_ENABLED=0"
+
+# How KEDA is built (see ensure_keda); part of its cache key. The -X values are the ones
+# KEDA's Makefile sets (version without the "v", as its release workflow passes it).
+KEDA_RECIPE = "go build -trimpath -ldflags '-s -w -X version.Version=<release> -X version.GitCommit=' <main>; CGO_ENABLED=0"
 
 _STAGING_RE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._/-]+)\s+v0\.0\.0\s*$", re.M)
 
@@ -152,6 +168,48 @@ def generate(kube: str, etcd: str) -> None:
     print(f"generated: k8s.io/kubernetes {kube} ({len(staging)} staging modules), etcd {etcd}")
 
 
+def keda_version() -> str:
+    return _required_version(KEDA_MODULE, KEDA)
+
+
+def _directives(gomod: str, verb: str) -> list[str]:
+    """The ``replace`` or ``exclude`` lines of a go.mod, single-line and block forms alike."""
+    found: list[str] = []
+    for block in re.findall(rf"^{verb}\s*\(\n(.*?)^\)", gomod, re.M | re.S):
+        found += [line.split("//")[0].strip() for line in block.splitlines()]
+    found += [m.split("//")[0].strip() for m in re.findall(rf"^{verb}\s+([^(\s].*)$", gomod, re.M)]
+    return [d for d in found if d]
+
+
+def generate_keda(version: str) -> None:
+    """Write the KEDA wrapper go.mod for ``version``, carrying over its replaces and excludes."""
+    if not re.fullmatch(r"v2\.\d+\.\d+", version):
+        raise SystemExit(f"--version must look like v2.21.0, got {version!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "go.mod").write_text("module probe\n")
+        info = json.loads(_go("mod", "download", "-json", f"{KEDA}@{version}", cwd=Path(tmp), capture=True))
+    upstream = Path(info["GoMod"]).read_text()
+    replaces, excludes = _directives(upstream, "replace"), _directives(upstream, "exclude")
+    tools = "\n".join(f"\t{pkg}" for pkg in sorted(KEDA_MAINS.values()))
+    text = (
+        "// Generated by tests/controlplane/build.py generate-keda; do not edit by hand.\n"
+        "module tinct.io/testenv/keda\n\n"
+        "go 1.26.0\n\n"
+        f"tool (\n{tools}\n)\n\n"
+        f"require {KEDA} {version}\n"
+    )
+    if replaces:
+        text += "\n// Carried over from KEDA's go.mod: a dependency's replace applies only in its own repository.\n"
+        text += "replace (\n" + "".join(f"\t{r}\n" for r in replaces) + ")\n"
+    if excludes:
+        text += "\n// Carried over from KEDA's go.mod, likewise.\n"
+        text += "exclude (\n" + "".join(f"\t{e}\n" for e in excludes) + ")\n"
+    (KEDA_MODULE / "go.mod").write_text(text)
+    (KEDA_MODULE / "go.sum").unlink(missing_ok=True)
+    _go("mod", "tidy", cwd=KEDA_MODULE)
+    print(f"generated: {KEDA} {version} ({len(replaces)} replace, {len(excludes)} exclude)")
+
+
 def _go_version() -> str:
     return subprocess.run(
         ["go", "env", "GOVERSION"], check=True, text=True, capture_output=True
@@ -175,29 +233,35 @@ def _hash_files(h: Any, module: Path, files: list[Path]) -> None:
 
 def build_key() -> str:
     """Hash of everything the control-plane binaries are built from."""
+    return _module_key((KUBE_MODULE, CONTROLPLANE_MAINS), (ETCD_MODULE, None), recipe=CONTROLPLANE_RECIPE)
+
+
+def _module_key(*modules: tuple[Path, tuple[str, ...] | None], recipe: str) -> str:
+    """Hash of the Go version, ``recipe`` and each module's files that build its ``mains``."""
     h = hashlib.sha256()
     h.update(_go_version().encode())
-    h.update(CONTROLPLANE_RECIPE.encode())
-    _hash_files(h, KUBE_MODULE, _module_files(KUBE_MODULE, CONTROLPLANE_MAINS))
-    _hash_files(h, ETCD_MODULE, _module_files(ETCD_MODULE))
+    h.update(recipe.encode())
+    for module, mains in modules:
+        _hash_files(h, module, _module_files(module, mains))
     return h.hexdigest()[:16]
 
 
 def node_key() -> str:
     """Hash of everything the node's kubelet, kube-proxy and kube-scheduler are built from."""
-    h = hashlib.sha256()
-    h.update(_go_version().encode())
-    h.update(NODE_RECIPE.encode())
-    _hash_files(h, KUBE_MODULE, _module_files(KUBE_MODULE, NODE_MAINS))
-    return h.hexdigest()[:16]
+    return _module_key((KUBE_MODULE, NODE_MAINS), recipe=NODE_RECIPE)
 
 
 def pause_key() -> str:
-    h = hashlib.sha256()
-    h.update(_go_version().encode())
-    h.update(PAUSE_RECIPE.encode())
-    _hash_files(h, PAUSE_MODULE, _module_files(PAUSE_MODULE))
-    return h.hexdigest()[:16]
+    return _module_key((PAUSE_MODULE, None), recipe=PAUSE_RECIPE)
+
+
+def keda_key() -> str:
+    """Hash of everything the KEDA binaries are built from."""
+    return _module_key((KEDA_MODULE, None), recipe=KEDA_RECIPE)
+
+
+def keda_bin_dir() -> Path:
+    return cache_root() / "keda" / f"{keda_version()}-{keda_key()}" / "bin"
 
 
 def bin_dir() -> Path:
@@ -362,6 +426,33 @@ def ensure_pause(verbose: bool = True) -> Path:
     return target / "pause"
 
 
+def _build_keda(staging: Path, build: dict[str, str]) -> None:
+    pkg = f"{KEDA}/version"
+    ldflags = f"-s -w -X {pkg}.Version={build['version'].removeprefix('v')} -X {pkg}.GitCommit="
+    for name, main in KEDA_MAINS.items():
+        _go("build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / name), main, cwd=KEDA_MODULE)
+
+
+def ensure_keda(verbose: bool = True) -> Path:
+    """Return the directory holding ``keda-operator`` and ``keda-adapter``, building them when needed."""
+    version = keda_version()
+    return _build_into(
+        keda_bin_dir(),
+        tuple(KEDA_MAINS),
+        f"KEDA {version} (operator and metrics API server)",
+        verbose,
+        {"kind": "keda", "version": version},
+    )
+
+
+def keda_source() -> Path:
+    """KEDA's module source in the Go module cache (downloaded if missing), e.g. for its CRDs."""
+    info = json.loads(
+        _go("mod", "download", "-json", f"{KEDA}@{keda_version()}", cwd=KEDA_MODULE, capture=True)
+    )
+    return Path(info["Dir"])
+
+
 @dataclass(frozen=True)
 class GoTool:
     """A main package installed with ``go install <package>@<version>``."""
@@ -499,6 +590,7 @@ def _build_tool(staging: Path, build: dict[str, str]) -> None:
 
 _BUILDERS: dict[str, Callable[[Path, dict[str, str]], None]] = {
     "controlplane": _build_controlplane,
+    "keda": _build_keda,
     "node": _build_node,
     "pause": _build_pause,
     "tool": _build_tool,
@@ -539,15 +631,20 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="rewrite the wrapper go.mod files for new releases")
     gen.add_argument("--kube", default=None, help="k8s.io/kubernetes release, e.g. v1.37.2")
     gen.add_argument("--etcd", default=None, help="go.etcd.io/etcd/server/v3 release, e.g. v3.7.3")
+    gen_keda = sub.add_parser("generate-keda", help="rewrite the KEDA wrapper go.mod for a new release")
+    gen_keda.add_argument("--version", default=None, help="github.com/kedacore/keda/v2 release, e.g. v2.21.0")
     sub.add_parser("key", help="print the cache keys")
     sub.add_parser("node", help="build (or reuse) the end-to-end node's parts, print their bin dirs")
     args = parser.parse_args(argv)
     if args.cmd == "generate":
         generate(args.kube or kube_version(), args.etcd or etcd_version())
+    elif args.cmd == "generate-keda":
+        generate_keda(args.version or keda_version())
     elif args.cmd == "key":
         print(f"controlplane {build_key()}")
         print(f"node {node_key()}")
         print(f"pause {pause_key()}")
+        print(f"keda {keda_key()}")
         for tool in (*TOOLS.values(), *NODE_TOOLS.values()):
             print(f"{tool.name} {tool.key()}")
     elif args.cmd == "node":
@@ -559,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         print(ensure_built())
         for name in TOOLS:
             print(ensure_tool(name).parent)
+        print(ensure_keda())
     return 0
 
 

@@ -50,7 +50,7 @@ from typing import Any
 import yaml
 
 from controlplane import build, kwok
-from controlplane.pki import Pki, make_pki
+from controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -197,6 +197,22 @@ class _Clients:
             self, namespace, name, self.workdir / f"sa-{namespace}-{name}.kubeconfig", hours
         )
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until each CRD (``crd/<name>``) is Established.
+
+        Right after an apply a CRD may have no ``status.conditions`` yet, and ``kubectl
+        wait`` then fails at once (``<nil> is of the type <nil>``) instead of waiting: ask
+        again until the deadline.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *crds, check=False)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs {', '.join(crds)} not Established: {proc.stderr.strip()}")
+            time.sleep(0.2)
+
 
 class ControlPlane(_Clients):
     """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries, and kwok.
@@ -311,6 +327,16 @@ class ControlPlane(_Clients):
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
                 *(self._node_flags() if self.pods else self._no_node_flags()),
+                # The aggregation layer (extension API servers such as KEDA's metrics API
+                # server, controlplane/keda.py, or the node's metrics-server): requests are
+                # proxied with the front-proxy client cert and the user in X-Remote-* headers.
+                f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client_key}",
                 f"--cert-dir={self.workdir / 'certs'}",
                 "--v=1",
             ],
@@ -348,6 +374,9 @@ class ControlPlane(_Clients):
             # ServiceAccount to exist when it is created, so a test that makes one right
             # after its namespace does not race the ServiceAccount controller.
             "--disable-admission-plugins=ServiceAccount",
+            # Aggregator routing stays off: it resolves a Service through its EndpointSlices,
+            # which may not hold loopback addresses; an ExternalName Service naming localhost
+            # routes there instead (controlplane/keda.py).
         ]
 
     def _node_flags(self) -> list[str]:
@@ -366,14 +395,8 @@ class ControlPlane(_Clients):
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--kubelet-client-certificate={pki.admin_cert}",
             f"--kubelet-client-key={pki.admin_key}",
-            # Aggregated APIs (metrics.k8s.io): the API server calls them as the front proxy.
-            f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
-            "--requestheader-allowed-names=front-proxy-client",
-            "--requestheader-username-headers=X-Remote-User",
-            "--requestheader-group-headers=X-Remote-Group",
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-            f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
-            f"--proxy-client-key-file={pki.front_proxy_client_key}",
+            # Aggregated APIs (metrics.k8s.io) are called at their EndpointSlices' address
+            # (the node's), not through the Service's ClusterIP.
             "--enable-aggregator-routing=true",
         ]
 
@@ -382,7 +405,7 @@ class ControlPlane(_Clients):
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         crds = self.kubectl("get", "crd", "-o", "name").stdout.split()
         if crds:
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+            self.wait_established(*crds)
 
     def _start_controller_manager(self, deadline: float) -> None:
         assert self.pki is not None

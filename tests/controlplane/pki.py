@@ -1,9 +1,17 @@
-"""A throwaway PKI for the test control plane: CA, serving cert, admin and controller-manager client certs.
+"""A throwaway PKI for the test control plane.
 
-For a control plane that serves Pods on a real node (``node.py``) the serving certificate
-also names the addresses Pods reach it at (the ``kubernetes`` Service's IP, the node's IP),
-a front-proxy CA and client certificate let the API server call aggregated APIs
-(metrics-server), and :func:`client_cert` issues the node's components their identities.
+:func:`make_pki`: the cluster CA, the API server's serving cert, the admin and
+controller-manager client certs, the ServiceAccount signing key, and the aggregation
+layer's front-proxy CA with the client cert the API server presents to extension API
+servers (which trust requests from it, with the user in ``X-Remote-User``). For a control
+plane that serves Pods on a real node (``node.py``), ``serving_ips`` adds the addresses
+Pods reach it at (the ``kubernetes`` Service's IP, the node's) and the Service's names.
+
+:func:`client_cert`: a client cert of the cluster CA, the node's components' identities.
+
+:func:`make_keda_certs`: KEDA's own CA and the one cert its operator and metrics API server
+share, as KEDA's cert rotation makes it: the operator's gRPC metrics service and the
+metrics API server serve with it, and the metrics API server is the gRPC client with it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,29 @@ class Pki:
     front_proxy_client_key: Path
 
 
+#: The front-proxy client cert's CN; the API server's --requestheader-allowed-names.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+@dataclass(frozen=True)
+class KedaCerts:
+    """``ca.crt``, ``tls.crt``, ``tls.key`` in :attr:`directory`: the names KEDA reads from its cert dir."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def cert(self) -> Path:
+        return self.directory / "tls.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.directory / "tls.key"
+
+
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     path.write_bytes(
         key.private_bytes(
@@ -63,8 +94,9 @@ def _issue(
     *,
     ca: bool = False,
     server: bool = False,
+    client: bool | None = None,
+    dns_names: tuple[str, ...] = ("localhost", "kubernetes.default.svc"),
     san_ips: Sequence[str] = (),
-    san_names: Sequence[str] = (),
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -93,15 +125,16 @@ def _issue(
             critical=True,
         )
     else:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # A server cert is for serving only unless ``client`` says otherwise; any other for clients.
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or (client is None and not server):
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
                 [
-                    x509.DNSName("localhost"),
-                    x509.DNSName("kubernetes.default.svc"),
-                    *(x509.DNSName(n) for n in san_names),
+                    *(x509.DNSName(n) for n in dns_names),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                     *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in san_ips),
                 ]
@@ -111,8 +144,14 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-# What Pods call the API server by, besides the Service IP: the names of the kubernetes Service.
-SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc.cluster.local")
+# What Pods call the API server by: the names of the kubernetes Service.
+SERVICE_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 def make_pki(directory: Path, serving_ips: Sequence[str] = ()) -> Pki:
@@ -156,20 +195,29 @@ def make_pki(directory: Path, serving_ips: Sequence[str] = ()) -> Pki:
         ),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
-        names = SERVICE_NAMES if server and serving_ips else ()
-        cert = _issue(subject, key, ca_name, ca_key, server=server, san_ips=serving_ips, san_names=names)
+        if server and serving_ips:
+            cert = _issue(
+                subject, key, ca_name, ca_key, server=True, dns_names=SERVICE_NAMES, san_ips=serving_ips
+            )
+        else:
+            cert = _issue(subject, key, ca_name, ca_key, server=server)
         _write_key(key_path, key)
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
-    # The API server's identity towards aggregated API servers (requestheader authentication).
+    # The aggregation layer's own CA, apart from the cluster CA: an extension API server trusts
+    # X-Remote-User only from a client cert of this CA (Kubernetes' recommended setup).
     fp_key = ec.generate_private_key(ec.SECP256R1())
     fp_name = _name("tinct-test-front-proxy-ca")
-    fp_ca = _issue(fp_name, fp_key, fp_name, fp_key, ca=True)
-    p.front_proxy_ca_cert.write_bytes(fp_ca.public_bytes(serialization.Encoding.PEM))
+    p.front_proxy_ca_cert.write_bytes(
+        _issue(fp_name, fp_key, fp_name, fp_key, ca=True).public_bytes(serialization.Encoding.PEM)
+    )
     client_key = ec.generate_private_key(ec.SECP256R1())
-    client = _issue(_name("front-proxy-client"), client_key, fp_name, fp_key)
     _write_key(p.front_proxy_client_key, client_key)
-    p.front_proxy_client_cert.write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    p.front_proxy_client_cert.write_bytes(
+        _issue(_name(FRONT_PROXY_CLIENT), client_key, fp_name, fp_key).public_bytes(
+            serialization.Encoding.PEM
+        )
+    )
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(p.sa_key, sa_key)
@@ -197,3 +245,19 @@ def client_cert(pki: Pki, directory: Path, name: str, cn: str, org: str | None =
     _write_key(key_path, key)
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
+
+
+def make_keda_certs(directory: Path, dns_names: tuple[str, ...]) -> KedaCerts:
+    """KEDA's CA and its one server-and-client cert (``dns_names`` and 127.0.0.1) under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    certs = KedaCerts(directory)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("KEDA", "KEDAORG")
+    certs.ca_cert.write_bytes(
+        _issue(ca_name, ca_key, ca_name, ca_key, ca=True).public_bytes(serialization.Encoding.PEM)
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(certs.key, key)
+    cert = _issue(_name(dns_names[0]), key, ca_name, ca_key, server=True, client=True, dns_names=dns_names)
+    certs.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return certs

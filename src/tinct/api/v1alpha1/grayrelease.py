@@ -9,8 +9,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from tinct.api.v1alpha1.autoscaling import Autoscaling, Keda, KedaSide, ScaleMetric
 from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, defaulted
+from tinct.api.v1alpha1.prometheus import PrometheusRef
 from tinct.api.v1alpha1.rules import Rule, cel, strictly_increasing
+
+__all__ = [
+    "Autoscaling",
+    "Backend",
+    "Engine",
+    "GrayRelease",
+    "GrayReleaseSpec",
+    "GrayReleaseStatus",
+    "Keda",
+    "KedaSide",
+    "PrometheusRef",
+    "ScaleMetric",
+    "ScalerStatus",
+]
 
 GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
 
@@ -41,6 +57,10 @@ def parse_duration(text: str) -> float:
 ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
 
 
+#: The serving engines whose metrics tinct knows by name.
+Engine = Literal["vllm", "sglang", "tgi"]
+
+
 class Backend(Model):
     """One side of the release: a scheduler behind a Service."""
 
@@ -61,6 +81,11 @@ class Backend(Model):
         max_length=512,
         description="Base URL routers use instead of the Service's cluster DNS name, e.g. for a "
         "backend outside the cluster; the Service must still exist.",
+    )
+    engine: Engine | None = Field(
+        default=None,
+        description="The serving engine behind this side (vllm, sglang or tgi), whose own metrics "
+        "(e.g. its queue depth) Prometheus scrapes from it; none: no engine metrics.",
     )
 
 
@@ -235,40 +260,6 @@ CELL_RULES = (
 )
 
 
-class PrometheusRef(Model):
-    """Which Prometheus an analysis reads: one the operator is configured with.
-
-    The operator queries only URLs from its own configuration (``tinct operator
-    --prometheus-url`` and ``--prometheus``, the chart's ``operator.prometheus``): a release
-    names one of them, or takes the default by giving neither field. Any other URL is
-    refused, so creating a GrayRelease never makes the operator fetch an address of the
-    creator's choosing.
-    """
-
-    model_config = cel(
-        Rule(
-            cel="!(has(self.name) && has(self.url))",
-            holds=lambda s: s.name is None or s.url is None,
-            message="give prometheus.name or prometheus.url, not both",
-        )
-    )
-
-    name: str | None = Field(
-        default=None,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="Name of a Prometheus in the operator's configuration (tinct operator "
-        "--prometheus NAME=URL).",
-    )
-    url: str | None = Field(
-        default=None,
-        pattern=r"^https?://.+",
-        max_length=2048,
-        description="URL of a Prometheus; must be one the operator is configured with "
-        "(its default or one of its named ones), else the release is refused.",
-    )
-
-
 class Metric(Model):
     """A health check of the candidate, evaluated at every analysis interval."""
 
@@ -355,23 +346,23 @@ class Fallback(Model):
     )
 
 
-class ScaleMetric(Model):
-    pods: str = Field(default="http_requests_total", max_length=253)
-    average_value: str = Field(default="250", pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G)?$", max_length=32)
+def _keda_signal(side: str) -> Rule:
+    """A side KEDA scales needs something to scale on: its engine's queue, or a query of its own."""
 
+    def holds(s: GrayReleaseSpec) -> bool:
+        keda = s.autoscaling.keda if s.autoscaling else None
+        backend: Backend = getattr(s, side)
+        if keda is None or backend.deployment is None:
+            return True
+        return backend.engine is not None or getattr(keda, side).query is not None
 
-class Autoscaling(Model):
-    model_config = cel(
-        Rule(
-            cel="self.minReplicas <= self.maxReplicas",
-            holds=lambda s: s.min_replicas <= s.max_replicas,
-            message="minReplicas must be <= maxReplicas",
-        )
+    return Rule(
+        cel=f"!has(self.autoscaling) || !has(self.autoscaling.keda) || !has(self.{side}.deployment) || "
+        f"has(self.{side}.engine) || has(self.autoscaling.keda.{side}.query)",
+        holds=holds,
+        message=f"autoscaling.keda scales {side} on its engine's queue: name {side}.engine, or give "
+        f"autoscaling.keda.{side}.query",
     )
-
-    min_replicas: int = Field(default=1, ge=1, le=10000)
-    max_replicas: int = Field(default=10, ge=1, le=10000)
-    metric: ScaleMetric = defaulted(ScaleMetric)
 
 
 class GrayReleaseSpec(Model):
@@ -388,6 +379,7 @@ class GrayReleaseSpec(Model):
             holds=lambda s: (s.stable.service, s.stable.port) != (s.candidate.service, s.candidate.port),
             message="stable and candidate must be different backends",
         ),
+        *(_keda_signal(side) for side in ("stable", "candidate")),
     )
 
     stable: Backend
@@ -403,7 +395,11 @@ class GrayReleaseSpec(Model):
     cells: list[Cell] = Field(min_length=1, max_length=64)
     analysis: Analysis | None = None
     fallback: Fallback = defaulted(Fallback)
-    autoscaling: Autoscaling | None = None
+    autoscaling: Autoscaling | None = Field(
+        default=None,
+        description="Scale the Deployments of both sides during the release (an HPA each, or a KEDA "
+        "ScaledObject each with keda); none: tinct leaves replicas alone.",
+    )
     paused: bool = False
     allow_major_upgrade: bool = Field(
         default=False,
@@ -462,13 +458,30 @@ class AnalysisResult(Model):
 
 
 class ScalerStatus(Model):
-    """The bounds tinct set on one backend's HorizontalPodAutoscaler."""
+    """What scales one backend's Deployment: tinct's HPA, or tinct's KEDA ScaledObject and the HPA
+    KEDA keeps for it, with the bounds tinct set."""
 
     side: Literal["stable", "candidate"]
-    hpa: str
-    min_replicas: int
-    max_replicas: int
-    managed: bool = Field(default=True, description="False when another HPA targets the Deployment.")
+    hpa: str = Field(
+        description="The HorizontalPodAutoscaler scaling the side: tinct's, or the one KEDA keeps "
+        "for the ScaledObject."
+    )
+    scaled_object: str | None = Field(
+        default=None, description="The KEDA ScaledObject tinct writes for the side (autoscaling.keda)."
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=8192,
+        description="The PromQL the side scales on (autoscaling.keda): replicas = ceil(value / "
+        "targetPerReplica).",
+    )
+    min_replicas: int = Field(description="Fewest replicas tinct allows the side now.")
+    max_replicas: int = Field(description="Most replicas tinct allows the side now.")
+    managed: bool = Field(
+        default=True,
+        description="False when an HPA or ScaledObject tinct did not create targets the Deployment, "
+        "or KEDA is not installed: tinct then leaves the side alone.",
+    )
 
 
 class RoutingRef(Model):
