@@ -49,6 +49,7 @@ bench: bootstrap
 	$(BIN)/python bench/lineage.py
 	$(BIN)/python bench/router.py
 	$(BIN)/python bench/release.py
+	$(BIN)/python bench/node.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
