@@ -228,12 +228,19 @@ def kill_binaries(binaries: Sequence[str], grace: float = 5.0) -> int:
     return len(found)
 
 
-def cgroup_dirs(name: str) -> list[Path]:
-    """``name`` in every cgroup hierarchy mounted under /sys/fs/cgroup (v1 and the unified one)."""
+def cgroup_roots() -> list[Path]:
+    """The root of every cgroup hierarchy: /sys/fs/cgroup itself on a unified (v2) host, else
+    each hierarchy mounted below it (v1's, and the unified one of a hybrid host)."""
     if not CGROUP_FS.is_dir():
         return []
-    roots = [CGROUP_FS] if (CGROUP_FS / "cgroup.procs").exists() else sorted(CGROUP_FS.iterdir())
-    return [r / name for r in roots if (r / name).is_dir() and not (r / name).is_symlink()]
+    if (CGROUP_FS / "cgroup.procs").exists():
+        return [CGROUP_FS]
+    return [r for r in sorted(CGROUP_FS.iterdir()) if (r / "cgroup.procs").exists() and not r.is_symlink()]
+
+
+def cgroup_dirs(name: str) -> list[Path]:
+    """``name`` in every cgroup hierarchy."""
+    return [r / name for r in cgroup_roots() if (r / name).is_dir() and not (r / name).is_symlink()]
 
 
 def _subtree(top: Path) -> list[Path]:
@@ -402,6 +409,7 @@ __all__ = [
     "SYSCTLS",
     "Record",
     "cgroup_dirs",
+    "cgroup_roots",
     "clean_iptables",
     "delete_link",
     "kill_binaries",

@@ -328,12 +328,10 @@ class Node:
 
     def _make_cgroups(self) -> None:
         """The kubelet's cgroupRoot, in every hierarchy (it must exist before the kubelet starts)."""
-        for root in sorted(hoststate.CGROUP_FS.iterdir()):
-            if not (root / "cgroup.procs").exists() or root.is_symlink():
-                continue
+        for root in hoststate.cgroup_roots():
             mine = root / cfg.CGROUP_ROOT
             mine.mkdir(exist_ok=True)
-            for f in ("cpuset.cpus", "cpuset.mems"):  # an empty cpuset admits no process
+            for f in ("cpuset.cpus", "cpuset.mems"):  # v1: an empty cpuset admits no process
                 if (root / f).exists() and not (mine / f).read_text().strip():
                     (mine / f).write_text((root / f).read_text())
 

@@ -45,9 +45,7 @@ def snapshot() -> dict[str, Any]:
             proc = subprocess.run([binary, "-w", "5", "-t", table, "-S"], capture_output=True, text=True)
             rules[f"{binary} {table}"] = sorted(proc.stdout.splitlines())
     cgroups = {
-        str(root): sorted(d.name for d in root.iterdir() if d.is_dir())
-        for root in sorted(hoststate.CGROUP_FS.iterdir())
-        if (root / "cgroup.procs").exists()
+        str(root): sorted(d.name for d in root.iterdir() if d.is_dir()) for root in hoststate.cgroup_roots()
     }
     return {
         "sysctls": hoststate.sysctls(),
