@@ -10,12 +10,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from controlplane.harness import Cluster
 from controlplane.images import Image
 from controlplane.prometheus import Prometheus
 
+ROOT = Path(__file__).resolve().parent.parent
+#: The engine emulator (``tinct emulator``) is in the image once its module is in the tree;
+#: until then the backends are the small aiohttp server below.
+EMULATOR = (ROOT / "src" / "tinct" / "emulator").is_dir()
 #: Upper bound of every wait on the node (images start, probes pass, kube-proxy catches
 #: up); a deadline for a loaded machine, never a measured figure.
 WAIT = 240.0
@@ -145,7 +150,11 @@ def backend(
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {"containers": [container], "securityContext": POD_SECURITY},
+                    "spec": {
+                        "containers": [container],
+                        "securityContext": POD_SECURITY,
+                        "terminationGracePeriodSeconds": 5,
+                    },
                 },
             },
         },
