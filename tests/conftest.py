@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from controlplane.environ import patched_environ
 from controlplane.harness import Cluster, ControlPlane, cluster_from_env
 from controlplane.helm import Helm
 from controlplane.keda import InstalledKeda, Keda
-from controlplane.node import Node, ensure_parts
+from controlplane.node import Node, NodeParts, ensure_parts
 from controlplane.prometheus import Prometheus
 from router_fakes import FakeScheduler
 
@@ -49,6 +50,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.k8s)
         elif here / "e2e" in parents:
             item.add_marker(pytest.mark.e2e)
+    # The e2e tier runs last, so that on a cold machine its node's parts and images build
+    # while the other tiers run (pytest_collection_finish starts that build).
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly and any(i.get_closest_marker("e2e") for i in session.items):
+        _NODE_BUILD.start()
 
 
 @pytest.fixture(scope="session")
@@ -163,17 +172,52 @@ def backends(v1: FakeScheduler, v2: FakeScheduler) -> tuple[FakeScheduler, FakeS
 # -- the end-to-end tier's node ---------------------------------------------------------
 
 
+class _Background:
+    """The e2e node's parts and the tinct image, built in a thread from the session's start.
+
+    Cold, that is many minutes of go builds, debootstrap and pip; the other tiers run
+    meanwhile, and the image builds beside the Go parts (the one waits on the network as
+    much as the other on the CPU). A daemon thread: a session that ends early does not wait.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: tuple[NodeParts, images.Image] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                image = pool.submit(images.ensure_image, False)
+                parts = ensure_parts(verbose=False)
+                self._result = (parts, image.result())
+        except BaseException as e:
+            self._error = e
+        finally:
+            self._done.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="e2e-node-build", daemon=True)
+            self._thread.start()
+
+    def result(self) -> tuple[NodeParts, images.Image]:
+        self.start()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+_NODE_BUILD = _Background()
+
+
 @pytest.fixture(scope="session")
 def node() -> Iterator[Node]:
-    """A real node with its control plane, the tinct image imported; torn down at the end.
-
-    Cold, the image (debootstrap, pip) is built while the node's Go parts are: the one
-    waits on the network as much as the other on the CPU.
-    """
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        image = pool.submit(images.ensure_image)
-        parts = ensure_parts()
-        tinct = image.result()
+    """A real node with its control plane, the tinct image imported; torn down at the end."""
+    parts, tinct = _NODE_BUILD.result()
     n = Node([tinct], parts=parts).start()
     try:
         yield n

@@ -90,12 +90,12 @@ def _push(ref: str, staging: Path) -> None:
     buildah("push", "--quiet", ref, f"oci-archive:{staging / 'image.tar'}:{ref}")
 
 
-def _ensure(name: str, key: str, what: str, spec: dict[str, str]) -> Image:
+def _ensure(name: str, key: str, what: str, spec: dict[str, str], verbose: bool) -> Image:
     """The image ``localhost/<name>:<key>``, built by the ``image-<name>`` builder when not cached."""
     ref = f"localhost/{name}:{key}"
     target = build.cache_root() / f"image-{name}" / key / "oci"
     build._build_into(
-        target, ("image.tar",), what, True, {"kind": f"image-{name}", "ref": ref, **spec}, needs="buildah"
+        target, ("image.tar",), what, verbose, {"kind": f"image-{name}", "ref": ref, **spec}, needs="buildah"
     )
     return Image(ref, target / "image.tar")
 
@@ -115,10 +115,10 @@ def _build_pause(staging: Path, spec: dict[str, str]) -> None:
     buildah("rmi", spec["ref"])
 
 
-def ensure_pause_image() -> Image:
-    binary = build.ensure_pause()
+def ensure_pause_image(verbose: bool = True) -> Image:
+    binary = build.ensure_pause(verbose)
     key = _digest(PAUSE_RECIPE, binary.read_bytes())
-    return _ensure("pause", key, "the pause image", {"binary": str(binary)})
+    return _ensure("pause", key, "the pause image", {"binary": str(binary)}, verbose)
 
 
 # -- the Python base -------------------------------------------------------------------
@@ -265,12 +265,16 @@ def _configure_base(rootfs: Path, suite: str) -> None:
                 shutil.rmtree(p)
 
 
-def ensure_base_image() -> Image:
+def ensure_base_image(verbose: bool = True) -> Image:
     suite = codename()
     uri, _ = mirror(suite)
     key = base_key()
     return _ensure(
-        "python-base", key, f"the Python base image (debootstrap {suite})", {"suite": suite, "mirror": uri}
+        "python-base",
+        key,
+        f"the Python base image (debootstrap {suite})",
+        {"suite": suite, "mirror": uri},
+        verbose,
     )
 
 
@@ -339,15 +343,16 @@ def _present(ref: str) -> bool:
     return ref in names
 
 
-def ensure_image() -> Image:
+def ensure_image(verbose: bool = True) -> Image:
     """The tinct image built from the Dockerfile on the local Python base."""
-    base = ensure_base_image()
+    base = ensure_base_image(verbose)
     key = image_key(base)
     return _ensure(
         "tinct",
         key,
         "the tinct image (Dockerfile, buildah)",
         {"base": base.ref, "base_archive": str(base.archive)},
+        verbose,
     )
 
 

@@ -86,13 +86,13 @@ class NodeParts:
         ]
 
 
-def ensure_parts() -> NodeParts:
+def ensure_parts(verbose: bool = True) -> NodeParts:
     return NodeParts(
-        kube=build.ensure_node_built(),
-        containerd=build.ensure_tool("containerd").parent,
-        coredns=build.ensure_tool("coredns"),
-        metrics_server=build.ensure_tool("metrics-server"),
-        pause=images.ensure_pause_image(),
+        kube=build.ensure_node_built(verbose),
+        containerd=build.ensure_tool("containerd", verbose).parent,
+        coredns=build.ensure_tool("coredns", verbose),
+        metrics_server=build.ensure_tool("metrics-server", verbose),
+        pause=images.ensure_pause_image(verbose),
     )
 
 
