@@ -124,17 +124,30 @@ def wait_ready(
     return got
 
 
+def _serving(version: str, fail: bool) -> dict[str, Any]:
+    """The container fields that run the backend: the engine emulator, or the stand-in."""
+    if EMULATOR:
+        args = ["emulator", "--port", str(BACKEND_PORT), "--model", version]
+        args += ["--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "4"]
+        return {"args": [*args, "--error-rate", "1" if fail else "0"]}
+    return {
+        "command": ["python", "-c", BACKEND],
+        "env": [{"name": "VERSION", "value": version}, {"name": "FAIL", "value": "1" if fail else "0"}],
+    }
+
+
 def backend(
     name: str, image: Image, version: str, *, fail: bool = False, replicas: int = 1
 ) -> list[dict[str, Any]]:
-    """A Deployment of the chat backend from the tinct image, and its Service on :data:`BACKEND_PORT`."""
+    """A Deployment of a chat backend from the tinct image -- the engine emulator, or until it
+    is in the image a stand-in answering ``hello from <version>``; ``fail``: every answer a
+    503 -- and its Service on :data:`BACKEND_PORT`."""
     labels = {"app": name}
     container = {
         "name": "backend",
         "image": image.ref,
         "imagePullPolicy": "Never",
-        "command": ["python", "-c", BACKEND],
-        "env": [{"name": "VERSION", "value": version}, {"name": "FAIL", "value": "1" if fail else "0"}],
+        **_serving(version, fail),
         "ports": [{"name": "http", "containerPort": BACKEND_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "20m", "memory": "48Mi"}, "limits": {"memory": "256Mi"}},

@@ -310,11 +310,20 @@ def test_release_steps_to_promoted_though_the_active_operator_is_deleted(
     print(release_status_text(cluster, tenant, "chat-a"))
     log = cluster.kubectl("logs", second, "-n", install.ns, "-c", "operator").stdout
     assert f"[{tenant}/chat-a] Promoted" in log, "the replica that took over finished the release"
+    # One history across both replicas: started once, each step advanced once and in order,
+    # promoted last, nothing recorded twice. A step may be held meanwhile (a Pending row,
+    # e.g. while the candidate's new replica starts): holding is not restarting.
     rows = history(cluster, install.ns, "chat-a")
-    steps = [(r["state"], r["step"]) for r in rows]
-    assert steps == [("Progressing", 0), ("Progressing", 1), ("Promoted", 2)], steps
-    assert [r["reason"].split(":")[0] for r in rows] == ["Started", "StepAdvanced", "Promoted"]
-    assert st["transitions"] == 3
+    moves = [(r["reason"].split(":")[0], r["step"]) for r in rows if r["state"] != "Pending"]
+    assert [m for m in moves if m[0] in ("Started", "StepAdvanced", "Promoted")] == [
+        ("Started", 0),
+        ("StepAdvanced", 1),
+        ("Promoted", 2),
+    ], rows
+    assert [r["step"] for r in rows] == sorted(r["step"] for r in rows), rows
+    assert rows[-1]["state"] == "Promoted", rows
+    assert len({r["event_id"] for r in rows}) == len(rows), rows
+    assert st["phase"] == "Promoted"
     # Every client request was answered: by v1, by v2, never an error.
     assert set(load.outcomes) <= {"200 v1", "200 v2"}, dict(load.outcomes)
 
