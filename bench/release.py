@@ -1,7 +1,7 @@
 """Benchmark of the GrayRelease controller on a local control plane with a real Prometheus.
 
 Starts kube-apiserver + etcd + kube-controller-manager (the test harness's), Prometheus,
-`tinct operator` and `tinct router --watch` as processes, the v1/v2 scheduler stand-ins,
+`tinct operator` and `tinct router --watch` as processes, the v1/v2 emulated engines (tinct emulator),
 and measures:
 
 - ``operator_cpu_cores`` / ``operator_rss_mb``: the operator process (from /proc) while it
@@ -47,9 +47,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from controlplane import build  # noqa: E402
 from controlplane.harness import ControlPlane  # noqa: E402
 from controlplane.prometheus import Prometheus  # noqa: E402
+from engines import Engines  # noqa: E402
 from lineage_artifacts import make_onnx  # noqa: E402
 from release_traffic import Background, CellTraffic, router  # noqa: E402
-from router_fakes import BackgroundSchedulers, free_port, table  # noqa: E402
+from router_fakes import free_port, table  # noqa: E402
 from tinct.api.routing import routing_configmap  # noqa: E402
 
 NS = "bench"
@@ -154,7 +155,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tinct-release-bench-"))
-    schedulers = BackgroundSchedulers()
+    schedulers = Engines()
     log("starting the control plane and Prometheus")
     with ControlPlane() as cp, Prometheus(build.ensure_prometheus(), work / "prometheus") as prom:
         env = dict(os.environ, KUBECONFIG=str(cp.kubeconfig))
@@ -278,7 +279,7 @@ def run_releases(
     cp: ControlPlane,
     prom: Prometheus,
     rt: Any,
-    schedulers: BackgroundSchedulers,
+    schedulers: Engines,
     op: subprocess.Popen[bytes],
     args: Any,
 ) -> dict[str, float]:
@@ -320,7 +321,7 @@ def run_releases(
     log(f"operator: {cores:.3f} cores, {rss:.0f} MB RSS; {fresh}/{len(analysed)} analysed in the last 25 s")
 
     log("rollback reaction: a candidate answering 5xx")
-    schedulers.set_mode(schedulers.v2, "error")
+    schedulers.set(schedulers.v2, error_rate=1)
     rb = release(
         "rollback",
         3,

@@ -14,8 +14,8 @@ operator and the router as the `tinct` command would in a cluster, and walks thr
    answering 503 is rolled back; `tinct release status` prints each matrix and SQL over
    `release_events` tells the story.
 
-The two schedulers are small local stand-ins for LLM serving backends (no GPU, no
-model weights here); everything else is the real thing. Everything is torn down at the end.
+The two schedulers are emulated LLM engines (`tinct emulator`: no GPU, no model weights
+here); everything else is the real thing. Everything is torn down at the end.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from controlplane import build  # noqa: E402
 from controlplane.harness import ControlPlane, free_port  # noqa: E402
 from controlplane.prometheus import Prometheus  # noqa: E402
+from engines import Engines  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
 from release_cluster import deployment  # noqa: E402
 from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background  # noqa: E402
-from router_fakes import BackgroundSchedulers  # noqa: E402
 
 NS = "llm"
 TINCT = str(Path(sys.executable).parent / "tinct")
@@ -218,7 +218,7 @@ def main() -> int:
                 ).stdout
             )
 
-            backends = BackgroundSchedulers()
+            backends = Engines()  # tinct emulator, one per side: no model runs here
             try:
                 gray_releases(cp, env, work, lineage, backends, op, prom)
             finally:
@@ -257,7 +257,7 @@ def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> A
     )
 
 
-def release_doc(name: str, backends: BackgroundSchedulers) -> dict[str, Any]:
+def release_doc(name: str, backends: Engines) -> dict[str, Any]:
     """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus), but with the
     schedulers on loopback and a 5 s interval so the demo stays short."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
@@ -302,7 +302,7 @@ def gray_releases(
     env: dict[str, str],
     work: Path,
     lineage: Path,
-    backends: BackgroundSchedulers,
+    backends: Engines,
     op: subprocess.Popen[bytes],
     prom: Prometheus,
 ) -> None:
@@ -364,7 +364,7 @@ def gray_releases(
         show(tinct(env, "release", "status", "chat", "-n", NS))
 
         say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
-        backends.set_mode(backends.v2, "error")
+        backends.set(backends.v2, error_rate=1)
         cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", backends)))
         with Background(port2, cells):
             follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
@@ -403,7 +403,7 @@ def router_ready(port: int) -> bool:
         return False
 
 
-def run_requests(port: int, backends: BackgroundSchedulers) -> None:
+def run_requests(port: int, backends: Engines) -> None:
     from openai import OpenAI
 
     client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="demo", max_retries=0)
@@ -436,13 +436,13 @@ def run_requests(port: int, backends: BackgroundSchedulers) -> None:
     show(f"session sticky-7 always lands on {side1}: {same}")
 
     say("v2 starts answering 426 (version mismatch): the router retries on v1 in the same request")
-    backends.v2.reset("mismatch")
+    backends.set(backends.v2, accept_versions=["v3"])  # serves scheduler v3 only now
     for session in on_candidate[:4]:
         side, reason, answer = ask(session, "admin", "high", 2000)
         show(
             f"session {session} (sticky on v2): X-Scheduler-Active={side} X-Fallback-Reason={reason} answer={answer!r}"
         )
-    backends.v2.reset("ok")
+    backends.set(backends.v2, accept_versions=[])
     with urllib_get(f"http://127.0.0.1:{port}/metrics") as text:
         lines = [
             ln

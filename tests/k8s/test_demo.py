@@ -43,7 +43,7 @@ def test_demo_runs_end_to_end() -> None:
     assert cells["short prompt / user / low"].get("v2", 0) <= 10, cells
     assert 5 <= cells["medium prompt / audit / low"].get("v2", 0) <= 40, cells
     assert 20 <= cells["long prompt / admin / high"].get("v2", 0) <= 65, cells
-    assert "X-Fallback-Reason=version_mismatch answer='hello from v1'" in out
+    assert "X-Fallback-Reason=version_mismatch answer='Emulated answer from v1'" in out
     assert 'reason="version_mismatch"' in out
     # The operator drives both releases under Prometheus analysis.
     assert "GrayRelease llm/chat  phase Paused  step 2/4" in out

@@ -80,6 +80,8 @@ class EngineState:
     prefix_queries: int = 0
     prefix_hits: int = 0
     requests: int = 0
+    #: Requests received on the completion endpoints, whatever became of them.
+    received: int = 0
     #: finished_reason -> requests
     finished: dict[str, int] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)

@@ -181,6 +181,7 @@ async def _generate(
 
 async def _completion(request: web.Request) -> web.StreamResponse:
     st = request.app[STATE]
+    st.received += 1
     b = st.behaviour
     arrived = time.monotonic()
     try:
