@@ -62,6 +62,17 @@ def _spec(path: str, value: Any) -> Callable[[Doc], None]:
     return mutate
 
 
+def _drop(path: str) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        node = doc["spec"]
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node.pop(keys[-1], None)
+
+    return mutate
+
+
 def _all(*mutations: Callable[[Doc], None]) -> Callable[[Doc], None]:
     def mutate(doc: Doc) -> None:
         for m in mutations:
@@ -79,6 +90,11 @@ ONE_DEFAULT = "exactly one default cell (match: {}) is required"
 KNOWN_BUCKET = "a cell's match.promptLength must name a bucket of dye.promptLength"
 KNOWN_ROLE = "a cell's match.role must be one of dye.role.values"
 KNOWN_LATENCY = "a cell's match.latency must be one of dye.latency.values"
+ENGINE_NEEDED = (
+    "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need "
+    "spec.candidate.engine and spec.candidate.metricsSelector"
+)
+QUEUE = [{"name": "queue-depth", "max": 4}]
 
 CASES = [
     Case("example", lambda d: None, None),
@@ -147,6 +163,37 @@ CASES = [
         "no-threshold",
         _spec("analysis.metrics", [{"name": "success-rate"}]),
         "give a threshold: min, max or maxMs",
+    ),
+    Case(
+        "max-ms-on-a-rate",
+        _spec("analysis.metrics", [{"name": "throttle-rate", "maxMs": 5}]),
+        "maxMs is for latency-p95, ttft-p95 and itl-p95; give others min or max",
+    ),
+    Case(
+        "quantile-on-a-rate",
+        _spec("analysis.metrics", [{"name": "success-rate", "min": 99, "quantile": 0.9}]),
+        "quantile is for latency-p95, ttft-p95 and itl-p95",
+    ),
+    Case("ttft-p99", _spec("analysis.metrics", [{"name": "ttft-p95", "maxMs": 900, "quantile": 0.99}]), None),
+    Case(
+        "engine-metric-without-engine",
+        _all(_spec("analysis.metrics", QUEUE), _drop("candidate.engine")),
+        ENGINE_NEEDED,
+    ),
+    Case(
+        "engine-metric-without-selector",
+        _all(_spec("analysis.metrics", QUEUE), _drop("candidate.metricsSelector")),
+        ENGINE_NEEDED,
+    ),
+    Case(
+        "engine-metric-stable-without-engine",
+        _all(_spec("analysis.metrics", QUEUE), _drop("stable.engine"), _drop("stable.metricsSelector")),
+        None,
+    ),
+    Case(
+        "selector-key-not-a-label-name",
+        _spec("candidate.metricsSelector", {"app.kubernetes.io/name": "sched-v2"}),
+        "metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
     ),
     Case(
         "min-above-max-replicas", _spec("autoscaling.minReplicas", 20), "minReplicas must be <= maxReplicas"
