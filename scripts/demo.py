@@ -8,7 +8,7 @@ operator and the router as the `tinct` command would in a cluster, and walks thr
    fails with the reason in its status;
 2. the lineage tables, queried with `tinct lineage sql`;
 3. a GrayRelease driven by the operator under analysis by a real Prometheus scraping the
-   routers: it steps to 1, is paused there with `tinct release pause` while OpenAI-client
+   routers and the engines (time to first token, inter-token latency, throttling, queue depth): it steps to 1, is paused there with `tinct release pause` while OpenAI-client
    requests from different dye cells land on v1 or v2 (and on v1 again, inside the same
    request, when v2 answers 426), then resumed to Promoted; a second release of a candidate
    answering 503 is rolled back; `tinct release status` prints each matrix and SQL over
@@ -258,13 +258,15 @@ def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> A
 
 
 def release_doc(name: str, backends: Engines) -> dict[str, Any]:
-    """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus), but with the
-    schedulers on loopback and a 5 s interval so the demo stays short."""
+    """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus, judging TTFT,
+    ITL and the engines' queue depth too), but with the schedulers on loopback and a 5 s
+    interval so the demo stays short."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
     doc["metadata"]["name"] = name
     spec = doc["spec"]
-    spec["stable"]["url"] = backends.v1.url
-    spec["candidate"]["url"] = backends.v2.url
+    for side, engine in (("stable", backends.v1), ("candidate", backends.v2)):
+        # On loopback, the engines' series are told apart by their scrape address.
+        spec[side].update(url=engine.url, metricsSelector={"instance": f"127.0.0.1:{engine.port}"})
     spec["analysis"].update(interval="5s", minRequests=3)
     # An ejected candidate gets no requests for the cooldown; the demo's is short.
     spec["fallback"]["cooldownSeconds"] = 2
@@ -330,7 +332,9 @@ def gray_releases(
         router_process(port, "chat", work / "router.log", env) as router,
         router_process(port2, "chat-2", work / "router-2.log", env),
     ):
-        prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}"])
+        engines = [f"127.0.0.1:{backends.v1.port}", f"127.0.0.1:{backends.v2.port}"]
+        prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}", *engines])
+        say("Prometheus scrapes both routers and both engines' /metrics (vLLM's names, emulated)")
         say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 5 s analysis interval)")
         show(
             cp.kubectl(
