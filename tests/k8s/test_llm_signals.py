@@ -110,6 +110,10 @@ def test_a_slow_first_token_behind_fast_bytes_is_rolled_back_by_ttft_while_laten
     assert ttft["value"] >= 1000
     assert "ttft-p95" in st["message"]
     assert "latency-p95" not in st["message"]
+    explained = stack.cluster.kubectl("explain", "grayrelease.spec.analysis.metrics.name").stdout
+    assert "ttft-p95 (ms, time to first token" in " ".join(explained.split()), (
+        "kubectl explain gives unit and source"
+    )
 
 
 def test_a_candidate_whose_queue_grows_is_rolled_back_by_queue_depth(stack: Stack) -> None:
@@ -161,7 +165,13 @@ def test_a_contract_breaking_stream_is_caught_by_contract_violations(stack: Stac
     assert sr["verdict"] == "Pass", sr
     assert bad["verdict"] == "Fail", bad
     assert bad["value"] == pytest.approx(100.0), "every stream of the candidate ended without [DONE]"
-    assert "contract-violations" in stack.router.metrics()
+    bad_lines = [
+        ln
+        for ln in stack.router.metrics().splitlines()
+        if ln.startswith("tinct_router_contract_violations_total{")
+    ]
+    assert bad_lines, "the router counts what it saw"
+    assert all('kind="sse_no_done"' in ln and 'side="candidate"' in ln for ln in bad_lines), bad_lines
 
 
 ENGINES = [

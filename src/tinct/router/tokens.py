@@ -13,8 +13,9 @@ the router's token metrics need:
   ``completion_tokens`` (read by a regular expression from an event that names it: in a JSON
   string a quote is escaped, so only a real key matches).
 - **Whole answers**: the time to first token is the time to the whole answer; the body is
-  kept up to :data:`MAX_WHOLE` bytes and parsed once, after its last byte went to the
-  client, for ``usage`` and the contract.
+  kept up to :data:`MAX_WHOLE` bytes and, after its last byte went to the client, scanned
+  for its ``choices`` list and ``usage`` the same way (an error answer is parsed, to check
+  its shape).
 
 **Contract violations** (the gaps OpenAI-compatible servers are known to have), at most one
 of each kind per answer, never changing what the client receives:
@@ -67,6 +68,7 @@ def _has_content(payload: bytes) -> bool:
 
 
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*([0-9]{1,9})')
+_CHOICES = re.compile(rb'"choices"\s*:\s*\[')
 #: SSE field names (a line ``name`` or ``name:value``; ``""`` is a comment line ``:...``).
 _FIELDS = frozenset({b"data", b"event", b"id", b"retry", b""})
 
@@ -212,23 +214,24 @@ class Meter:
         if self._body_size > MAX_WHOLE:
             return
         body = b"".join(self._body)
-        try:
-            doc = json.loads(body) if body else None
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            doc = None
-        if self.status >= 400:
+        if self.status >= 400:  # rare: parsed, to tell an OpenAI error object from anything else
+            try:
+                doc = json.loads(body) if body else None
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                doc = None
             err = doc.get("error") if isinstance(doc, dict) else None
             if not (isinstance(err, dict) and isinstance(err.get("message"), str)):
                 self.violations.add("error_body")
             return
         if not (200 <= self.status < 300):
             return
-        if not (isinstance(doc, dict) and isinstance(doc.get("choices"), list)):
+        # The common case costs two scans of the bytes, no parse: the same checks as for a
+        # stream's events.
+        if body[:1] != b"{" or _CHOICES.search(body) is None:
             self.violations.add("no_choices")
-        usage = doc.get("usage") if isinstance(doc, dict) else None
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 1 << 31:
-            self.usage = tokens
+        m = _USAGE.search(body)
+        if m is not None:
+            self.usage = int(m.group(1))
 
     @property
     def ttft(self) -> float | None:
