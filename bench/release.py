@@ -6,7 +6,7 @@ and measures:
 
 - ``operator_cpu_cores`` / ``operator_rss_mb``: the operator process (from /proc) while it
   keeps ``--releases`` GrayReleases of ``--cells`` dye cells each analysed every 10 s
-  against Prometheus (three PromQL queries per analysis), over ``--window`` seconds;
+  against Prometheus (four PromQL queries per analysis: success-rate and latency-p95 need no more), over ``--window`` seconds;
 - ``table_propagation_p50_ms`` / ``_p99_ms``: from the answer to a routing-table ConfigMap
   write to the router serving that table version (its ``tinct_router_table_version``);
 - ``rollback_reaction_s``: a release whose candidate answers 5xx under steady traffic, with

@@ -43,7 +43,7 @@ from controlplane.prometheus import Prometheus  # noqa: E402
 from engines import Engines  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
 from release_cluster import deployment  # noqa: E402
-from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background  # noqa: E402
+from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background  # noqa: E402
 
 NS = "llm"
 TINCT = str(Path(sys.executable).parent / "tinct")
@@ -259,7 +259,7 @@ def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> A
 
 def release_doc(name: str, backends: Engines) -> dict[str, Any]:
     """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus, judging TTFT,
-    ITL and the engines' queue depth too), but with the schedulers on loopback and a 5 s
+    ITL and the engines' queue depth too), but with the schedulers on loopback and an 8 s
     interval so the demo stays short."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
     doc["metadata"]["name"] = name
@@ -267,7 +267,7 @@ def release_doc(name: str, backends: Engines) -> dict[str, Any]:
     for side, engine in (("stable", backends.v1), ("candidate", backends.v2)):
         # On loopback, the engines' series are told apart by their scrape address.
         spec[side].update(url=engine.url, metricsSelector={"instance": f"127.0.0.1:{engine.port}"})
-    spec["analysis"].update(interval="5s", minRequests=3)
+    spec["analysis"].update(interval="8s", minRequests=3)  # time enough to pause at step 1
     # An ejected candidate gets no requests for the cooldown; the demo's is short.
     spec["fallback"]["cooldownSeconds"] = 2
     return doc
@@ -335,7 +335,7 @@ def gray_releases(
         engines = [f"127.0.0.1:{backends.v1.port}", f"127.0.0.1:{backends.v2.port}"]
         prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}", *engines])
         say("Prometheus scrapes both routers and both engines' /metrics (vLLM's names, emulated)")
-        say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 5 s analysis interval)")
+        say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 8 s analysis interval)")
         show(
             cp.kubectl(
                 "apply",
@@ -346,7 +346,8 @@ def gray_releases(
                 input=yaml.safe_dump(release_doc("chat", backends)),
             ).stdout
         )
-        cells = [LONG_ADMIN_HIGH, LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]
+        # The long cell streams (SSE), so each window has the tokens the analysis times.
+        cells = [LONG_ADMIN_HIGH_STREAMED, LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW]
         with Background(port, cells):
             follow(cp, "chat", lambda st: st.get("step") == 1, op)
             say("tinct release pause chat   (hold step 1 while we look at it)")
