@@ -10,7 +10,7 @@ and measures:
 - ``table_propagation_p50_ms`` / ``_p99_ms``: from the answer to a routing-table ConfigMap
   write to the router serving that table version (its ``tinct_router_table_version``);
 - ``rollback_reaction_s``: a release whose candidate answers 5xx under steady traffic, with
-  ``failureLimit: 1``: from the time of the analysis that fails (``status.lastAnalysis.time``)
+  ``failureLimit: 1`` (and a cooldown shorter than its interval): from the time of the analysis that fails (``status.lastAnalysis.time``)
   to the router serving the rollback table.
 - ``operator_rss_growth_mb_noisy_cluster`` / ``router_rss_growth_mb_noisy_cluster``: how much
   the operator's and the router's RSS grow when ``--noise`` unrelated ConfigMaps of 50 KB are
@@ -331,6 +331,9 @@ def run_releases(
         interval="5s",
         minRequests=5,
     )
+    # A cooldown shorter than the interval (the README's rule): a 30 s ejection would leave
+    # 5 s windows that saw the candidate untried, and say nothing.
+    rb["spec"]["fallback"] = {"cooldownSeconds": 2}
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(rb))
     seen: dict[int, float] = {}
     stop = threading.Event()
