@@ -81,6 +81,23 @@ def _all(*mutations: Callable[[Doc], None]) -> Callable[[Doc], None]:
     return mutate
 
 
+def _keda(
+    *, stable: Doc, candidate: Doc, engines: tuple[str | None, str | None] = ("vllm", "sglang")
+) -> Callable[[Doc], None]:
+    """Scale through KEDA with these sides, the two backends naming ``engines``."""
+
+    def mutate(doc: Doc) -> None:
+        spec = doc["spec"]
+        spec["autoscaling"]["keda"] = {"stable": stable, "candidate": candidate}
+        for side, engine in zip(("stable", "candidate"), engines, strict=True):
+            if engine is not None:
+                spec[side]["engine"] = engine
+            else:  # the example names its engines
+                spec[side].pop("engine", None)
+
+    return mutate
+
+
 UNIQUE = "bucket names must be unique"
 CATCH_ALL = "the last bucket is the catch-all: leave its maxTokens out"
 ONLY_LAST = "only the last bucket may leave maxTokens out"
@@ -91,10 +108,11 @@ KNOWN_BUCKET = "a cell's match.promptLength must name a bucket of dye.promptLeng
 KNOWN_ROLE = "a cell's match.role must be one of dye.role.values"
 KNOWN_LATENCY = "a cell's match.latency must be one of dye.latency.values"
 ENGINE_NEEDED = (
-    "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need "
-    "spec.candidate.engine and spec.candidate.metricsSelector"
+    "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine"
 )
 QUEUE = [{"name": "queue-depth", "max": 4}]
+#: Metrics that need no engine: for cases that take the candidate's engine away.
+ROUTER_ONLY = [{"name": "success-rate", "min": 99}, {"name": "ttft-p95", "maxMs": 1500}]
 
 CASES = [
     Case("example", lambda d: None, None),
@@ -181,9 +199,9 @@ CASES = [
         ENGINE_NEEDED,
     ),
     Case(
-        "engine-metric-without-selector",
+        "engine-metric-default-selector",
         _all(_spec("analysis.metrics", QUEUE), _drop("candidate.metricsSelector")),
-        ENGINE_NEEDED,
+        None,
     ),
     Case(
         "engine-metric-stable-without-engine",
@@ -205,6 +223,52 @@ CASES = [
         "prometheus-name-and-url",
         _spec("analysis.prometheus", {"name": "fleet", "url": "http://p:9090"}),
         "give prometheus.name or prometheus.url, not both",
+    ),
+    Case("keda-on-engines", _keda(stable={}, candidate={}), None),
+    Case(
+        "keda-stable-without-engine",
+        _keda(stable={}, candidate={}, engines=(None, "vllm")),
+        "autoscaling.keda scales stable on its engine's queue: name stable.engine, or give "
+        "autoscaling.keda.stable.query",
+    ),
+    Case(
+        "keda-candidate-without-engine",
+        _all(_keda(stable={}, candidate={}, engines=("vllm", None)), _spec("analysis.metrics", ROUTER_ONLY)),
+        "autoscaling.keda scales candidate on its engine's queue: name candidate.engine, or give "
+        "autoscaling.keda.candidate.query",
+    ),
+    Case(
+        "keda-own-queries-without-engines",
+        _all(
+            _keda(stable={"query": "sum(q_v1)"}, candidate={"query": "sum(q_v2)"}, engines=(None, None)),
+            _spec("analysis.metrics", ROUTER_ONLY),
+        ),
+        None,
+    ),
+    Case(
+        "keda-side-without-deployment-needs-no-engine",
+        _all(_keda(stable={}, candidate={}, engines=(None, "sglang")), _drop("stable.deployment")),
+        None,
+    ),
+    Case(
+        "keda-bad-label-name",
+        _keda(stable={"labels": {"pod-name": "v1"}}, candidate={}),
+        "labels must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+    ),
+    Case(
+        "keda-labels-and-query",
+        _keda(stable={"labels": {"pod": "v1"}, "query": "sum(q)"}, candidate={}),
+        "give labels or query, not both: labels select the series of the engine's default query",
+    ),
+    Case(
+        "keda-same-labels",
+        _keda(stable={"labels": {"job": "llm"}}, candidate={"labels": {"job": "llm"}}),
+        "stable and candidate need different labels: each side scales on its own series",
+    ),
+    Case(
+        "keda-same-query",
+        _keda(stable={"query": "sum(q)"}, candidate={"query": "sum(q)"}),
+        "stable and candidate need different queries: each side scales on its own signal",
     ),
 ]
 

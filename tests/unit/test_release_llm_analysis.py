@@ -347,3 +347,34 @@ def test_engine_metrics_with_too_few_requests_are_inconclusive() -> None:
     )
     assert r.metrics[0].verdict == "Inconclusive"
     assert "spec.stable names no engine" in (r.metrics[0].message or "")
+
+
+async def test_without_a_selector_a_side_is_its_namespace_and_service() -> None:
+    side = Backend.model_validate(
+        {"modelVersion": "m", "service": "sched-v2", "port": 8000, "schedulerVersion": "v", "engine": "tgi"}
+    )
+    expected = engine_query("queue-depth", "tgi", {"namespace": "llm", "service": "sched-v2"}, "30s")
+    assert expected is not None
+    answer = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [vec({"tinct_series": "0"}, 3.0)]},
+    }
+    series = [
+        (
+            "tinct_router_requests_total",
+            {**row["metric"], "namespace": "llm", "release": "chat"},
+            float(row["value"][1]),
+        )
+        for row in window()["requests"]
+    ]
+    async with FakePrometheus(series, custom={expected: answer}) as prom:
+        r = await analyse(
+            spec({"name": "queue-depth", "max": 4}),
+            "llm",
+            "chat",
+            NOW,
+            prometheus=PrometheusTarget("default", prom.url),
+            sides={"candidate": side},
+        )
+    (q,) = r.metrics
+    assert (q.verdict, q.value, q.series) == ("Pass", 3.0, "tgi_queue_size")

@@ -9,8 +9,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from tinct.api.v1alpha1.autoscaling import LABEL_NAME, Autoscaling, Keda, KedaSide, ScaleMetric
 from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, defaulted
+from tinct.api.v1alpha1.prometheus import PrometheusRef
 from tinct.api.v1alpha1.rules import Rule, cel, strictly_increasing
+
+__all__ = [
+    "Autoscaling",
+    "Backend",
+    "Engine",
+    "GrayRelease",
+    "GrayReleaseSpec",
+    "GrayReleaseStatus",
+    "Keda",
+    "KedaSide",
+    "PrometheusRef",
+    "ScaleMetric",
+    "ScalerStatus",
+]
 
 GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
 
@@ -39,10 +55,8 @@ def parse_duration(text: str) -> float:
 
 #: An OpenAI ``model`` value as clients send it.
 ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
-#: The LLM serving engines whose own metrics the analysis reads.
+#: The serving engines whose metrics tinct knows by name (release analysis, KEDA scaling).
 Engine = Literal["vllm", "sglang", "tgi"]
-#: A Prometheus label name (the keys of ``metricsSelector``).
-LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}$"
 
 
 class Backend(Model):
@@ -52,7 +66,7 @@ class Backend(Model):
         Rule(
             cel=f"!has(self.metricsSelector) || self.metricsSelector.all(k, k.matches('{LABEL_NAME}'))",
             holds=lambda s: (
-                s.metrics_selector is None or all(re.fullmatch(LABEL_NAME, k) for k in s.metrics_selector)
+                s.metrics_selector is None or all(re.match(LABEL_NAME, k) for k in s.metrics_selector)
             ),
             message="metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
             field_path=".metricsSelector",
@@ -79,22 +93,23 @@ class Backend(Model):
     )
     engine: Engine | None = Field(
         default=None,
-        description="The LLM serving engine of this side, whose own /metrics (scraped by the "
-        "analysis' Prometheus) the engine metrics read, under its names: vllm "
-        "(vllm:num_requests_waiting, vllm:kv_cache_usage_perc or before 0.9 "
+        description="The serving engine behind this side, whose own /metrics Prometheus scrapes: "
+        "the engine metrics of the analysis and KEDA scaling (autoscaling.keda) read its series "
+        "under its names: vllm (vllm:num_requests_waiting, vllm:kv_cache_usage_perc or before 0.9 "
         "vllm:gpu_cache_usage_perc, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total "
         "or vllm:gpu_prefix_cache_*), sglang (sglang:num_queue_reqs, sglang:token_usage, "
         "sglang:cached_tokens_total / sglang:prompt_tokens_total or sglang:cache_hit_rate; or "
-        "their sglang_ forms), tgi (tgi_queue_size; no KV-cache or prefix-cache metric).",
+        "their sglang_ forms), tgi (tgi_queue_size; no KV-cache or prefix-cache metric). None: "
+        "no engine metrics.",
     )
     metrics_selector: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(
         default=None,
         min_length=1,
         max_length=8,
         description="Prometheus labels, exact values, that select this side's engine series "
-        "and no other's, e.g. {namespace: llm, service: sched-v2}. Needed on the candidate for "
-        "the engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate); on stable for "
-        "their maxStableDelta.",
+        "and no other's for the analysis' engine metrics (queue-depth, kv-cache-usage, "
+        "prefix-cache-hit-rate; on stable, for their maxStableDelta). Default: namespace (the "
+        "release's) and service (this side's Service), as autoscaling.keda's labels.",
     )
 
 
@@ -269,40 +284,6 @@ CELL_RULES = (
 )
 
 
-class PrometheusRef(Model):
-    """Which Prometheus an analysis reads: one the operator is configured with.
-
-    The operator queries only URLs from its own configuration (``tinct operator
-    --prometheus-url`` and ``--prometheus``, the chart's ``operator.prometheus``): a release
-    names one of them, or takes the default by giving neither field. Any other URL is
-    refused, so creating a GrayRelease never makes the operator fetch an address of the
-    creator's choosing.
-    """
-
-    model_config = cel(
-        Rule(
-            cel="!(has(self.name) && has(self.url))",
-            holds=lambda s: s.name is None or s.url is None,
-            message="give prometheus.name or prometheus.url, not both",
-        )
-    )
-
-    name: str | None = Field(
-        default=None,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="Name of a Prometheus in the operator's configuration (tinct operator "
-        "--prometheus NAME=URL).",
-    )
-    url: str | None = Field(
-        default=None,
-        pattern=r"^https?://.+",
-        max_length=2048,
-        description="URL of a Prometheus; must be one the operator is configured with "
-        "(its default or one of its named ones), else the release is refused.",
-    )
-
-
 #: The built-in metrics read from the routers' metrics, per dye cell.
 ROUTER_METRICS = (
     "success-rate",
@@ -376,7 +357,7 @@ class Metric(Model):
         "of the candidate's requests answered 429, tinct_router_requests_total), "
         "contract-violations (OpenAI API contract violations per 100 answers of the candidate, "
         "tinct_router_contract_violations_total). From the engines' own metrics through "
-        "Prometheus (spec.candidate.engine and metricsSelector): queue-depth (requests waiting "
+        "Prometheus (spec.candidate.engine, and its metricsSelector): queue-depth (requests waiting "
         "in the engine's queue, mean over the window and the candidate's engines), "
         "kv-cache-usage (percent of the KV cache in use, mean over the window and engines), "
         "prefix-cache-hit-rate (percent of prompt tokens found in the prefix cache over the "
@@ -408,7 +389,7 @@ class Metric(Model):
         "window by more than this, in the metric's unit: percentage points (success-rate, "
         "throttle-rate, contract-violations, kv-cache-usage, prefix-cache-hit-rate), "
         "milliseconds (latency-p95, ttft-p95, itl-p95), requests (queue-depth). Router metrics "
-        "are compared cell by cell; engine metrics need stable's engine and metricsSelector.",
+        "are compared cell by cell; engine metrics need stable's engine.",
     )
 
 
@@ -464,23 +445,23 @@ class Fallback(Model):
     )
 
 
-class ScaleMetric(Model):
-    pods: str = Field(default="http_requests_total", max_length=253)
-    average_value: str = Field(default="250", pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G)?$", max_length=32)
+def _keda_signal(side: str) -> Rule:
+    """A side KEDA scales needs something to scale on: its engine's queue, or a query of its own."""
 
+    def holds(s: GrayReleaseSpec) -> bool:
+        keda = s.autoscaling.keda if s.autoscaling else None
+        backend: Backend = getattr(s, side)
+        if keda is None or backend.deployment is None:
+            return True
+        return backend.engine is not None or getattr(keda, side).query is not None
 
-class Autoscaling(Model):
-    model_config = cel(
-        Rule(
-            cel="self.minReplicas <= self.maxReplicas",
-            holds=lambda s: s.min_replicas <= s.max_replicas,
-            message="minReplicas must be <= maxReplicas",
-        )
+    return Rule(
+        cel=f"!has(self.autoscaling) || !has(self.autoscaling.keda) || !has(self.{side}.deployment) || "
+        f"has(self.{side}.engine) || has(self.autoscaling.keda.{side}.query)",
+        holds=holds,
+        message=f"autoscaling.keda scales {side} on its engine's queue: name {side}.engine, or give "
+        f"autoscaling.keda.{side}.query",
     )
-
-    min_replicas: int = Field(default=1, ge=1, le=10000)
-    max_replicas: int = Field(default=10, ge=1, le=10000)
-    metric: ScaleMetric = defaulted(ScaleMetric)
 
 
 class GrayReleaseSpec(Model):
@@ -500,15 +481,16 @@ class GrayReleaseSpec(Model):
         Rule(
             cel="!has(self.analysis) || !has(self.analysis.metrics) || "
             f"!self.analysis.metrics.exists(m, m.name in {_cel_list(ENGINE_METRICS)}) "
-            "|| (has(self.candidate.engine) && has(self.candidate.metricsSelector))",
+            "|| has(self.candidate.engine)",
             holds=lambda s: (
                 s.analysis is None
                 or not any(m.name in ENGINE_METRICS for m in s.analysis.metrics)
-                or (s.candidate.engine is not None and s.candidate.metrics_selector is not None)
+                or s.candidate.engine is not None
             ),
             message="engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need "
-            "spec.candidate.engine and spec.candidate.metricsSelector",
+            "spec.candidate.engine",
         ),
+        *(_keda_signal(side) for side in ("stable", "candidate")),
     )
 
     stable: Backend
@@ -524,7 +506,11 @@ class GrayReleaseSpec(Model):
     cells: list[Cell] = Field(min_length=1, max_length=64)
     analysis: Analysis | None = None
     fallback: Fallback = defaulted(Fallback)
-    autoscaling: Autoscaling | None = None
+    autoscaling: Autoscaling | None = Field(
+        default=None,
+        description="Scale the Deployments of both sides during the release (an HPA each, or a KEDA "
+        "ScaledObject each with keda); none: tinct leaves replicas alone.",
+    )
     paused: bool = False
     allow_major_upgrade: bool = Field(
         default=False,
@@ -588,13 +574,30 @@ class AnalysisResult(Model):
 
 
 class ScalerStatus(Model):
-    """The bounds tinct set on one backend's HorizontalPodAutoscaler."""
+    """What scales one backend's Deployment: tinct's HPA, or tinct's KEDA ScaledObject and the HPA
+    KEDA keeps for it, with the bounds tinct set."""
 
     side: Literal["stable", "candidate"]
-    hpa: str
-    min_replicas: int
-    max_replicas: int
-    managed: bool = Field(default=True, description="False when another HPA targets the Deployment.")
+    hpa: str = Field(
+        description="The HorizontalPodAutoscaler scaling the side: tinct's, or the one KEDA keeps "
+        "for the ScaledObject."
+    )
+    scaled_object: str | None = Field(
+        default=None, description="The KEDA ScaledObject tinct writes for the side (autoscaling.keda)."
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=8192,
+        description="The PromQL the side scales on (autoscaling.keda): replicas = ceil(value / "
+        "targetPerReplica).",
+    )
+    min_replicas: int = Field(description="Fewest replicas tinct allows the side now.")
+    max_replicas: int = Field(description="Most replicas tinct allows the side now.")
+    managed: bool = Field(
+        default=True,
+        description="False when an HPA or ScaledObject tinct did not create targets the Deployment, "
+        "or KEDA is not installed: tinct then leaves the side alone.",
+    )
 
 
 class RoutingRef(Model):

@@ -279,7 +279,7 @@ def _engine(m: Metric, readings: tuple[Reading, Reading | None] | None) -> Metri
     no_stable = None
     if m.max_stable_delta is not None:
         if stable is None:
-            no_stable = "no stable data to compare with: spec.stable names no engine and metricsSelector"
+            no_stable = "no stable data to compare with: spec.stable names no engine"
         elif stable.value is None:
             no_stable = f"no stable data to compare with: {stable.why or 'no data'}"
         else:
@@ -413,29 +413,32 @@ def custom_query(query: str, namespace: str, release: str, window: str) -> str:
 
 
 async def _engine_readings(
-    query: Any, spec: Analysis, sides: Mapping[str, Backend], window: str
+    query: Any, spec: Analysis, sides: Mapping[str, Backend], namespace: str, window: str
 ) -> dict[int, tuple[Reading, Reading | None]]:
-    """Each engine metric of ``spec``: the candidate's reading, and stable's when compared."""
+    """Each engine metric of ``spec``: the candidate's reading, and stable's when compared.
+    A side's series are those its ``metricsSelector`` selects, by default the release's
+    ``namespace`` and the side's ``service`` (as KEDA scaling selects them)."""
     out: dict[int, tuple[Reading, Reading | None]] = {}
 
     async def read(metric: str, backend: Backend | None, i: int) -> Reading | None:
-        if backend is None or backend.engine is None or not backend.metrics_selector:
+        if backend is None or backend.engine is None:
             return None
-        promql = engine_query(metric, backend.engine, backend.metrics_selector, window)
+        labels = backend.metrics_selector or {"namespace": namespace, "service": backend.service}
+        promql = engine_query(metric, backend.engine, labels, window)
         if promql is None:
             return Reading(why=no_metric(metric, backend.engine))
         try:
             rows = await query(promql)
         except PrometheusError as exc:
             raise PrometheusError(exc.target, f"{exc.problem} (the query of metrics[{i}])") from None
-        return reading_from(metric, backend.engine, backend.metrics_selector, rows)
+        return reading_from(metric, backend.engine, labels, rows)
 
     for i, m in enumerate(spec.metrics):
         if m.name not in ENGINE_METRICS:
             continue
         cand = await read(m.name, sides.get("candidate"), i)
         if cand is None:
-            cand = Reading(why="spec.candidate names no engine and metricsSelector")
+            cand = Reading(why="spec.candidate names no engine")
         stable = await read(m.name, sides.get("stable"), i) if m.max_stable_delta is not None else None
         out[i] = (cand, stable)
     return out
@@ -472,7 +475,8 @@ async def analyse(
             cell by cell.
         cutoff_ms: the routers' fallback latency limit (``spec.fallback.latencyMs``).
         sides: ``candidate`` and ``stable`` backends, whose ``engine`` and
-            ``metricsSelector`` the engine metrics read.
+            ``metricsSelector`` (default: ``namespace`` and their ``service``) the engine
+            metrics read.
         session: the session to query through
             (:func:`~tinct.operator.release.prometheus.client_session`); None: one of its own.
     """
@@ -487,7 +491,7 @@ async def analyse(
                 for key, promql in queries(namespace, release, window, builtins).items():
                     results[key] = await query(promql)
             if builtins & set(ENGINE_METRICS):
-                engines = await _engine_readings(query, spec, sides or {}, window)
+                engines = await _engine_readings(query, spec, sides or {}, namespace, window)
             for i, m in enumerate(spec.metrics):
                 if m.name == "custom" and m.query:
                     try:

@@ -37,7 +37,7 @@ from typing import Any
 from tinct.operator.release.prometheus import selector
 from tinct.operator.release.samples import prom_number, value_of
 
-__all__ = ["FORMS", "Form", "Reading", "engine_query", "reading_from"]
+__all__ = ["FORMS", "QUEUE_METRICS", "Form", "Reading", "engine_query", "reading_from"]
 
 #: The label each form's result carries in the union.
 FORM_LABEL = "tinct_series"
@@ -63,11 +63,18 @@ def _ratio(hits: str, total: str, shown: str) -> Form:
     )
 
 
+#: Queue depth of each engine (requests waiting, not yet running), in every name it has been
+#: exported under, the first found winning: the analysis' queue-depth and KEDA's default
+#: scaling query (:mod:`tinct.operator.release.scaledobject`) read the same table.
+QUEUE_METRICS: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm:num_requests_waiting",),
+    "sglang": ("sglang:num_queue_reqs", "sglang_num_queue_reqs"),
+    "tgi": ("tgi_queue_size",),
+}
+
 #: (metric, engine) -> the forms tried, in order; an absent key: the engine has no such metric.
 FORMS: dict[tuple[str, str], tuple[Form, ...]] = {
-    ("queue-depth", "vllm"): (_mean("vllm:num_requests_waiting"),),
-    ("queue-depth", "sglang"): (_mean("sglang:num_queue_reqs"), _mean("sglang_num_queue_reqs")),
-    ("queue-depth", "tgi"): (_mean("tgi_queue_size"),),
+    **{("queue-depth", engine): tuple(_mean(n) for n in names) for engine, names in QUEUE_METRICS.items()},
     ("kv-cache-usage", "vllm"): (
         _mean("vllm:kv_cache_usage_perc", "100 * "),
         _mean("vllm:gpu_cache_usage_perc", "100 * "),
