@@ -25,6 +25,7 @@ Usage: python bench/release.py [--releases N] [--cells N] [--window SECONDS] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -348,7 +349,11 @@ def run_releases(
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    with Background(rt.port, [CellTraffic("user", "low", 5, model="rollback")]):
+    # The candidate's first step is 1% of the traffic: four clients at once, so that on a
+    # loaded machine a 5 s window still holds minRequests of its tries.
+    with contextlib.ExitStack() as clients:
+        for _ in range(4):
+            clients.enter_context(Background(rt.port, [CellTraffic("user", "low", 5, model="rollback")]))
 
         def rolled_back() -> dict[str, Any] | None:
             obj = json.loads(cp.kubectl("get", "grayrelease", "rollback", "-n", NS, "-o", "json").stdout)
