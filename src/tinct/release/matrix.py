@@ -108,11 +108,15 @@ def render(data: dict[str, Any], color: bool = False) -> str:
             f"{paint(verdict, _VERDICT_STYLE.get(verdict))}"
             f"  failed {data['failedAnalyses']}, inconclusive in a row {data['inconclusiveAnalyses']}"
         )
-        for m in la.get("metrics", []):
+        metrics = la.get("metrics", [])
+        name_w = max([14] + [len(m["name"]) for m in metrics])
+        for m in metrics:
             value = "n/a" if m.get("value") is None else f"{m['value']:.4g}"
             note = f"  {m['message']}" if m.get("message") else ""
+            if m.get("series"):  # an engine metric: which of the engine's names it was read from
+                note += f"  ({m['series']})"
             lines.append(
-                f"  {m['name']:<14} {value:>10}  {m['threshold']:<28} "
+                f"  {m['name']:<{name_w}} {value:>10}  {m['threshold']:<28} "
                 f"{paint(m['verdict'], _VERDICT_STYLE.get(m['verdict']))}{note}"
             )
         for cell in la.get("cells", []):

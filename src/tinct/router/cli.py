@@ -37,6 +37,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         trust_role_from=tuple(args.trust_role_from),
         workers=_workers(args),
+        measure_tokens=not args.no_token_metrics,
     )
 
 
@@ -194,6 +195,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="believe the dye role header only from these peers, e.g. the gateway's range "
         "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
         "every caller gets the default role",
+    )
+    p.add_argument(
+        "--no-token-metrics",
+        action="store_true",
+        help="do not read classified answers for the token metrics (time to first token, "
+        "inter-token latency, output tokens, contract violations); their families stay empty",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_router)
