@@ -10,49 +10,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from controlplane.harness import Cluster
 from controlplane.images import Image
 from controlplane.prometheus import Prometheus
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The engine emulator (``tinct emulator``) is in the image once its module is in the tree;
-#: until then the backends are the small aiohttp server below.
-EMULATOR = (ROOT / "src" / "tinct" / "emulator").is_dir()
 #: Upper bound of every wait on the node (images start, probes pass, kube-proxy catches
 #: up); a deadline for a loaded machine, never a measured figure.
 WAIT = 240.0
 BACKEND_PORT = 8000
 
-# A chat-completions backend from the tinct image's Python (aiohttp is a tinct dependency):
-# answers "hello from $VERSION", or 503 with FAIL=1; /healthz for its probe.
-BACKEND = """\
-import os
-from aiohttp import web
-
-VERSION, FAIL = os.environ["VERSION"], os.environ.get("FAIL") == "1"
-
-async def chat(request):
-    doc = await request.json()
-    if FAIL:
-        return web.json_response({"error": {"message": VERSION + " is failing", "type": "server_error"}}, status=503)
-    message = {"role": "assistant", "content": "hello from " + VERSION}
-    return web.json_response({
-        "id": "chatcmpl-e2e", "object": "chat.completion", "created": 0, "model": doc.get("model", ""),
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
-    })
-
-async def healthz(request):
-    return web.Response(text="ok")
-
-app = web.Application()
-app.router.add_post("/v1/chat/completions", chat)
-app.router.add_get("/healthz", healthz)
-web.run_app(app, port=8000, shutdown_timeout=1, print=None)
-"""
 RESTRICTED = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
@@ -124,30 +92,27 @@ def wait_ready(
     return got
 
 
-def _serving(version: str, fail: bool) -> dict[str, Any]:
-    """The container fields that run the backend: the engine emulator, or the stand-in."""
-    if EMULATOR:
-        args = ["emulator", "--port", str(BACKEND_PORT), "--model", version]
-        args += ["--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "4"]
-        return {"args": [*args, "--error-rate", "1" if fail else "0"]}
-    return {
-        "command": ["python", "-c", BACKEND],
-        "env": [{"name": "VERSION", "value": version}, {"name": "FAIL", "value": "1" if fail else "0"}],
-    }
-
-
 def backend(
     name: str, image: Image, version: str, *, fail: bool = False, replicas: int = 1
 ) -> list[dict[str, Any]]:
-    """A Deployment of a chat backend from the tinct image -- the engine emulator, or until it
-    is in the image a stand-in answering ``hello from <version>``; ``fail``: every answer a
-    503 -- and its Service on :data:`BACKEND_PORT`."""
+    """A Deployment of the engine emulator from the tinct image (``tinct emulator``, serving
+    ``version`` as its model; ``fail``: every answer a 503), and its Service on
+    :data:`BACKEND_PORT`."""
     labels = {"app": name}
     container = {
         "name": "backend",
         "image": image.ref,
         "imagePullPolicy": "Never",
-        **_serving(version, fail),
+        "args": [
+            "emulator",
+            f"--port={BACKEND_PORT}",
+            f"--model={version}",
+            # Short answers: the tests count requests, not tokens.
+            "--ttft-ms=5",
+            "--itl-ms=1",
+            "--output-tokens=4",
+            f"--error-rate={1 if fail else 0}",
+        ],
         "ports": [{"name": "http", "containerPort": BACKEND_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "20m", "memory": "48Mi"}, "limits": {"memory": "256Mi"}},
@@ -309,7 +274,6 @@ def values(image: Image, **more: Any) -> list[str]:
 
 
 __all__ = [
-    "BACKEND",
     "WAIT",
     "Load",
     "PodTargets",

@@ -4,9 +4,10 @@
 operator replicas (kopf peering) on a ReadWriteMany PVC bound to the node's static PV,
 the router fleet behind its Service with its HPA on metrics-server's CPU figures, the
 operator reading the harness's Prometheus, which scrapes the router Pods by IP. The
-stable and candidate backends are Deployments of the same image behind Services,
-reached by the routers through cluster DNS. Traffic goes from this machine to the
-router Service's ClusterIP (kube-proxy). The tests run in order on one install.
+stable and candidate backends are engine emulators (``tinct emulator``, same image) as
+Deployments behind Services, reached by the routers through cluster DNS. Traffic goes
+from this machine to the router Service's ClusterIP (kube-proxy). The tests run in order
+on one install.
 """
 
 from __future__ import annotations
