@@ -56,6 +56,19 @@ def wait_release(
     return st
 
 
+def wait_history_written(cluster: Cluster, ns: str, name: str = "chat") -> None:
+    """Wait, with the operator still running, until its lineage holds every recorded transition.
+
+    The operator records a transition in status first and writes its history row after the
+    round acts; status keeps the transition until the row is written. Stopping the operator as
+    soon as status shows a phase can leave the last row for its next run.
+    """
+    wait(
+        f"{name}'s transitions written to lineage (status.history drained)",
+        lambda: not release_status(cluster, ns, name).get("history"),
+    )
+
+
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == type_)
 

@@ -303,7 +303,7 @@ def test_cluster_wide_operator_does_its_job_and_nothing_else(
 def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    from release_cluster import apply, backends, example, get, history, wait_release
+    from release_cluster import apply, backends, example, get, history, wait_history_written, wait_release
 
     rel = f"gr-{namespace[-6:]}"
     helm(
@@ -332,6 +332,7 @@ def test_grayrelease_steps_to_promoted_with_the_chart_identity(
         hpas = {
             side: get(cluster, namespace, "hpa", f"tinct-chat-{side}") for side in ("stable", "candidate")
         }
+        wait_history_written(cluster, namespace)
     text = log.read_text()
     assert "Traceback" not in text, text[-4000:]
     assert "APIForbiddenError" not in text, text[-4000:]

@@ -37,6 +37,7 @@ from release_cluster import (
     release_status,
     table,
     wait,
+    wait_history_written,
     wait_release,
 )
 from release_traffic import (
@@ -182,6 +183,7 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
         after = _check_shares(stack, final, "promoted")
         assert after is not None
         hpas = (stack.hpa("stable"), stack.hpa("candidate"))
+        wait_history_written(stack.cluster, stack.ns)
     assert sorted(checked) == [0, 1], checked
     assert checked[0][1] == (1, 2)  # 20% at most in any cell: ceil(10 * 0.2)
     assert checked[1][1] == (1, 5)
@@ -220,6 +222,7 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
         after = burst(stack.router.port, LONG_ADMIN_HIGH, "after", 100)
         candidate_hpa = stack.hpa("candidate")
         warnings = wait("the RolledBack event", lambda: _warnings_with(stack, "RolledBack"))
+        wait_history_written(stack.cluster, stack.ns)
     assert bg.answered.get(("v1", "upstream_error"), 0) > 0
     assert {c["weight"] for c in table["cells"]} == {0}
     assert set(after.values()) == {"v1"}

@@ -34,6 +34,7 @@ from release_cluster import (
     release_status,
     table,
     wait,
+    wait_history_written,
     wait_release,
 )
 from tinct.api.routing import configmap_name
@@ -128,6 +129,7 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
             return st.get("phase") == "Promoted" and got is not None and got[0] == recorded
 
         wait("Promoted", promoted)
+        wait_history_written(cluster, ns)
         st = release_status(cluster, ns)
         hpas = {side: _hpa_bounds(cluster, ns, side) for side in ("stable", "candidate")}
         cm = get(cluster, ns, "configmap", configmap_name(ns, "chat"))
@@ -237,6 +239,7 @@ def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, 
         # The same request seen twice is carried out once.
         ack = release_status(cluster, ns)["acknowledgedAction"]
         missing = _tinct("release", "status", "nope", "-n", ns)
+        wait_history_written(cluster, ns)
     data = json.loads(status.stdout)
     assert (data["phase"], data["step"], data["steps"]) == ("Promoted", 3, 4)
     assert [c["inForce"] for c in data["cells"]] == [100, 100, 100]
@@ -315,6 +318,7 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
     assert release_status(cluster, ns)["step"] == at_kill["step"]
     with operator(ns, root):
         st = wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted after restart")
+        wait_history_written(cluster, ns)
     assert st["routing"]["version"] > killed_version
     rows = history(root)
     assert [(r["state"], r["step"]) for r in rows] == [

@@ -43,6 +43,7 @@ from release_cluster import (
     table,
     wait,
     wait_available,
+    wait_history_written,
     wait_release,
     weights,
 )
@@ -152,9 +153,7 @@ def test_a_rejected_status_write_never_lets_the_table_run_ahead_of_status(
         assert release_status(cluster, ns)["step"] == frozen["step"]
         cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy)
         wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted after the writes work")
-        wait("the history written", lambda: len(history(root)) >= 4)
-        # Status keeps a transition until its row is written; once written, status lets it go.
-        wait("status history drained", lambda: not release_status(cluster, ns).get("history"))
+        wait_history_written(cluster, ns)
     assert held is not None
     assert during == held, "nothing was acted on while the decision could not be recorded"
     # Every table the routers could see was one that status had recorded first.
