@@ -71,6 +71,20 @@ COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
 ]
 
 
+def _with_exit_status(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every subcommand's parser the exit statuses in its ``--help``."""
+    from tinct.clierrors import EXIT_STATUS_HELP
+
+    if parser.epilog is None:
+        parser.epilog = EXIT_STATUS_HELP
+        if parser.formatter_class is argparse.HelpFormatter:
+            parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _with_exit_status(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tinct",
@@ -80,17 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in COMMANDS:
         register(sub)
+    _with_exit_status(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tinct.clierrors import run
+
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
-    return func(args)
+    return run(f"tinct {args.command}", lambda: func(args))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ variable                       meaning                                          
 ``TINCT_PROMETHEUS_URL``       the Prometheus analyses read by default            unset
 ``TINCT_PROMETHEUS``           named ones, ``NAME=URL,NAME=URL``                  unset
 ``TINCT_PROMETHEUS_TIMEOUT``   seconds one Prometheus query may take              ``5``
+``TINCT_CONTEXT``              kubeconfig context (``--context``)                 the current-context
 =============================  =================================================  ===========================
 
 **Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:

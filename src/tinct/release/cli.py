@@ -18,7 +18,6 @@ or kubectl::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -27,25 +26,19 @@ from typing import Any
 
 __all__ = ["register"]
 
-_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _VERBS = ("status", "pause", "resume", "promote", "abort", "retry")
 
 
-def _clients(kubeconfig: str | None) -> tuple[Any, str]:
+def _clients(args: argparse.Namespace) -> tuple[Any, str]:
     """The API (through :mod:`tinct.kubeconfig`) and the namespace of the chosen context."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    from tinct.kubeconfig import api_client, choose
+    from tinct.kubeconfig import api_client, choose, namespace_of, use
 
-    access = choose(kubeconfig)
-    namespace = "default"
-    if access.in_cluster:
-        with contextlib.suppress(OSError), open(_SA_NAMESPACE) as fh:
-            namespace = fh.read().strip() or namespace
-    else:
-        _, active = config.list_kube_config_contexts(config_file=access.kubeconfig)  # type: ignore[no-untyped-call]
-        namespace = (active or {}).get("context", {}).get("namespace") or namespace
-    return client.CustomObjectsApi(api_client(kubeconfig)), namespace
+    use(args.kubeconfig, args.context)
+    access = choose()
+    namespace = namespace_of(access)
+    return client.CustomObjectsApi(api_client()), namespace
 
 
 def _get(api: Any, ns: str, name: str) -> dict[str, Any]:
@@ -138,7 +131,7 @@ def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
 def _cmd(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
 
-    api, default_ns = _clients(args.kubeconfig)
+    api, default_ns = _clients(args)
     ns = args.namespace or default_ns
     try:
         if args.verb == "status":
@@ -162,6 +155,8 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.kubeconfig import add_flags
+
     p = sub.add_parser(
         "release",
         help="show or steer a GrayRelease: status, pause, resume, promote, abort, retry",
@@ -172,7 +167,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("verb", choices=_VERBS)
     p.add_argument("name", help="GrayRelease name")
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster or $KUBECONFIG)")
+    add_flags(p)
     p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="status output format")
     p.add_argument(
         "--color", choices=["auto", "always", "never"], default="auto", help="colour status on a terminal"

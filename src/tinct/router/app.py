@@ -139,6 +139,7 @@ class Router:
                     namespace=cfg.namespace,
                     selector=cfg.selector,
                     kubeconfig=cfg.kubeconfig,
+                    context=cfg.context,
                     post_events=cfg.post_events,
                 )
             )
@@ -229,9 +230,7 @@ class Router:
             model = doc.get("model")
             table = st.holder.for_model(model)
             if table is None:
-                raise ClassifyError(
-                    404, "model_not_found", f"the model {model!r} does not exist or is not served here"
-                )
+                raise _no_table(model, sorted(st.holder.by_model))
             ex.table = table
             route = classify_doc(
                 request.path, doc, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
@@ -249,6 +248,18 @@ class Router:
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
         await proxy.forward(ex)
+
+
+def _no_table(model: object, served: list[str]) -> ClassifyError:
+    """Why no table takes a request naming ``model``, with the models this router serves."""
+    listed = ", ".join(served[:20]) + (", ..." if len(served) > 20 else "")
+    serves = f"this router serves {listed}" if served else "this router serves no model yet"
+    if model is None:
+        return ClassifyError(400, "model_required", f'the request names no model: set "model" ({serves})')
+    if not isinstance(model, str):
+        return ClassifyError(400, "invalid_model", f'"model" must be a string ({serves})')
+    shown = model if len(model) <= 100 else model[:100] + "..."
+    return ClassifyError(404, "model_not_found", f"the model {shown!r} is not served here ({serves})")
 
 
 __all__ = ["Router"]

@@ -35,6 +35,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         namespace=args.namespace,
         selector=args.selector,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        context=args.context,
         trust_role_from=tuple(args.trust_role_from),
         workers=_workers(args),
     )
@@ -81,6 +82,10 @@ def _cmd_router(args: argparse.Namespace) -> int:
         )
         return 2
     config = config_from_args(args)
+    if config.watch:
+        from tinct.kubeconfig import preflight
+
+        preflight(config.kubeconfig, config.context)
     if config.workers > 1:
         from tinct.router.workers import supervise
 
@@ -107,6 +112,8 @@ def _seconds(text: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.kubeconfig import add_flags
+
     p = sub.add_parser(
         "router",
         help="run the dye router: classify, choose stable/candidate, proxy, fall back",
@@ -125,7 +132,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--selector", default=_D.selector, help="with --watch: label selector (default: %(default)s)"
     )
-    p.add_argument("--kubeconfig", help="with --watch: kubeconfig (default: in-cluster or $KUBECONFIG)")
+    add_flags(p, what="with --watch: ")
     p.add_argument(
         "--default-release",
         metavar="NAME",

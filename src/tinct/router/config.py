@@ -61,6 +61,8 @@ class RouterConfig:
     namespace: str | None = None
     selector: str = DEFAULT_SELECTOR
     kubeconfig: Path | None = None
+    #: The kubeconfig context of the watch; None: ``TINCT_CONTEXT``, else the current one.
+    context: str | None = None
     #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
     trust_role_from: tuple[str, ...] = ()
     #: Worker processes accepting on ``port`` (``SO_REUSEPORT``); 1: this process serves alone.
