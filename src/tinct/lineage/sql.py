@@ -177,11 +177,9 @@ def query(
         at = at.replace(tzinfo=UTC)
     ctx = SessionContext()
     names = [n for n in SCHEMAS if DeltaTable.is_deltatable(f"{root}/{n}", storage_options=opts)]
-    if not names:
-        raise NoTablesError(root)
     if as_of_version is not None:
         if "model_versions" not in names:
-            raise OutsideHistoryError(f"--as-of-version needs the model_versions table, and {root} has none")
+            raise NoTablesError(root)
         _, at = _at_version(f"{root}/model_versions", opts, as_of_version)
     firsts: list[datetime] = []
     for name in names:
@@ -212,6 +210,8 @@ def query(
         if refused is not None:
             raise refused from None
         missing = _MISSING_TABLE.search(str(exc))
+        if missing is not None and not names:
+            raise NoTablesError(root) from None
         if missing is not None:
             views = " and the view model_lineage" if "model_versions" in names else ""
             raise LineageError(
