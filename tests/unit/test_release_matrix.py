@@ -12,9 +12,10 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
     gr = step(release(), T0)
     gr = step(gr, T0 + timedelta(minutes=1), result("Pass", T0 + timedelta(minutes=1)))
     data = matrix(gr)
-    assert (data["phase"], data["step"], data["steps"]) == ("Progressing", 1, 4)
+    assert (data["phase"], data["step"], data["steps"]) == ("Progressing", "2/4", 4)
     assert data["cells"][0] == {"cell": LONG, "weights": [5, 20, 50, 100], "inForce": 20}
     assert data["lastAnalysis"]["verdict"] == "Pass"
+    assert data["lastAnalysis"]["step"] == "1/4"  # the step it judged, numbered as everywhere else
 
     plain = render(data)
     lines = plain.splitlines()
@@ -25,6 +26,7 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
     row = next(ln for ln in lines if ln.startswith(LONG))
     assert row.split() == [LONG, "5", "20", "50", "100", "20"]
     assert any(ln.strip().startswith("success-rate") and ln.rstrip().endswith("Pass") for ln in lines)
+    assert any(ln.startswith("last analysis 2026-01-01T00:01:00Z (step 1/4): Pass") for ln in lines), plain
 
     colored = render(data, color=True)
     assert "\033[36m" in colored  # the current step's column

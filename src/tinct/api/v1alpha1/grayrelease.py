@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from itertools import pairwise
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic.alias_generators import to_snake
 
 from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, defaulted
-from tinct.api.v1alpha1.rules import Rule, cel, strictly_increasing
+from tinct.api.v1alpha1.rules import Rule, cel, cel_format, cel_list, strictly_increasing
 
 GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
 
@@ -65,9 +68,14 @@ class Backend(Model):
 
 
 class Bucket(Model):
-    name: DyeValue
+    """A prompt-length bucket: requests of up to maxTokens estimated tokens."""
+
+    name: DyeValue = Field(description="The bucket's name, as cells match it, e.g. short.")
     max_tokens: int | None = Field(
-        default=None, ge=1, description="Upper bound (inclusive); omit on the last, catch-all bucket."
+        default=None,
+        ge=1,
+        description="Upper bound in estimated prompt tokens (inclusive); omit it on the last, "
+        "catch-all bucket.",
     )
 
 
@@ -75,6 +83,9 @@ _BOUNDED = "self.buckets.filter(b, has(b.maxTokens))"
 
 
 class PromptLength(Model):
+    """Buckets of the request's estimated prompt length (characters of the messages or prompt
+    divided by charsPerToken), from the shortest to the catch-all."""
+
     model_config = cel(
         Rule(
             cel="self.buckets.all(b, self.buckets.exists_one(o, o.name == b.name))",
@@ -104,8 +115,18 @@ class PromptLength(Model):
         ),
     )
 
-    buckets: list[Bucket] = Field(min_length=1, max_length=16)
-    chars_per_token: float = Field(default=4.0, gt=0, le=64, description="Token estimate divisor.")
+    buckets: list[Bucket] = Field(
+        min_length=1,
+        max_length=16,
+        description="1 to 16 buckets with strictly increasing maxTokens; the last has none and takes "
+        "the rest.",
+    )
+    chars_per_token: float = Field(
+        default=4.0,
+        gt=0,
+        le=64,
+        description="Characters counted as one token when estimating a prompt's length (default 4).",
+    )
 
 
 _DEFAULT_LISTED = Rule(
@@ -116,18 +137,30 @@ _DEFAULT_LISTED = Rule(
 
 
 class RoleDye(Model):
+    """The caller's role, from a header a trusted gateway sets."""
+
     model_config = cel(_DEFAULT_LISTED)
 
     header: HeaderName = Field(
         default="X-User-Role",
-        description="Header carrying the caller's role, set by a gateway; the router believes it only "
-        "from peers it is told to trust (tinct router --trust-role-from).",
+        description="Header carrying the caller's role, set by a gateway (default X-User-Role); the "
+        "router believes it only from peers it is told to trust (tinct router --trust-role-from).",
     )
-    values: list[DyeValue] = Field(default_factory=lambda: ["user"], min_length=1, max_length=32)
-    default: DyeValue = "user"
+    values: list[DyeValue] = Field(
+        default_factory=lambda: ["user"],
+        min_length=1,
+        max_length=32,
+        description="The roles cells may match (default [user]); any other value counts as the default.",
+    )
+    default: DyeValue = Field(
+        default="user",
+        description="Role of a request without the header, or from an untrusted peer (default user).",
+    )
 
 
 class LatencyDye(Model):
+    """The request's latency class, from a header, or derived from stream: true."""
+
     model_config = cel(
         _DEFAULT_LISTED,
         Rule(
@@ -137,36 +170,57 @@ class LatencyDye(Model):
         ),
     )
 
-    header: HeaderName = "X-Latency-Class"
-    values: list[DyeValue] = Field(default_factory=lambda: ["low", "high"], min_length=1, max_length=16)
-    default: DyeValue = "low"
+    header: HeaderName = Field(
+        default="X-Latency-Class", description="Header carrying the latency class (default X-Latency-Class)."
+    )
+    values: list[DyeValue] = Field(
+        default_factory=lambda: ["low", "high"],
+        min_length=1,
+        max_length=16,
+        description="The classes cells may match (default [low, high]); any other value counts as the default.",
+    )
+    default: DyeValue = Field(
+        default="low", description="Class of a request without the header (default low)."
+    )
     stream_class: DyeValue | None = Field(
         default=None, description="Class given to requests with stream: true and no header."
     )
 
 
 class StickyKey(Model):
+    """What keeps a caller on one side: requests with the same key land on the same side."""
+
     header: HeaderName = Field(
-        default="X-Session-Id", description="Requests with the same value land on the same side."
+        default="X-Session-Id",
+        description="Header whose value is hashed with the release's name (default X-Session-Id); "
+        "requests without it are assigned at random.",
     )
 
 
 class Dye(Model):
-    prompt_length: PromptLength
+    """How the router classifies each request into a dye tag: prompt-length bucket x caller
+    role x latency class."""
+
+    prompt_length: PromptLength = Field(description="Prompt-length buckets.")
     role: RoleDye = defaulted(RoleDye)
     latency: LatencyDye = defaulted(LatencyDye)
     sticky_key: StickyKey = defaulted(StickyKey)
 
 
 class CellMatch(Model):
-    """Which requests a cell takes; an omitted field or ``*`` matches anything."""
+    """Which requests a cell takes; an omitted field or * matches anything, and the most
+    specific matching cell wins."""
 
-    prompt_length: DyeMatch | None = None
-    role: DyeMatch | None = None
-    latency: DyeMatch | None = None
+    prompt_length: DyeMatch | None = Field(
+        default=None, description="A bucket name of dye.promptLength, or *."
+    )
+    role: DyeMatch | None = Field(default=None, description="One of dye.role.values, or *.")
+    latency: DyeMatch | None = Field(default=None, description="One of dye.latency.values, or *.")
 
 
 class Cell(Model):
+    """A dye cell and its candidate weight at each step."""
+
     model_config = cel(
         Rule(
             cel="self.weights.isSorted()",
@@ -198,6 +252,84 @@ _IS_DEFAULT_CELL = (
     "(!has(c.match.latency) || c.match.latency == '*')"
 )
 
+
+def cell_key(match: CellMatch) -> str:
+    """A cell's name in status and history: its dye tag with ``*`` for what it does not fix."""
+
+    def v(x: str | None) -> str:
+        return x if x else "*"
+
+    return f"len:{v(match.prompt_length)}+role:{v(match.role)}+latency:{v(match.latency)}"
+
+
+def _cel_dye(c: str, field: str) -> str:
+    """CEL: the cell ``c``'s match of ``field``, ``*`` when omitted."""
+    return f"(has({c}.match.{field}) ? {c}.match.{field} : '*')"
+
+
+def _cel_same(a: str, b: str) -> str:
+    """CEL: cells ``a`` and ``b`` match alike (an omitted field is ``*``)."""
+    return " && ".join(f"{_cel_dye(a, f)} == {_cel_dye(b, f)}" for f in ("promptLength", "role", "latency"))
+
+
+def _first_failing(pred: str) -> str:
+    """CEL: the index of the first cell ``c`` for which ``pred`` is false."""
+    return f"self.cells.map(c, {pred}).indexOf(false)"
+
+
+def _first_cell(cells: list[Any], ok: Callable[[Any], bool]) -> int:
+    return next(i for i, c in enumerate(cells) if not ok(c))
+
+
+def _dye_rule(
+    field: str, allowed: Callable[[Any], list[str]], allowed_cel: str, what: str, pred: str | None = None
+) -> Rule:
+    """A cell's ``match.<field>`` must be one of the dye's values (``*`` and omitted match any)."""
+    attr = to_snake(field)
+    pred = pred or f"!has(c.match.{field}) || c.match.{field} == '*' || c.match.{field} in {allowed_cel}"
+
+    def ok(s: Any) -> Callable[[Any], bool]:
+        return lambda c: _wild(getattr(c.match, attr)) or getattr(c.match, attr) in allowed(s)
+
+    def describe(s: Any) -> str:
+        i = _first_cell(s.cells, ok(s))
+        value = getattr(s.cells[i].match, attr)
+        return f'cells[{i}].match.{field} "{value}" is not {what} {cel_list(allowed(s))}'
+
+    index = _first_failing(pred)
+    return Rule(
+        cel=f"self.cells.all(c, {pred})",
+        holds=lambda s: all(ok(s)(c) for c in s.cells),
+        message=f"a cell's match.{field} must be {what}",
+        field_path=".cells",
+        message_expression=cel_format(
+            f'cells[%d].match.{field} "%s" is not {what} %s',
+            index,
+            f"self.cells[{index}].match.{field}",
+            allowed_cel,
+        ),
+        describe=describe,
+    )
+
+
+def _same_match(s: Any) -> int | None:
+    """The last cell whose match an earlier cell has too."""
+    keys = [cell_key(c.match) for c in s.cells]
+    return next((i for i in range(len(keys) - 1, -1, -1) if keys.count(keys[i]) > 1), None)
+
+
+def _describe_same_match(s: Any) -> str:
+    i = _same_match(s)
+    assert i is not None
+    return (
+        f"cells[{i}] has the same match as an earlier cell ({cell_key(s.cells[i].match)}): "
+        "the router would follow one of them only; give each cell its own match"
+    )
+
+
+_UNIQUE_MATCH = f"self.cells.exists_one(o, {_cel_same('o', 'c')})"
+_LAST_REPEATED = f"self.cells.map(c, {_UNIQUE_MATCH}).lastIndexOf(false)"
+
 #: Rules over ``dye`` and ``cells[].match`` only, shared by GrayReleaseSpec and the routing table.
 CELL_RULES = (
     Rule(
@@ -207,43 +339,49 @@ CELL_RULES = (
         field_path=".cells",
     ),
     Rule(
-        cel="self.cells.all(c, !has(c.match.promptLength) || c.match.promptLength == '*' || "
-        "self.dye.promptLength.buckets.exists(b, b.name == c.match.promptLength))",
-        holds=lambda s: all(
-            _wild(c.match.prompt_length)
-            or c.match.prompt_length in {b.name for b in s.dye.prompt_length.buckets}
-            for c in s.cells
+        cel=f"self.cells.all(c, {_UNIQUE_MATCH})",
+        holds=lambda s: _same_match(s) is None,
+        message="each cell needs its own match",
+        field_path=".cells",
+        # The last repeated cell. (Naming the cell it repeats too costs more than the API server
+        # allows a message; cel.bind would name the index once, but a variable it binds is not
+        # seen inside has() nor after a nested map.)
+        message_expression=cel_format(
+            "cells[%d] has the same match as an earlier cell (len:%s+role:%s+latency:%s): the router "
+            "would follow one of them only; give each cell its own match",
+            _LAST_REPEATED,
+            *(
+                f"self.cells.map(c, {_cel_dye('c', f)})[{_LAST_REPEATED}]"
+                for f in ("promptLength", "role", "latency")
+            ),
         ),
-        message="a cell's match.promptLength must name a bucket of dye.promptLength",
-        field_path=".cells",
+        describe=_describe_same_match,
     ),
-    Rule(
-        cel="self.cells.all(c, !has(c.match.role) || c.match.role == '*' || c.match.role in self.dye.role.values)",
-        holds=lambda s: all(_wild(c.match.role) or c.match.role in s.dye.role.values for c in s.cells),
-        message="a cell's match.role must be one of dye.role.values",
-        field_path=".cells",
+    _dye_rule(
+        "promptLength",
+        lambda s: [b.name for b in s.dye.prompt_length.buckets],
+        "self.dye.promptLength.buckets.map(b, b.name)",
+        "a bucket of dye.promptLength",
+        pred="!has(c.match.promptLength) || c.match.promptLength == '*' || "
+        "self.dye.promptLength.buckets.exists(b, b.name == c.match.promptLength)",
     ),
-    Rule(
-        cel="self.cells.all(c, !has(c.match.latency) || c.match.latency == '*' || "
-        "c.match.latency in self.dye.latency.values)",
-        holds=lambda s: all(
-            _wild(c.match.latency) or c.match.latency in s.dye.latency.values for c in s.cells
-        ),
-        message="a cell's match.latency must be one of dye.latency.values",
-        field_path=".cells",
+    _dye_rule("role", lambda s: list(s.dye.role.values), "self.dye.role.values", "one of dye.role.values"),
+    _dye_rule(
+        "latency",
+        lambda s: list(s.dye.latency.values),
+        "self.dye.latency.values",
+        "one of dye.latency.values",
     ),
 )
 
 
 class PrometheusRef(Model):
-    """Which Prometheus an analysis reads: one the operator is configured with.
+    """Which Prometheus the analysis reads: one the operator is configured with (tinct operator
+    --prometheus-url and --prometheus, the chart's operator.prometheus). Name one, or give
+    neither field for the operator's default; any other URL is refused."""
 
-    The operator queries only URLs from its own configuration (``tinct operator
-    --prometheus-url`` and ``--prometheus``, the chart's ``operator.prometheus``): a release
-    names one of them, or takes the default by giving neither field. Any other URL is
-    refused, so creating a GrayRelease never makes the operator fetch an address of the
-    creator's choosing.
-    """
+    # The operator queries only URLs from its own configuration, so creating a GrayRelease
+    # never makes it fetch an address of the creator's choosing.
 
     model_config = cel(
         Rule(
@@ -291,12 +429,23 @@ class Metric(Model):
     )
 
     name: Literal["success-rate", "latency-p95", "custom"] = Field(
-        description="success-rate and latency-p95 are computed from router metrics for the candidate."
+        description="success-rate (percent of the candidate's requests answered whole and without a "
+        "5xx) and latency-p95 (milliseconds to the first byte) come from the routers' metrics of "
+        "this release; custom runs query."
     )
-    min: float | None = Field(default=None, description="Fail when the value is below.")
+    min: float | None = Field(
+        default=None, description="Fail when the value is below (success-rate: percent, e.g. 99)."
+    )
     max: float | None = Field(default=None, description="Fail when the value is above.")
-    max_ms: float | None = Field(default=None, gt=0, description="latency-p95: fail above this.")
-    query: str | None = Field(default=None, max_length=4096, description="PromQL, for custom.")
+    max_ms: float | None = Field(
+        default=None, gt=0, description="latency-p95: fail above this many milliseconds."
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="custom: a PromQL expression returning one number; $namespace, $release and "
+        "$interval are replaced.",
+    )
     max_stable_delta: float | None = Field(
         default=None,
         ge=0,
@@ -306,6 +455,9 @@ class Metric(Model):
 
 
 class Analysis(Model):
+    """How each step's window is judged. analysis: {} names no metrics: every step then moves
+    on after interval without judging the candidate."""
+
     model_config = cel(
         Rule(
             cel=f"duration(self.interval) >= duration('{MIN_INTERVAL_SECONDS}s')",
@@ -317,50 +469,98 @@ class Analysis(Model):
 
     interval: Duration = Field(
         default="1m",
-        description=f"Length of each analysis window, e.g. 30s, 1m, 1m30s (at least {MIN_INTERVAL_SECONDS}s). "
-        "A step's window starts when the routers serve its table.",
+        description="Duration of each analysis window, e.g. 30s, 1m, 1m30s (default 1m, at least "
+        f"{MIN_INTERVAL_SECONDS}s). A step's window starts when the routers serve its table; "
+        "without metrics, each step lasts this long.",
     )
     failure_limit: int = Field(
-        default=2, ge=0, le=100, description="Failed analyses that roll the release back (0 acts as 1)."
+        default=2,
+        ge=0,
+        le=100,
+        description="Failed analyses that roll the release back (default 2; 0 acts as 1).",
     )
     prometheus: PrometheusRef = defaulted(PrometheusRef)
-    metrics: list[Metric] = Field(default_factory=list, max_length=16)
+    metrics: list[Metric] = Field(
+        default_factory=list,
+        max_length=16,
+        description="What the candidate is held to at each window (up to 16); each must pass for the "
+        "release to step forward. Empty: no judgement, steps move on after interval.",
+    )
     min_requests: int = Field(
         default=10,
         ge=0,
         le=10_000_000,
-        description="Candidate requests needed in a window (per cell with perCell) for a verdict; "
-        "fewer is inconclusive.",
+        description="Candidate requests needed in a window (per cell with perCell) for a verdict "
+        "(default 10); fewer is inconclusive.",
     )
     inconclusive_limit: int = Field(
-        default=10, ge=1, le=10000, description="Consecutive inconclusive analyses that pause the release."
+        default=10,
+        ge=1,
+        le=10000,
+        description="Consecutive inconclusive analyses that pause the release (default 10).",
     )
     per_cell: bool = Field(
         default=False,
-        description="Judge success-rate and latency-p95 per dye cell: every cell with minRequests must pass.",
+        description="Judge success-rate and latency-p95 per dye cell: every cell with minRequests must "
+        "pass (default false).",
     )
 
 
 class Fallback(Model):
-    consecutive_failures: int = Field(default=3, ge=1, le=1000)
-    latency_ms: int = Field(default=800, ge=1, le=600000)
-    cooldown_seconds: int = Field(default=30, ge=0, le=86400)
+    """When the router sends a candidate's request to stable instead, in the same request, and
+    when it stops trying the candidate for a while."""
+
+    consecutive_failures: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Candidate failures in a row after which the router ejects it for cooldownSeconds "
+        "(default 3).",
+    )
+    latency_ms: int = Field(
+        default=800,
+        ge=1,
+        le=600000,
+        description="Milliseconds the candidate may take to answer its headers before the request goes "
+        "to stable (default 800).",
+    )
+    cooldown_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=86400,
+        description="Seconds an ejected candidate gets no requests (default 30); keep "
+        "analysis.interval longer.",
+    )
     idle_timeout_ms: int = Field(
         default=60000,
         ge=100,
         le=3600000,
-        description="Longest silence of a backend mid-answer (after its headers) before the "
-        "router cuts the client connection and counts a failure. Generous by default: tokens "
+        description="Longest silence in milliseconds of a backend mid-answer (after its headers) before "
+        "the router cuts the client connection and counts a failure (default 60000). Generous: tokens "
         "stream every few ms, but a long prompt's prefill may come after the headers.",
     )
 
 
 class ScaleMetric(Model):
-    pods: str = Field(default="http_requests_total", max_length=253)
-    average_value: str = Field(default="250", pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G)?$", max_length=32)
+    """The per-Pod metric each side's HorizontalPodAutoscaler scales on."""
+
+    pods: str = Field(
+        default="http_requests_total",
+        max_length=253,
+        description="Name of a Pods metric from the custom metrics API (default http_requests_total).",
+    )
+    average_value: str = Field(
+        default="250",
+        pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G)?$",
+        max_length=32,
+        description="Target average value per Pod, a Kubernetes quantity such as 250 or 1500m (default 250).",
+    )
 
 
 class Autoscaling(Model):
+    """A HorizontalPodAutoscaler tinct manages for each side's Deployment: the candidate's
+    minimum follows its share of the traffic, stable keeps its floor until promotion."""
+
     model_config = cel(
         Rule(
             cel="self.minReplicas <= self.maxReplicas",
@@ -369,29 +569,88 @@ class Autoscaling(Model):
         )
     )
 
-    min_replicas: int = Field(default=1, ge=1, le=10000)
-    max_replicas: int = Field(default=10, ge=1, le=10000)
+    min_replicas: int = Field(
+        default=1, ge=1, le=10000, description="Fewest replicas of each side (default 1)."
+    )
+    max_replicas: int = Field(
+        default=10, ge=1, le=10000, description="Most replicas of each side (default 10)."
+    )
     metric: ScaleMetric = defaulted(ScaleMetric)
 
 
+def _describe_uneven(s: Any) -> str:
+    n = len(s.cells[0].weights)
+    i = _first_cell(s.cells, lambda c: len(c.weights) == n)
+    return (
+        f"cells[{i}] has {len(s.cells[i].weights)} weights but cells[0] has {n}: "
+        "give every cell one weight per step"
+    )
+
+
+_EVEN = "size(c.weights) == size(self.cells[0].weights)"
+_UNEVEN = _first_failing(_EVEN)
+
+
 class GrayReleaseSpec(Model):
+    """What a GrayRelease moves (stable to candidate), by which dye cells and steps, judged by
+    which analysis."""
+
     model_config = cel(
         *CELL_RULES,
         Rule(
-            cel="self.cells.all(c, size(c.weights) == size(self.cells[0].weights))",
+            cel=f"self.cells.all(c, {_EVEN})",
             holds=lambda s: len({len(c.weights) for c in s.cells}) == 1,
             message="every cell needs the same number of weights (one per step)",
             field_path=".cells",
+            message_expression=cel_format(
+                "cells[%d] has %d weights but cells[0] has %d: give every cell one weight per step",
+                _UNEVEN,
+                f"size(self.cells[{_UNEVEN}].weights)",
+                "size(self.cells[0].weights)",
+            ),
+            describe=_describe_uneven,
         ),
         Rule(
             cel="self.stable.service != self.candidate.service || self.stable.port != self.candidate.port",
             holds=lambda s: (s.stable.service, s.stable.port) != (s.candidate.service, s.candidate.port),
             message="stable and candidate must be different backends",
+            message_expression=cel_format(
+                "stable and candidate are both Service %s port %d: a release moves traffic between two "
+                "different backends",
+                "self.stable.service",
+                "self.stable.port",
+            ),
+            describe=lambda s: (
+                f"stable and candidate are both Service {s.stable.service} port {s.stable.port}: "
+                "a release moves traffic between two different backends"
+            ),
+        ),
+        Rule(
+            cel="self.stable.modelVersion != self.candidate.modelVersion",
+            holds=lambda s: s.stable.model_version != s.candidate.model_version,
+            message="stable and candidate must be different ModelVersions",
+            message_expression=cel_format(
+                "stable and candidate are both ModelVersion %s: a release moves traffic from one version "
+                "of a model to another",
+                "self.stable.modelVersion",
+            ),
+            describe=lambda s: (
+                f"stable and candidate are both ModelVersion {s.stable.model_version}: "
+                "a release moves traffic from one version of a model to another"
+            ),
+        ),
+        Rule(
+            cel="has(self.analysis)",
+            holds=lambda s: s.analysis is not None,
+            message="give spec.analysis: metrics that judge the candidate at each step, or "
+            "analysis: {} to step forward every interval (1m) without judging it",
         ),
     )
 
-    stable: Backend
-    candidate: Backend
+    stable: Backend = Field(
+        description="The backend serving today: it keeps the traffic cells do not send on."
+    )
+    candidate: Backend = Field(description="The backend the release moves traffic to, cell by cell.")
     models: list[ModelName] = Field(
         default_factory=list,
         max_length=32,
@@ -399,15 +658,35 @@ class GrayReleaseSpec(Model):
         "the model of its ModelVersions. A router fronting several releases picks the "
         "release by it.",
     )
-    dye: Dye
-    cells: list[Cell] = Field(min_length=1, max_length=64)
-    analysis: Analysis | None = None
+    dye: Dye = Field(
+        description="How requests are classified into dye tags: prompt-length bucket x role x latency class."
+    )
+    cells: list[Cell] = Field(
+        min_length=1,
+        max_length=64,
+        description="The dye cells (1 to 64), each with its own match and its candidate weight at each "
+        "step; exactly one is the default (match: {}), and no two match alike.",
+    )
+    analysis: Analysis | None = Field(
+        default=None,
+        description="Required: the metrics that judge the candidate at each step, or analysis: {} to "
+        "move on every interval without judging it.",
+    )
     fallback: Fallback = defaulted(Fallback)
-    autoscaling: Autoscaling | None = None
-    paused: bool = False
+    autoscaling: Autoscaling | None = Field(
+        default=None,
+        description="HorizontalPodAutoscalers tinct manages for both Deployments; omitted: none, scale "
+        "the candidate yourself (CapacityReady says how many replicas a step needs).",
+    )
+    paused: bool = Field(
+        default=False,
+        description="true holds the release at its step (tinct release pause); false lets it go on "
+        "(default false).",
+    )
     allow_major_upgrade: bool = Field(
         default=False,
-        description="Release a candidate whose MAJOR semver differs from stable's (an API break).",
+        description="Release a candidate whose MAJOR semver differs from stable's (an API break); "
+        "default false.",
     )
     progress_deadline_seconds: int = Field(
         default=600,
@@ -415,64 +694,92 @@ class GrayReleaseSpec(Model):
         le=604800,
         description="Seconds a release may be held without progress (preconditions unmet, "
         "analyses inconclusive, candidate replicas not available) before it is paused, or "
-        "rolled back with progressDeadlineAbort.",
+        "rolled back with progressDeadlineAbort (default 600).",
     )
     progress_deadline_abort: bool = Field(
         default=False,
-        description="Roll back, instead of pausing, a release past its progressDeadlineSeconds.",
+        description="Roll back, instead of pausing, a release past its progressDeadlineSeconds "
+        "(default false).",
     )
     route_on_delete: Literal["Keep", "Remove"] = Field(
         default="Keep",
         description="What deleting the release does to its model's route: Keep serves the "
         "model by the release's outcome (the candidate if Promoted, else stable) until another "
         "release takes the model over; Remove takes the route away, and the model's requests "
-        "get 404.",
+        "get 404 (default Keep).",
     )
 
 
 Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
 
+#: Significant digits a measured number keeps in status: 99.8421, not 99.84210526315789.
+READABLE_DIGITS = 6
+
+
+def readable(value: float | None) -> float | None:
+    """``value`` rounded to :data:`READABLE_DIGITS` significant digits (NaN and inf kept)."""
+    if value is None or not math.isfinite(value):
+        return value
+    return float(f"{value:.{READABLE_DIGITS}g}")
+
+
+Readable = Annotated[float, AfterValidator(lambda v: readable(v))]
+
 
 class MetricResult(Model):
-    name: str
-    value: float | None = None
-    threshold: str
-    verdict: Verdict
-    message: str | None = None
-    stable_value: float | None = Field(default=None, description="The same metric of stable, if compared.")
+    """One metric of one analysis: its value, the threshold, the verdict."""
+
+    name: str = Field(description="The metric: success-rate, latency-p95 or custom.")
+    value: Readable | None = Field(
+        default=None,
+        description="The candidate's value over the window (percent for success-rate, ms for "
+        "latency-p95); absent when there was no data.",
+    )
+    threshold: str = Field(description="What the value was held to, e.g. `>= 99`.")
+    verdict: Verdict = Field(description="Pass, Fail, Inconclusive (too little data) or Error.")
+    message: str | None = Field(default=None, description="Why the verdict, when it is not Pass.")
+    stable_value: Readable | None = Field(default=None, description="The same metric of stable, if compared.")
 
 
 class CellResult(Model):
     """Verdict of one dye cell when the analysis is per cell."""
 
-    cell: str
-    requests: float = 0
-    verdict: Verdict
-    metrics: list[MetricResult] = Field(default_factory=list)
+    cell: str = Field(description="The cell, as `len:<bucket>+role:<role>+latency:<class>`.")
+    requests: Readable = Field(default=0, description="Candidate requests of this cell in the window.")
+    verdict: Verdict = Field(description="Pass, Fail, Inconclusive or Error.")
+    metrics: list[MetricResult] = Field(default_factory=list, description="This cell's metrics.")
 
 
 class AnalysisResult(Model):
-    time: datetime
-    verdict: Verdict
-    metrics: list[MetricResult] = Field(default_factory=list)
-    step: int | None = Field(default=None, ge=0, description="The step this analysis judged.")
-    requests: float | None = Field(default=None, description="Candidate requests in the window.")
-    message: str | None = None
-    cells: list[CellResult] = Field(default_factory=list)
+    """The last analysis of the release: the window's metrics and the verdict."""
+
+    time: datetime = Field(description="When the analysis ran (the end of its window).")
+    verdict: Verdict = Field(description="Pass, Fail, Inconclusive or Error.")
+    metrics: list[MetricResult] = Field(default_factory=list, description="Each metric's value and verdict.")
+    step: int | None = Field(
+        default=None, ge=0, description="The step this analysis judged, as an index (0 is step 1/n)."
+    )
+    requests: Readable | None = Field(default=None, description="Candidate requests in the window.")
+    message: str | None = Field(default=None, description="Why the verdict, in a line.")
+    cells: list[CellResult] = Field(
+        default_factory=list, description="Per-cell verdicts, with analysis.perCell."
+    )
 
 
 class ScalerStatus(Model):
     """The bounds tinct set on one backend's HorizontalPodAutoscaler."""
 
-    side: Literal["stable", "candidate"]
-    hpa: str
-    min_replicas: int
-    max_replicas: int
+    side: Literal["stable", "candidate"] = Field(description="Which side's Deployment it scales.")
+    hpa: str = Field(description="Name of the HorizontalPodAutoscaler.")
+    min_replicas: int = Field(description="The minimum tinct set (raised for the step's share).")
+    max_replicas: int = Field(description="The maximum tinct set.")
     managed: bool = Field(default=True, description="False when another HPA targets the Deployment.")
 
 
 class RoutingRef(Model):
-    config_map: str
+    """The routing table this status calls for, which routers follow."""
+
+    config_map: str = Field(description="Name of the routing-table ConfigMap.")
     namespace: str | None = Field(default=None, description="Namespace of the routing-table ConfigMap.")
     version: int = Field(ge=0, description="Version of the table written for this status.")
     digest: str | None = Field(
@@ -492,35 +799,64 @@ ActionResult = Literal["Done", "Refused"]
 class ActionRecord(Model):
     """What became of the last tinct.io/action request."""
 
-    value: str = Field(max_length=256)
-    result: ActionResult
-    message: str = Field(default="", max_length=1024)
-    time: datetime | None = None
+    value: str = Field(max_length=256, description="The request, as <verb>@a<attempt>-<nonce>.")
+    result: ActionResult = Field(description="Done, or Refused (message says why).")
+    message: str = Field(default="", max_length=1024, description="What was done, or why not.")
+    time: datetime | None = Field(default=None, description="When it was handled.")
 
 
 class HistoryEntry(Model):
     """A transition recorded in status and not yet written to ``release_events``."""
 
-    seq: int = Field(ge=0)
-    reason: str
-    message: str = Field(default="", max_length=2000)
-    phase: GrayReleasePhase
-    step: int = Field(ge=0)
-    weights: dict[str, float] = Field(default_factory=dict)
-    metrics: dict[str, float] = Field(default_factory=dict)
-    time: datetime
+    seq: int = Field(ge=0, description="The transition's number within the release; keys its row.")
+    reason: str = Field(description="What happened, e.g. StepAdvanced, RolledBack.")
+    message: str = Field(default="", max_length=2000, description="The transition in a line.")
+    phase: GrayReleasePhase = Field(description="The phase right after it.")
+    step: int = Field(ge=0, description="The step index right after it (0 is step 1/n).")
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="Candidate weight in percent per cell right after it."
+    )
+    metrics: dict[str, float] = Field(default_factory=dict, description="The last analysis' values then.")
+    time: datetime = Field(description="When it happened.")
 
 
 class GrayReleaseStatus(Model):
-    phase: GrayReleasePhase = "Pending"
-    step: int = Field(default=0, ge=0)
-    message: str | None = None
-    observed_generation: int | None = None
-    weights: dict[str, float] = Field(default_factory=dict)
-    failed_analyses: int = Field(default=0, ge=0)
+    """The GrayRelease as the operator decided and recorded it; written by the operator only."""
+
+    phase: GrayReleasePhase = Field(
+        default="Pending",
+        description="Pending (waiting for what message names), Progressing (a step in force), Paused, "
+        "Promoted (the candidate serves every cell), RolledBack (stable serves every cell) or Failed "
+        "(needs a spec change).",
+    )
+    step: int = Field(
+        default=0,
+        ge=0,
+        description="Index of the step in force into each cell's weights: 0 is the first step; "
+        "progress shows it as 1/n.",
+    )
+    message: str | None = Field(
+        default=None, description="What the release is doing or waiting for, in a line (steps as 2/4)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation this status was decided from."
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Candidate weight in percent per cell (len:<bucket>+role:<role>+latency:<class>) "
+        "in force.",
+    )
+    failed_analyses: int = Field(
+        default=0, ge=0, description="Failed analyses in this attempt; failureLimit of them roll back."
+    )
     last_analysis: AnalysisResult | None = None
     routing: RoutingRef | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready (promoted), Progressing, Degraded, ModelVersionsReady, BackendsAvailable, "
+        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, and the HPAs'; each reason has "
+        "a section in docs/troubleshooting.md.",
+    )
     inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
     step_started_at: datetime | None = Field(
         default=None, description="When the current step (or Promoted/RolledBack) began."
@@ -532,7 +868,9 @@ class GrayReleaseStatus(Model):
         default=None, description="The last tinct.io/action annotation value carried out."
     )
     transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
-    autoscaling: list[ScalerStatus] = Field(default_factory=list)
+    autoscaling: list[ScalerStatus] = Field(
+        default_factory=list, description="The bounds tinct set on each side's HPA (with spec.autoscaling)."
+    )
     released: str | None = Field(
         default=None,
         description="The `stable -> candidate` ModelVersions this status is about; a spec naming "

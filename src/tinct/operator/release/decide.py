@@ -48,12 +48,12 @@ from tinct.api.v1alpha1.grayrelease import (
     ActionRecord,
     ActionResult,
     AnalysisResult,
-    CellMatch,
     GrayRelease,
     GrayReleasePhase,
     GrayReleaseSpec,
     GrayReleaseStatus,
     HistoryEntry,
+    cell_key,
     parse_duration,
 )
 from tinct.operator.release.preconditions import Problem, preconditions
@@ -88,15 +88,6 @@ HISTORY_LIMIT = 64
 
 _ATTEMPT_NONCE = re.compile(r"^a([0-9]{1,9})-.+$")
 _FINAL = ("Promoted", "RolledBack")
-
-
-def cell_key(match: CellMatch) -> str:
-    """A cell's name in status and history: its dye tag with ``*`` for what it does not fix."""
-
-    def v(x: str | None) -> str:
-        return x if x else "*"
-
-    return f"len:{v(match.prompt_length)}+role:{v(match.role)}+latency:{v(match.latency)}"
 
 
 @dataclass(frozen=True)
@@ -527,7 +518,8 @@ class _Round:
         if inputs.problems:
             msg = "; ".join(p.message for p in inputs.problems)
             held = f"holding step {self.label()}: " if started else ""
-            t = self.wait("Waiting", held + msg, warning=True)
+            reasons = {p.reason for p in inputs.problems}
+            t = self.wait(reasons.pop() if len(reasons) == 1 else "Waiting", held + msg, warning=True)
             return self.block(msg) or t
         if st.next_step is not None:
             return self.apply_next("promotion requested" if promoting else "the candidate has its replicas")
@@ -596,7 +588,10 @@ class _Round:
         current = self.release.model_copy(update={"status": st})
         if not _has_metrics(spec):
             if analysis_due(current, self.now):
-                return self.decide_next("no analysis configured")
+                interval = self.spec.analysis.interval if self.spec.analysis else "1m"
+                return self.decide_next(
+                    f"{interval} passed; no analysis metrics judge the candidate (analysis: {{}})"
+                )
             return None
         if needs_confirmation(current):
             version = st.routing.version if st.routing else 0
@@ -792,7 +787,7 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
     r = _Round(release, inputs)
     st = r.st
     gen = release.metadata.generation
-    st.conditions = _precondition_conditions(st.conditions, inputs.problems, gen, inputs.now)
+    st.conditions = _precondition_conditions(st.conditions, inputs.problems, gen, inputs.now, release.spec)
     at_creation = r.old.released is None
     r.target()
     for value in dict.fromkeys(inputs.actions):
@@ -804,12 +799,24 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
 
 
 def _precondition_conditions(
-    conds: list[Condition], problems: Sequence[Problem], gen: int | None, now: datetime
+    conds: list[Condition],
+    problems: Sequence[Problem],
+    gen: int | None,
+    now: datetime,
+    spec: GrayReleaseSpec | None = None,
 ) -> list[Condition]:
+    analysis: tuple[str, str] = ("Configured", "the analysis can run as configured")
+    if spec is not None and not _has_metrics(spec):
+        interval = spec.analysis.interval if spec.analysis else "1m"
+        analysis = (
+            "NoMetrics",
+            f"analysis names no metrics: each step moves on after {interval} without judging the candidate",
+        )
     for ctype, ok_reason, ok_msg in (
         ("ModelVersionsReady", "Ready", "both ModelVersions are Ready and of the same model"),
-        ("BackendsAvailable", "Found", "the Services and Deployments exist"),
-        ("AnalysisReady", "Configured", "the analysis can run as configured"),
+        ("BackendsAvailable", "Found", "the Services (with the ports named) and Deployments exist"),
+        ("AnalysisReady", *analysis),
+        ("RouteAvailable", "ModelFree", "no older release serves this release's models"),
     ):
         mine = [p for p in problems if p.condition == ctype]
         if mine:

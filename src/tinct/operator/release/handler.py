@@ -60,6 +60,7 @@ from tinct.operator.release.decide import (
 )
 from tinct.operator.release.kube import ConflictError, ReleaseKube, TableWatch
 from tinct.operator.release.metrics import ReleaseMetrics, serve
+from tinct.operator.release.preconditions import Claim, model_conflict
 from tinct.operator.release.scaling import hpa_name, plan_autoscaling
 from tinct.operator.release.tables import (
     cells_by_tag,
@@ -206,6 +207,8 @@ class View:
 
     modelversions: dict[str, dict[str, Any] | None]
     services: dict[str, bool]
+    #: Service name -> its ports, for the Services found
+    service_ports: dict[str, tuple[int, ...]]
     #: name -> {"replicas": spec.replicas, "available": status.availableReplicas}, None: absent
     deployments: dict[str, dict[str, int] | None]
     hpas: list[dict[str, Any]]
@@ -219,6 +222,7 @@ class View:
             self.services,
             {k: v is not None for k, v in self.deployments.items()},
             self.interfaces,
+            self.service_ports,
         )
         if gr.spec.analysis is not None and gr.spec.analysis.metrics and config is not None:
             try:
@@ -249,12 +253,15 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
     ns, spec = gr.metadata.namespace or "default", gr.spec
     sides = (spec.stable, spec.candidate)
     mvs = indices.get("tinct_modelversions")
-    services = set(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else set()
+    services: dict[str, tuple[int, ...]] = (
+        dict(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else {}
+    )
     deps = indices.get("tinct_deployments")
     hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
     return View(
         modelversions={b.model_version: _one(mvs, (ns, b.model_version)) for b in sides},
         services={b.service: b.service in services for b in sides},
+        service_ports={b.service: services[b.service] for b in sides if b.service in services},
         deployments={b.deployment: _one(deps, (ns, b.deployment)) for b in sides if b.deployment},
         hpas=hpas,
     )
@@ -333,6 +340,9 @@ async def gather(
     old = gr.status or GrayReleaseStatus()
     await _interfaces(gr, rt, view)
     problems = view.problems(gr, rt.config)
+    conflict = _conflict(gr, rt, view)
+    if conflict is not None:
+        problems.append(conflict)
     routers: int | None = None
     result: AnalysisResult | None = None
     quiet = problems or spec.paused or old.pause_reason
@@ -350,6 +360,23 @@ async def gather(
         target=target_digest(gr, view.modelversions),
         routers=routers,
     )
+
+
+def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
+    """ModelConflict when an older live table of another release claims this release's models."""
+    if rt.tables is None:
+        return None
+    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    old = gr.status or GrayReleaseStatus()
+    recorded = old.routing.models if old.routing is not None else []
+    models = list(gr.spec.models) or release_models(gr, view.modelversions, recorded)
+    claims = [
+        Claim(f.name, f.created, f.table.namespace or "", f.table.release, f.table.uid, tuple(f.table.models))
+        for f in list(rt.tables.tables.values())
+        if f.table is not None and not f.table.standing and f.name != name
+    ]
+    mine = rt.tables.get(name)
+    return model_conflict(gr.metadata.uid, name, mine.created if mine is not None else None, models, claims)
 
 
 def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
@@ -713,8 +740,9 @@ def tinct_modelversions(
 
 
 @kopf.index("v1", "services")
-def tinct_services(namespace: str | None, name: str, **_: Any) -> Any:
-    return {namespace: name}
+def tinct_services(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> Any:
+    ports = tuple(p["port"] for p in spec.get("ports") or [] if isinstance(p.get("port"), int))
+    return {namespace: (name, ports)}
 
 
 @kopf.index("apps", "v1", "deployments")
