@@ -10,7 +10,7 @@ import yaml
 
 from chart_helpers import CHART, by_kind, container, one, sets, template
 from conftest import CRDS
-from controlplane.helm import Helm
+from controlplane.helm import Helm, HelmError
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +270,47 @@ def test_prometheus_servers_reach_the_operator_configuration(helm: Helm) -> None
     assert "TINCT_PROMETHEUS_URL" not in defaults, "no default Prometheus unless one is given"
     assert "TINCT_PROMETHEUS" not in defaults
     assert OperatorConfig.from_env(defaults).prometheus_timeout == 5
+
+
+def test_notifiers_reach_the_operator_with_secret_urls_kept_in_their_secret(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tinct.operator.settings import OperatorConfig
+
+    c = container(
+        one(
+            template(
+                helm,
+                {
+                    "operator.notifiers": {
+                        "audit": {"type": "cloudevents", "url": "http://broker.knative-eventing/ns/default"},
+                        "team-chat": {"type": "slack", "urlSecret": {"name": "team-hooks", "key": "url"}},
+                    }
+                },
+            ),
+            "Deployment",
+            "t-tinct-operator",
+        )
+    )
+    env = {e["name"]: e for e in c["env"]}
+    assert env["TINCT_NOTIFIERS"]["value"] == (
+        "audit=cloudevents:http://broker.knative-eventing/ns/default,team-chat=slack:env:TINCT_NOTIFIER_URL_TEAM_CHAT"
+    )
+    assert env["TINCT_NOTIFIER_URL_TEAM_CHAT"]["valueFrom"] == {
+        "secretKeyRef": {"name": "team-hooks", "key": "url"}
+    }
+    # What the kubelet hands the operator parses to the same two webhooks.
+    monkeypatch.setenv("TINCT_NOTIFIER_URL_TEAM_CHAT", "https://hooks/x")  # what the kubelet sets
+    config = OperatorConfig.from_env({"TINCT_NOTIFIERS": env["TINCT_NOTIFIERS"]["value"]})
+    assert [(n.name, n.kind, n.url) for n in config.notifiers] == [
+        ("audit", "cloudevents", "http://broker.knative-eventing/ns/default"),
+        ("team-chat", "slack", "https://hooks/x"),
+    ]
+    with pytest.raises(HelmError, match="value must be one of 'json', 'slack', 'cloudevents'"):
+        template(helm, {"operator.notifiers": {"bad": {"type": "teams", "url": "http://x"}}})
+    assert "TINCT_NOTIFIERS" not in {
+        e["name"] for e in container(one(template(helm, {}), "Deployment", "t-tinct-operator"))["env"]
+    }
 
 
 def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:

@@ -158,6 +158,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="seconds one Prometheus query may take (TINCT_PROMETHEUS_TIMEOUT, 5)",
     )
+    p.add_argument(
+        "--notifier",
+        dest="notifiers",
+        metavar="NAME=TYPE:URL",
+        action="append",
+        help="a webhook releases may name in spec.notify: TYPE json, slack or cloudevents; URL may be "
+        "env:VARIABLE (repeatable; TINCT_NOTIFIERS, ','-separated)",
+    )
+    p.add_argument("--notify-timeout", help="seconds one webhook post may take (TINCT_NOTIFY_TIMEOUT, 5)")
+    p.add_argument(
+        "--notify-attempts", help="posts of one notification before it is given up (TINCT_NOTIFY_ATTEMPTS, 6)"
+    )
+    p.add_argument(
+        "--notify-backoff",
+        help="seconds before the first retry of a post, doubling after each (TINCT_NOTIFY_BACKOFF, 1)",
+    )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator)

@@ -1,28 +1,98 @@
-"""GrayRelease: move traffic from a stable backend to a candidate, dye cell by dye cell."""
+"""GrayRelease: move traffic from a stable backend to a candidate, dye cell by dye cell.
+
+The dye and the cells live in :mod:`tinct.api.v1alpha1.dye`, the status in
+:mod:`tinct.api.v1alpha1.releasestatus`; their names are re-exported here.
+"""
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from datetime import datetime
-from itertools import pairwise
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
-from pydantic.alias_generators import to_snake
+from pydantic import Field
 
-from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, defaulted
-from tinct.api.v1alpha1.rules import Rule, cel, cel_format, cel_list, strictly_increasing
+from tinct.api.v1alpha1.common import DNS_NAME, Model, Resource, defaulted
+from tinct.api.v1alpha1.dye import (
+    CELL_RULES,
+    Bucket,
+    Cell,
+    CellMatch,
+    Dye,
+    DyeMatch,
+    DyeValue,
+    HeaderName,
+    LatencyDye,
+    PromptLength,
+    RoleDye,
+    StickyKey,
+    Weight,
+    cell_key,
+    first_cell,
+    first_failing,
+)
+from tinct.api.v1alpha1.releasestatus import (
+    READABLE_DIGITS,
+    ActionRecord,
+    ActionResult,
+    AnalysisResult,
+    CellResult,
+    GrayReleasePhase,
+    GrayReleaseStatus,
+    HistoryEntry,
+    MetricResult,
+    Readable,
+    RoutingRef,
+    ScalerStatus,
+    Verdict,
+    readable,
+)
+from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
-GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
+__all__ = [
+    "CELL_RULES",
+    "MIN_INTERVAL_SECONDS",
+    "READABLE_DIGITS",
+    "ActionRecord",
+    "ActionResult",
+    "Analysis",
+    "AnalysisResult",
+    "Autoscaling",
+    "Backend",
+    "Bucket",
+    "Cell",
+    "CellMatch",
+    "CellResult",
+    "Dye",
+    "DyeMatch",
+    "DyeValue",
+    "Fallback",
+    "GrayRelease",
+    "GrayReleasePhase",
+    "GrayReleaseSpec",
+    "GrayReleaseStatus",
+    "HeaderName",
+    "HistoryEntry",
+    "LatencyDye",
+    "Metric",
+    "MetricResult",
+    "NotifyRef",
+    "PrometheusRef",
+    "PromptLength",
+    "Readable",
+    "RoleDye",
+    "RoutingRef",
+    "ScaleMetric",
+    "ScalerStatus",
+    "StickyKey",
+    "TransitionReason",
+    "Verdict",
+    "Weight",
+    "cell_key",
+    "parse_duration",
+    "readable",
+]
 
 Name = Annotated[str, Field(pattern=DNS_NAME, min_length=1, max_length=253)]
-#: A dye value: a bucket, role or latency class name. ``*`` is reserved for wildcards.
-DyeValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", max_length=63)]
-DyeMatch = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$", max_length=63)]
-HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$", min_length=1, max_length=128)]
-Weight = Annotated[float, Field(ge=0, le=100)]
 Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
 
 _DURATION = re.compile(r"([0-9]+)(ms|s|m|h)")
@@ -65,314 +135,6 @@ class Backend(Model):
         description="Base URL routers use instead of the Service's cluster DNS name, e.g. for a "
         "backend outside the cluster; the Service must still exist.",
     )
-
-
-class Bucket(Model):
-    """A prompt-length bucket: requests of up to maxTokens estimated tokens."""
-
-    name: DyeValue = Field(description="The bucket's name, as cells match it, e.g. short.")
-    max_tokens: int | None = Field(
-        default=None,
-        ge=1,
-        description="Upper bound in estimated prompt tokens (inclusive); omit it on the last, "
-        "catch-all bucket.",
-    )
-
-
-_BOUNDED = "self.buckets.filter(b, has(b.maxTokens))"
-
-
-class PromptLength(Model):
-    """Buckets of the request's estimated prompt length (characters of the messages or prompt
-    divided by charsPerToken), from the shortest to the catch-all."""
-
-    model_config = cel(
-        Rule(
-            cel="self.buckets.all(b, self.buckets.exists_one(o, o.name == b.name))",
-            holds=lambda s: len({b.name for b in s.buckets}) == len(s.buckets),
-            message="bucket names must be unique",
-            field_path=".buckets",
-        ),
-        Rule(
-            cel="!has(self.buckets[size(self.buckets) - 1].maxTokens)",
-            holds=lambda s: s.buckets[-1].max_tokens is None,
-            message="the last bucket is the catch-all: leave its maxTokens out",
-            field_path=".buckets",
-        ),
-        Rule(
-            cel="self.buckets.filter(b, !has(b.maxTokens)).size() <= 1",
-            holds=lambda s: sum(b.max_tokens is None for b in s.buckets) <= 1,
-            message="only the last bucket may leave maxTokens out",
-            field_path=".buckets",
-        ),
-        Rule(
-            # Sorted, and no bound twice: strictly increasing.
-            cel=f"{_BOUNDED}.map(b, b.maxTokens).isSorted() && "
-            f"{_BOUNDED}.all(x, {_BOUNDED}.exists_one(o, o.maxTokens == x.maxTokens))",
-            holds=lambda s: strictly_increasing(b.max_tokens for b in s.buckets if b.max_tokens is not None),
-            message="bucket maxTokens must strictly increase from one bucket to the next",
-            field_path=".buckets",
-        ),
-    )
-
-    buckets: list[Bucket] = Field(
-        min_length=1,
-        max_length=16,
-        description="1 to 16 buckets with strictly increasing maxTokens; the last has none and takes "
-        "the rest.",
-    )
-    chars_per_token: float = Field(
-        default=4.0,
-        gt=0,
-        le=64,
-        description="Characters counted as one token when estimating a prompt's length (default 4).",
-    )
-
-
-_DEFAULT_LISTED = Rule(
-    cel="self.default in self.values",
-    holds=lambda s: s.default in s.values,
-    message="default must be one of values",
-)
-
-
-class RoleDye(Model):
-    """The caller's role, from a header a trusted gateway sets."""
-
-    model_config = cel(_DEFAULT_LISTED)
-
-    header: HeaderName = Field(
-        default="X-User-Role",
-        description="Header carrying the caller's role, set by a gateway (default X-User-Role); the "
-        "router believes it only from peers it is told to trust (tinct router --trust-role-from).",
-    )
-    values: list[DyeValue] = Field(
-        default_factory=lambda: ["user"],
-        min_length=1,
-        max_length=32,
-        description="The roles cells may match (default [user]); any other value counts as the default.",
-    )
-    default: DyeValue = Field(
-        default="user",
-        description="Role of a request without the header, or from an untrusted peer (default user).",
-    )
-
-
-class LatencyDye(Model):
-    """The request's latency class, from a header, or derived from stream: true."""
-
-    model_config = cel(
-        _DEFAULT_LISTED,
-        Rule(
-            cel="!has(self.streamClass) || self.streamClass in self.values",
-            holds=lambda s: s.stream_class is None or s.stream_class in s.values,
-            message="streamClass must be one of values",
-        ),
-    )
-
-    header: HeaderName = Field(
-        default="X-Latency-Class", description="Header carrying the latency class (default X-Latency-Class)."
-    )
-    values: list[DyeValue] = Field(
-        default_factory=lambda: ["low", "high"],
-        min_length=1,
-        max_length=16,
-        description="The classes cells may match (default [low, high]); any other value counts as the default.",
-    )
-    default: DyeValue = Field(
-        default="low", description="Class of a request without the header (default low)."
-    )
-    stream_class: DyeValue | None = Field(
-        default=None, description="Class given to requests with stream: true and no header."
-    )
-
-
-class StickyKey(Model):
-    """What keeps a caller on one side: requests with the same key land on the same side."""
-
-    header: HeaderName = Field(
-        default="X-Session-Id",
-        description="Header whose value is hashed with the release's name (default X-Session-Id); "
-        "requests without it are assigned at random.",
-    )
-
-
-class Dye(Model):
-    """How the router classifies each request into a dye tag: prompt-length bucket x caller
-    role x latency class."""
-
-    prompt_length: PromptLength = Field(description="Prompt-length buckets.")
-    role: RoleDye = defaulted(RoleDye)
-    latency: LatencyDye = defaulted(LatencyDye)
-    sticky_key: StickyKey = defaulted(StickyKey)
-
-
-class CellMatch(Model):
-    """Which requests a cell takes; an omitted field or * matches anything, and the most
-    specific matching cell wins."""
-
-    prompt_length: DyeMatch | None = Field(
-        default=None, description="A bucket name of dye.promptLength, or *."
-    )
-    role: DyeMatch | None = Field(default=None, description="One of dye.role.values, or *.")
-    latency: DyeMatch | None = Field(default=None, description="One of dye.latency.values, or *.")
-
-
-class Cell(Model):
-    """A dye cell and its candidate weight at each step."""
-
-    model_config = cel(
-        Rule(
-            cel="self.weights.isSorted()",
-            holds=lambda s: all(a <= b for a, b in pairwise(s.weights)),
-            message="weights must never decrease from one step to the next",
-            field_path=".weights",
-        ),
-    )
-
-    match: CellMatch = defaulted(CellMatch)
-    weights: list[Weight] = Field(
-        min_length=1,
-        max_length=64,
-        description="Percent of this cell's traffic sent to the candidate at each step.",
-    )
-
-
-def _wild(value: str | None) -> bool:
-    return value is None or value == "*"
-
-
-def _is_default(match: CellMatch) -> bool:
-    return _wild(match.prompt_length) and _wild(match.role) and _wild(match.latency)
-
-
-_IS_DEFAULT_CELL = (
-    "(!has(c.match.promptLength) || c.match.promptLength == '*') && "
-    "(!has(c.match.role) || c.match.role == '*') && "
-    "(!has(c.match.latency) || c.match.latency == '*')"
-)
-
-
-def cell_key(match: CellMatch) -> str:
-    """A cell's name in status and history: its dye tag with ``*`` for what it does not fix."""
-
-    def v(x: str | None) -> str:
-        return x if x else "*"
-
-    return f"len:{v(match.prompt_length)}+role:{v(match.role)}+latency:{v(match.latency)}"
-
-
-def _cel_dye(c: str, field: str) -> str:
-    """CEL: the cell ``c``'s match of ``field``, ``*`` when omitted."""
-    return f"(has({c}.match.{field}) ? {c}.match.{field} : '*')"
-
-
-def _cel_same(a: str, b: str) -> str:
-    """CEL: cells ``a`` and ``b`` match alike (an omitted field is ``*``)."""
-    return " && ".join(f"{_cel_dye(a, f)} == {_cel_dye(b, f)}" for f in ("promptLength", "role", "latency"))
-
-
-def _first_failing(pred: str) -> str:
-    """CEL: the index of the first cell ``c`` for which ``pred`` is false."""
-    return f"self.cells.map(c, {pred}).indexOf(false)"
-
-
-def _first_cell(cells: list[Any], ok: Callable[[Any], bool]) -> int:
-    return next(i for i, c in enumerate(cells) if not ok(c))
-
-
-def _dye_rule(
-    field: str, allowed: Callable[[Any], list[str]], allowed_cel: str, what: str, pred: str | None = None
-) -> Rule:
-    """A cell's ``match.<field>`` must be one of the dye's values (``*`` and omitted match any)."""
-    attr = to_snake(field)
-    pred = pred or f"!has(c.match.{field}) || c.match.{field} == '*' || c.match.{field} in {allowed_cel}"
-
-    def ok(s: Any) -> Callable[[Any], bool]:
-        return lambda c: _wild(getattr(c.match, attr)) or getattr(c.match, attr) in allowed(s)
-
-    def describe(s: Any) -> str:
-        i = _first_cell(s.cells, ok(s))
-        value = getattr(s.cells[i].match, attr)
-        return f'cells[{i}].match.{field} "{value}" is not {what} {cel_list(allowed(s))}'
-
-    index = _first_failing(pred)
-    return Rule(
-        cel=f"self.cells.all(c, {pred})",
-        holds=lambda s: all(ok(s)(c) for c in s.cells),
-        message=f"a cell's match.{field} must be {what}",
-        field_path=".cells",
-        message_expression=cel_format(
-            f'cells[%d].match.{field} "%s" is not {what} %s',
-            index,
-            f"self.cells[{index}].match.{field}",
-            allowed_cel,
-        ),
-        describe=describe,
-    )
-
-
-def _same_match(s: Any) -> int | None:
-    """The last cell whose match an earlier cell has too."""
-    keys = [cell_key(c.match) for c in s.cells]
-    return next((i for i in range(len(keys) - 1, -1, -1) if keys.count(keys[i]) > 1), None)
-
-
-def _describe_same_match(s: Any) -> str:
-    i = _same_match(s)
-    assert i is not None
-    return (
-        f"cells[{i}] has the same match as an earlier cell ({cell_key(s.cells[i].match)}): "
-        "the router would follow one of them only; give each cell its own match"
-    )
-
-
-_UNIQUE_MATCH = f"self.cells.exists_one(o, {_cel_same('o', 'c')})"
-_LAST_REPEATED = f"self.cells.map(c, {_UNIQUE_MATCH}).lastIndexOf(false)"
-
-#: Rules over ``dye`` and ``cells[].match`` only, shared by GrayReleaseSpec and the routing table.
-CELL_RULES = (
-    Rule(
-        cel=f"self.cells.filter(c, {_IS_DEFAULT_CELL}).size() == 1",
-        holds=lambda s: sum(_is_default(c.match) for c in s.cells) == 1,
-        message="exactly one default cell (match: {}) is required",
-        field_path=".cells",
-    ),
-    Rule(
-        cel=f"self.cells.all(c, {_UNIQUE_MATCH})",
-        holds=lambda s: _same_match(s) is None,
-        message="each cell needs its own match",
-        field_path=".cells",
-        # The last repeated cell. (Naming the cell it repeats too costs more than the API server
-        # allows a message; cel.bind would name the index once, but a variable it binds is not
-        # seen inside has() nor after a nested map.)
-        message_expression=cel_format(
-            "cells[%d] has the same match as an earlier cell (len:%s+role:%s+latency:%s): the router "
-            "would follow one of them only; give each cell its own match",
-            _LAST_REPEATED,
-            *(
-                f"self.cells.map(c, {_cel_dye('c', f)})[{_LAST_REPEATED}]"
-                for f in ("promptLength", "role", "latency")
-            ),
-        ),
-        describe=_describe_same_match,
-    ),
-    _dye_rule(
-        "promptLength",
-        lambda s: [b.name for b in s.dye.prompt_length.buckets],
-        "self.dye.promptLength.buckets.map(b, b.name)",
-        "a bucket of dye.promptLength",
-        pred="!has(c.match.promptLength) || c.match.promptLength == '*' || "
-        "self.dye.promptLength.buckets.exists(b, b.name == c.match.promptLength)",
-    ),
-    _dye_rule("role", lambda s: list(s.dye.role.values), "self.dye.role.values", "one of dye.role.values"),
-    _dye_rule(
-        "latency",
-        lambda s: list(s.dye.latency.values),
-        "self.dye.latency.values",
-        "one of dye.latency.values",
-    ),
-)
 
 
 class PrometheusRef(Model):
@@ -578,9 +340,45 @@ class Autoscaling(Model):
     metric: ScaleMetric = defaulted(ScaleMetric)
 
 
+#: The transitions a release may be notified of (spec.notify[].on).
+TransitionReason = Literal[
+    "Started",
+    "StepAdvanced",
+    "Paused",
+    "Resumed",
+    "Promoted",
+    "RolledBack",
+    "Aborted",
+    "ProgressDeadlineExceeded",
+    "CandidateUnavailable",
+    "Failed",
+    "Recovered",
+    "Restarted",
+    "Retried",
+]
+
+
+class NotifyRef(Model):
+    """A webhook of the operator's configuration that hears of this release's transitions."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Name of a notifier the operator is configured with (tinct operator --notifier "
+        "NAME=TYPE:URL, the chart's operator.notifiers); one it does not have sets "
+        "NotificationsReady=False.",
+    )
+    on: list[TransitionReason] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Only these transitions, e.g. [Promoted, RolledBack, Failed]; empty (the "
+        "default): every transition.",
+    )
+
+
 def _describe_uneven(s: Any) -> str:
     n = len(s.cells[0].weights)
-    i = _first_cell(s.cells, lambda c: len(c.weights) == n)
+    i = first_cell(s.cells, lambda c: len(c.weights) == n)
     return (
         f"cells[{i}] has {len(s.cells[i].weights)} weights but cells[0] has {n}: "
         "give every cell one weight per step"
@@ -588,7 +386,7 @@ def _describe_uneven(s: Any) -> str:
 
 
 _EVEN = "size(c.weights) == size(self.cells[0].weights)"
-_UNEVEN = _first_failing(_EVEN)
+_UNEVEN = first_failing(_EVEN)
 
 
 class GrayReleaseSpec(Model):
@@ -678,6 +476,12 @@ class GrayReleaseSpec(Model):
         description="HorizontalPodAutoscalers tinct manages for both Deployments; omitted: none, scale "
         "the candidate yourself (CapacityReady says how many replicas a step needs).",
     )
+    notify: list[NotifyRef] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Webhooks (by their name in the operator's configuration) to post this "
+        "release's transitions to: started, each step, paused, promoted, rolled back, failed.",
+    )
     paused: bool = Field(
         default=False,
         description="true holds the release at its step (tinct release pause); false lets it go on "
@@ -707,210 +511,6 @@ class GrayReleaseSpec(Model):
         "model by the release's outcome (the candidate if Promoted, else stable) until another "
         "release takes the model over; Remove takes the route away, and the model's requests "
         "get 404 (default Keep).",
-    )
-
-
-Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
-
-#: Significant digits a measured number keeps in status: 99.8421, not 99.84210526315789.
-READABLE_DIGITS = 6
-
-
-def readable(value: float | None) -> float | None:
-    """``value`` rounded to :data:`READABLE_DIGITS` significant digits (NaN and inf kept)."""
-    if value is None or not math.isfinite(value):
-        return value
-    return float(f"{value:.{READABLE_DIGITS}g}")
-
-
-Readable = Annotated[float, AfterValidator(lambda v: readable(v))]
-
-
-class MetricResult(Model):
-    """One metric of one analysis: its value, the threshold, the verdict."""
-
-    name: str = Field(description="The metric: success-rate, latency-p95 or custom.")
-    value: Readable | None = Field(
-        default=None,
-        description="The candidate's value over the window (percent for success-rate, ms for "
-        "latency-p95); absent when there was no data.",
-    )
-    threshold: str = Field(description="What the value was held to, e.g. `>= 99`.")
-    verdict: Verdict = Field(description="Pass, Fail, Inconclusive (too little data) or Error.")
-    message: str | None = Field(default=None, description="Why the verdict, when it is not Pass.")
-    stable_value: Readable | None = Field(default=None, description="The same metric of stable, if compared.")
-
-
-class CellResult(Model):
-    """Verdict of one dye cell when the analysis is per cell."""
-
-    cell: str = Field(description="The cell, as `len:<bucket>+role:<role>+latency:<class>`.")
-    requests: Readable = Field(default=0, description="Candidate requests of this cell in the window.")
-    verdict: Verdict = Field(description="Pass, Fail, Inconclusive or Error.")
-    metrics: list[MetricResult] = Field(default_factory=list, description="This cell's metrics.")
-
-
-class AnalysisResult(Model):
-    """The last analysis of the release: the window's metrics and the verdict."""
-
-    time: datetime = Field(description="When the analysis ran (the end of its window).")
-    verdict: Verdict = Field(description="Pass, Fail, Inconclusive or Error.")
-    metrics: list[MetricResult] = Field(default_factory=list, description="Each metric's value and verdict.")
-    step: int | None = Field(
-        default=None, ge=0, description="The step this analysis judged, as an index (0 is step 1/n)."
-    )
-    requests: Readable | None = Field(default=None, description="Candidate requests in the window.")
-    message: str | None = Field(default=None, description="Why the verdict, in a line.")
-    cells: list[CellResult] = Field(
-        default_factory=list, description="Per-cell verdicts, with analysis.perCell."
-    )
-
-
-class ScalerStatus(Model):
-    """The bounds tinct set on one backend's HorizontalPodAutoscaler."""
-
-    side: Literal["stable", "candidate"] = Field(description="Which side's Deployment it scales.")
-    hpa: str = Field(description="Name of the HorizontalPodAutoscaler.")
-    min_replicas: int = Field(description="The minimum tinct set (raised for the step's share).")
-    max_replicas: int = Field(description="The maximum tinct set.")
-    managed: bool = Field(default=True, description="False when another HPA targets the Deployment.")
-
-
-class RoutingRef(Model):
-    """The routing table this status calls for, which routers follow."""
-
-    config_map: str = Field(description="Name of the routing-table ConfigMap.")
-    namespace: str | None = Field(default=None, description="Namespace of the routing-table ConfigMap.")
-    version: int = Field(ge=0, description="Version of the table written for this status.")
-    digest: str | None = Field(
-        default=None, description="Digest of the table's content (all but its version)."
-    )
-    models: list[str] = Field(default_factory=list, max_length=32, description="The models the table serves.")
-    confirmed_at: datetime | None = Field(
-        default=None,
-        description="When every router was first seen serving this version; a step's analysis "
-        "window starts there.",
-    )
-
-
-ActionResult = Literal["Done", "Refused"]
-
-
-class ActionRecord(Model):
-    """What became of the last tinct.io/action request."""
-
-    value: str = Field(max_length=256, description="The request, as <verb>@a<attempt>-<nonce>.")
-    result: ActionResult = Field(description="Done, or Refused (message says why).")
-    message: str = Field(default="", max_length=1024, description="What was done, or why not.")
-    time: datetime | None = Field(default=None, description="When it was handled.")
-
-
-class HistoryEntry(Model):
-    """A transition recorded in status and not yet written to ``release_events``."""
-
-    seq: int = Field(ge=0, description="The transition's number within the release; keys its row.")
-    reason: str = Field(description="What happened, e.g. StepAdvanced, RolledBack.")
-    message: str = Field(default="", max_length=2000, description="The transition in a line.")
-    phase: GrayReleasePhase = Field(description="The phase right after it.")
-    step: int = Field(ge=0, description="The step index right after it (0 is step 1/n).")
-    weights: dict[str, float] = Field(
-        default_factory=dict, description="Candidate weight in percent per cell right after it."
-    )
-    metrics: dict[str, float] = Field(default_factory=dict, description="The last analysis' values then.")
-    time: datetime = Field(description="When it happened.")
-
-
-class GrayReleaseStatus(Model):
-    """The GrayRelease as the operator decided and recorded it; written by the operator only."""
-
-    phase: GrayReleasePhase = Field(
-        default="Pending",
-        description="Pending (waiting for what message names), Progressing (a step in force), Paused, "
-        "Promoted (the candidate serves every cell), RolledBack (stable serves every cell) or Failed "
-        "(needs a spec change).",
-    )
-    step: int = Field(
-        default=0,
-        ge=0,
-        description="Index of the step in force into each cell's weights: 0 is the first step; "
-        "progress shows it as 1/n.",
-    )
-    message: str | None = Field(
-        default=None, description="What the release is doing or waiting for, in a line (steps as 2/4)."
-    )
-    observed_generation: int | None = Field(
-        default=None, description="The metadata.generation this status was decided from."
-    )
-    weights: dict[str, float] = Field(
-        default_factory=dict,
-        description="Candidate weight in percent per cell (len:<bucket>+role:<role>+latency:<class>) "
-        "in force.",
-    )
-    failed_analyses: int = Field(
-        default=0, ge=0, description="Failed analyses in this attempt; failureLimit of them roll back."
-    )
-    last_analysis: AnalysisResult | None = None
-    routing: RoutingRef | None = None
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready (promoted), Progressing, Degraded, ModelVersionsReady, BackendsAvailable, "
-        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, and the HPAs'; each reason has "
-        "a section in docs/troubleshooting.md.",
-    )
-    inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
-    step_started_at: datetime | None = Field(
-        default=None, description="When the current step (or Promoted/RolledBack) began."
-    )
-    pause_reason: str | None = Field(
-        default=None, description="Why the operator paused the release; `tinct release resume` clears it."
-    )
-    acknowledged_action: str | None = Field(
-        default=None, description="The last tinct.io/action annotation value carried out."
-    )
-    transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
-    autoscaling: list[ScalerStatus] = Field(
-        default_factory=list, description="The bounds tinct set on each side's HPA (with spec.autoscaling)."
-    )
-    released: str | None = Field(
-        default=None,
-        description="The `stable -> candidate` ModelVersions this status is about; a spec naming "
-        "others starts the release over.",
-    )
-    target: str | None = Field(
-        default=None,
-        description="Digest of what is released (both sides' Services, ports, Deployments, URLs, "
-        "scheduler versions and ModelVersion digests); a change starts the release over.",
-    )
-    attempt: int = Field(
-        default=0, ge=0, description="Counts the starts of this release (a retry or restart is a new one)."
-    )
-    last_action: ActionRecord | None = None
-    seen_actions: list[str] = Field(
-        default_factory=list,
-        max_length=32,
-        description="tinct.io/action values already handled; seen again, they are refused.",
-    )
-    blocked_since: datetime | None = Field(
-        default=None,
-        description="Since when the release is held without progress (see progressDeadlineSeconds).",
-    )
-    next_step: int | None = Field(
-        default=None,
-        ge=0,
-        description="A step decided on whose weights wait for the candidate's available replicas; "
-        "the number of steps stands for promotion.",
-    )
-    stable_floor: int | None = Field(
-        default=None, ge=0, description="Stable's replicas when the release started; kept until promotion."
-    )
-    history: list[HistoryEntry] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Transitions recorded here and not yet in the release_events table.",
-    )
-    progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
-    candidate_weight: float = Field(
-        default=0, ge=0, le=100, description="The largest candidate weight of any cell in force."
     )
 
 

@@ -116,6 +116,8 @@ class Inputs:
     target: str | None = None
     #: The lowest routing-table version the routers serve (from their metrics); None: unknown.
     routers: int | None = None
+    #: Webhooks ``spec.notify`` names that the operator is not configured with.
+    unknown_notifiers: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -788,6 +790,24 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
     st = r.st
     gen = release.metadata.generation
     st.conditions = _precondition_conditions(st.conditions, inputs.problems, gen, inputs.now, release.spec)
+    if release.spec.notify:
+        unknown = list(inputs.unknown_notifiers)
+        st.conditions = set_condition(
+            st.conditions,
+            Condition(
+                type="NotificationsReady",
+                status="False" if unknown else "True",
+                reason="NotifierUnknown" if unknown else "Configured",
+                message=(
+                    f"the operator has no notifier {', '.join(unknown)}: give it one with --notifier "
+                    "(the chart's operator.notifiers), or fix spec.notify"
+                    if unknown
+                    else "every notifier of spec.notify is configured"
+                ),
+                observed_generation=gen,
+            ),
+            inputs.now,
+        )
     at_creation = r.old.released is None
     r.target()
     for value in dict.fromkeys(inputs.actions):

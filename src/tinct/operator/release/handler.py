@@ -41,7 +41,7 @@ import kopf
 
 from tinct.api.routing import RoutingTable, configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
-from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus
+from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, HistoryEntry
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
 from tinct.operator.release import analysis as analysis_
@@ -60,6 +60,7 @@ from tinct.operator.release.decide import (
 )
 from tinct.operator.release.kube import ConflictError, ReleaseKube, TableWatch
 from tinct.operator.release.metrics import ReleaseMetrics, serve
+from tinct.operator.release.notify import Dispatcher
 from tinct.operator.release.preconditions import Claim, model_conflict
 from tinct.operator.release.scaling import hpa_name, plan_autoscaling
 from tinct.operator.release.tables import (
@@ -134,6 +135,8 @@ class Runtime:
     #: (namespace, child name) -> (when, the manifest last applied): covers the index's lag
     applied: dict[Key, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     session: Any = None
+    #: Posts recorded transitions to the webhooks releases name (spec.notify).
+    notify: Dispatcher | None = None
     #: (uid, interface digest) -> the interface recorded in the lineage tables (never changes)
     interfaces: dict[tuple[str, str], Any] = field(default_factory=dict)
 
@@ -170,6 +173,13 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
     rt.tables = TableWatch(config.table_namespace, rt.kube._api)
     rt.tables.start()
     rt.session = prometheus.client_session()
+    rt.notify = Dispatcher(
+        config.notifiers,
+        rt.metrics,
+        timeout=config.notify_timeout,
+        attempts=config.notify_attempts,
+        backoff=config.notify_backoff,
+    )
     memo[_RUNTIME] = rt
     if config.metrics_port:
         serve(rt.metrics, config.metrics_port)
@@ -183,6 +193,9 @@ async def _stop_runtime(memo: Any, **_: Any) -> None:
             rt.tables.stop()
         if rt.session is not None:
             await rt.session.close()
+        if rt.notify is not None:
+            await rt.notify.drain(2.0)  # what is queued gets a moment; the rest is said in the log
+            await rt.notify.close()
         rt.pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -273,6 +286,8 @@ class Outcome:
     status: GrayReleaseStatus
     #: The release's resourceVersion after the round's writes (None: nothing was written).
     resource_version: str | None
+    #: The transitions this round recorded in status (to notify of).
+    recorded: list[HistoryEntry] = field(default_factory=list)
 
 
 async def _analyse(gr: GrayRelease, rt: Runtime, now: datetime) -> AnalysisResult:
@@ -359,6 +374,7 @@ async def gather(
         capacity=view.capacity(gr),
         target=target_digest(gr, view.modelversions),
         routers=routers,
+        unknown_notifiers=rt.notify.unknown(gr) if rt.notify is not None else [n.name for n in spec.notify],
     )
 
 
@@ -435,8 +451,9 @@ async def reconcile(
         except Exception:
             rt.pending[(ns, name)] = Pending(gr.metadata.uid, base, decision, table)
             raise
+    recorded = [h for h in st.history if h.seq >= old.transitions]
     if (ns, name) in rt.deleting:
-        return Outcome(decision, st, rv)
+        return Outcome(decision, st, rv, recorded)
 
     # Act on what was recorded.
     await _apply_table(rt, table)
@@ -458,7 +475,7 @@ async def reconcile(
                 rv = await rt.run(rt.kube.patch_status, ns, name, patch, rv)
             except Exception as exc:  # written again by the next round; rows are idempotent
                 log.info("[%s/%s] could not drop written history from status: %s", ns, name, exc)
-    return Outcome(decision, st, rv)
+    return Outcome(decision, st, rv, recorded)
 
 
 async def _apply_table(rt: Runtime, table: RoutingTable) -> None:
@@ -617,6 +634,8 @@ async def drive_release(
                     rt.written[key] = Written(uid, body_rv, out.resource_version, out.status)
                 _forget_actions(rt, key, out.status)
                 _post(body, out.decision)
+                if rt.notify is not None and out.recorded:
+                    rt.notify.post(current.model_copy(update={"status": out.status}), out.recorded)
                 for t in out.decision.transitions:
                     rt.metrics.transitions.labels(*key, t.reason).inc()
                     logger.info("%s: %s", t.reason, t.message)

@@ -54,6 +54,19 @@ class ReleaseMetrics:
         self.transitions = Counter(
             "tinct_release_transitions", "Transitions, by reason.", [*key, "reason"], registry=r
         )
+        self.notifications = Counter(
+            "tinct_release_notifications",
+            "Notifications by webhook and outcome: sent, refused (a 4xx answer), failed (after its "
+            "retries), dropped (its queue was full).",
+            ["notifier", "result"],
+            registry=r,
+        )
+        self.notification_retries = Counter(
+            "tinct_release_notification_retries",
+            "Notification attempts repeated after a failed one, by webhook.",
+            ["notifier"],
+            registry=r,
+        )
 
     def observe(self, namespace: str, release: str, status: GrayReleaseStatus) -> None:
         for p in PHASES:
