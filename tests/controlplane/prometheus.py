@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ class Prometheus:
         *,
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
+        rule_files: Sequence[Path] = (),
     ) -> None:
         self.binary = binary
         self._own_workdir = workdir is None
@@ -64,6 +66,7 @@ class Prometheus:
                         "scrape_timeout": scrape_interval,
                         "evaluation_interval": evaluation_interval,
                     },
+                    **({"rule_files": [str(f) for f in rule_files]} if rule_files else {}),
                     "scrape_configs": [
                         {
                             "job_name": JOB,
@@ -209,6 +212,23 @@ class Prometheus:
         raise AssertionError(
             f"{promql!r} returned nothing within {timeout}s; targets: {self.active_targets()}"
         )
+
+    def parse(self, promql: str) -> dict[str, Any]:
+        """The syntax tree Prometheus parses ``promql`` into (``/api/v1/parse_query``);
+        ``ValueError`` with its message when it does not parse."""
+        url = f"{self.url}/api/v1/parse_query?" + urllib.parse.urlencode({"query": promql})
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                tree: dict[str, Any] = json.load(r)["data"]
+                return tree
+        except urllib.error.HTTPError as e:
+            raise ValueError(json.load(e).get("error", str(e))) from None
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The loaded rule groups with each rule's health and last error (``/api/v1/rules``)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=10) as r:
+            groups: list[dict[str, Any]] = json.load(r)["data"]["groups"]
+            return groups
 
     def active_targets(self) -> list[dict[str, Any]]:
         """The scrape targets with their health and last error, from ``/api/v1/targets``."""

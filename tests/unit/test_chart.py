@@ -348,6 +348,54 @@ def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     assert one(docs, "NetworkPolicy", "t-tinct-operator")["spec"]["policyTypes"] == ["Ingress"]
 
 
+def test_dashboard_alerts_and_operator_scraping_are_optional(helm: Helm) -> None:
+    import json
+
+    off = template(helm, {})
+    assert not [d for d in off if d["kind"] in ("PrometheusRule", "ServiceMonitor")]
+    assert not [
+        d for d in by_kind(off, "ConfigMap") if "grafana_dashboard" in d["metadata"].get("labels", {})
+    ]
+    docs = template(
+        helm,
+        {
+            "grafanaDashboard.enabled": True,
+            "grafanaDashboard.annotations": {"grafana_folder": "tinct"},
+            "prometheusRule.enabled": True,
+            "prometheusRule.labels": {"release": "prom"},
+            "serviceMonitor.enabled": True,
+        },
+    )
+    cm = one(docs, "ConfigMap", "t-tinct-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "tinct"}
+    assert json.loads(cm["data"]["tinct-releases.json"]) == json.loads(
+        (CHART / "dashboards" / "tinct.json").read_text()
+    )
+    rule = one(docs, "PrometheusRule", "t-tinct")
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["spec"] == yaml.safe_load((CHART / "dashboards" / "rules.yaml").read_text())
+    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} >= {
+        "TinctReleaseRolledBack",
+        "TinctReleaseStuck",
+        "TinctRouterStaleTable",
+    }
+    # The operator is scraped too: a ServiceMonitor picking a metrics Service of the operator's Pods.
+    sm = one(docs, "ServiceMonitor", "t-tinct-operator")
+    selected = [
+        d
+        for d in by_kind(docs, "Service")
+        if sm["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()
+    ]
+    assert [d["metadata"]["name"] for d in selected] == ["t-tinct-operator-metrics"]
+    operator = one(docs, "Deployment", "t-tinct-operator")
+    assert selected[0]["spec"]["selector"] == operator["spec"]["selector"]["matchLabels"]
+    assert selected[0]["spec"]["ports"] == [
+        {"name": "metrics", "port": 9100, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in container(operator)["ports"]
+
+
 def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:
     docs = by_kind(template(helm, {"crds.enabled": True}), "CustomResourceDefinition")
     files = [
