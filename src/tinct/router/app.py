@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -121,6 +121,7 @@ class Router:
             connect_timeout=cfg.connect_timeout,
             keep_per_origin=cfg.pool_per_host,
             idle_timeout=cfg.keepalive_timeout,
+            resolve=parse_resolve(cfg.resolve),
         )
         st.proxy = Proxy(self._pool, st.metrics, head_timeout=cfg.upstream_head_timeout)
         if st.holder.current is not None:
@@ -248,6 +249,23 @@ class Router:
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
         await proxy.forward(ex)
+
+
+def parse_resolve(items: Sequence[str]) -> dict[tuple[str, int], tuple[str, int]]:
+    """``HOST:PORT=ADDR:PORT`` items as a mapping; ``ValueError`` saying which item is wrong."""
+    out: dict[tuple[str, int], tuple[str, int]] = {}
+    for item in items:
+        name, eq, addr = item.partition("=")
+        if not eq:
+            raise ValueError(f"--resolve {item!r}: give HOST:PORT=ADDRESS:PORT")
+        pairs = []
+        for part in (name, addr):
+            host, colon, port = part.strip().rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"--resolve {item!r}: give HOST:PORT=ADDRESS:PORT")
+            pairs.append((host.strip("[]"), int(port)))
+        out[pairs[0]] = pairs[1]
+    return out
 
 
 def _no_table(model: object, served: list[str]) -> ClassifyError:

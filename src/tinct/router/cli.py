@@ -37,6 +37,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         context=args.context,
         trust_role_from=tuple(args.trust_role_from),
+        resolve=tuple(args.resolve or ()),
         workers=_workers(args),
     )
 
@@ -71,6 +72,9 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return 2
     try:
         RoleTrust(args.trust_role_from)
+        from tinct.router.app import parse_resolve
+
+        parse_resolve(args.resolve or ())
     except ValueError as e:
         print(f"tinct router: {e}", file=sys.stderr)
         return 2
@@ -138,6 +142,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NAME",
         help="release whose table takes requests that name no model, as NAME or NAMESPACE/NAME "
         "(default: the oldest table)",
+    )
+    p.add_argument(
+        "--resolve",
+        metavar="HOST:PORT=ADDRESS:PORT",
+        action="append",
+        help="connect to ADDRESS:PORT for a backend the table names HOST:PORT (its Host header stays), "
+        "as curl --resolve does: for a router outside the cluster, where Service names do not "
+        "resolve (repeatable)",
     )
     p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
     p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")
