@@ -77,6 +77,19 @@ def matrix(release: GrayRelease) -> dict[str, Any]:
     }
 
 
+def _time(value: Any) -> str:
+    """An RFC 3339 time to the second, in UTC."""
+    text = str(value)
+    try:
+        from datetime import UTC, datetime
+
+        return (
+            datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+    except ValueError:
+        return text
+
+
 def _num(w: float | None) -> str:
     if w is None:
         return "-"
@@ -117,15 +130,17 @@ def render(data: dict[str, Any], color: bool = False) -> str:
     if la:
         verdict = la["verdict"]
         lines.append(
-            f"last analysis {la['time']} (step {la.get('step') or '-'}): "
+            f"last analysis {_time(la['time'])} (step {la.get('step') or '-'}): "
             f"{paint(verdict, _VERDICT_STYLE.get(verdict))}"
             f"  failed {data['failedAnalyses']}, inconclusive in a row {data['inconclusiveAnalyses']}"
         )
-        for m in la.get("metrics", []):
+        metrics = la.get("metrics", [])
+        tw = max([28, *(len(m["threshold"]) for m in metrics)])
+        for m in metrics:
             value = "n/a" if m.get("value") is None else f"{m['value']:.4g}"
             note = f"  {m['message']}" if m.get("message") else ""
             lines.append(
-                f"  {m['name']:<14} {value:>10}  {m['threshold']:<28} "
+                f"  {m['name']:<14} {value:>10}  {m['threshold']:<{tw}} "
                 f"{paint(m['verdict'], _VERDICT_STYLE.get(m['verdict']))}{note}"
             )
         for cell in la.get("cells", []):
@@ -140,6 +155,8 @@ def render(data: dict[str, Any], color: bool = False) -> str:
     if act:
         lines.append(f"last action {act['value']}: {act['result']}  {act.get('message', '')}".rstrip())
     for cond in data.get("conditions", []):
+        if cond["type"] in ("Ready", "Progressing"):
+            continue  # the phase in the first line says it
         bad = cond["status"] == "True" if cond["type"] == "Degraded" else cond["status"] != "True"
         if bad:
             lines.append(
