@@ -466,21 +466,23 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
             "uid-1", "tinct-routing-llm.chat-2", created, ["llama3-8b"], [older, other_model]
         )
         assert problem is not None
-        assert (problem.condition, problem.reason, problem.side) == (
-            "RouteAvailable",
-            "ModelConflict",
-            "release",
-        )
         assert problem.message == (
-            "model llama3-8b is served by GrayRelease llm/chat, an older release; this one waits until "
-            "that release is deleted, or serves other models (spec.models)"
+            "model llama3-8b is served by GrayRelease llm/chat, an older release: routers serving both "
+            "tables follow that one until it is deleted; give this one other models (spec.models), or "
+            "routers of its own"
         )
     # Its own table is the older one, or the models differ: no conflict.
     assert model_conflict("uid-1", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None
     assert model_conflict("uid-1", "tinct-routing-llm.chat-2", None, ["mistral"], [older]) is None
-    # The loser waits in Pending, saying why, with a ModelConflict Warning Event.
-    d = round_(release(), T0, problems=[problem])
-    assert (d.status.phase, d.status.message) == ("Pending", problem.message)
+    # Said on the release that loses (condition, message, one Warning Event); not acted on:
+    # routers that select one release's table each serve both.
+    gr = release()
+    d = round_(gr, T0, conflict=problem.message)
     assert cond(d.status, "RouteAvailable") == ("False", "ModelConflict")
-    assert [(t.reason, t.warning) for t in d.transitions] == [("ModelConflict", True)]
-    assert set(d.status.weights.values()) == {0.0}
+    assert [(t.reason, t.warning) for t in d.transitions] == [("ModelConflict", True), ("Started", False)]
+    assert d.status.phase == "Progressing"
+    gr = gr.model_copy(update={"status": d.status})
+    again = round_(gr, T0 + MINUTE, conflict=problem.message)
+    assert "ModelConflict" not in [t.reason for t in again.transitions], "said once"
+    free = round_(gr, T0 + MINUTE)
+    assert cond(free.status, "RouteAvailable") == ("True", "ModelFree")

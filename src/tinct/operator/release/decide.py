@@ -118,6 +118,10 @@ class Inputs:
     routers: int | None = None
     #: Webhooks ``spec.notify`` names that the operator is not configured with.
     unknown_notifiers: Sequence[str] = ()
+    #: Why an older release's routing table keeps this release's model (routers that serve
+    #: both follow that one); None: no conflict. Reported, not acted on: routers selecting
+    #: one release's table each serve both.
+    conflict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -351,6 +355,20 @@ class _Round:
         if same:
             return None
         return Transition(reason, message, warning=warning, record=was != "Pending")
+
+    # --- its route -------------------------------------------------------------------------
+
+    def route(self, conflict: str | None, gen: int | None) -> None:
+        """``RouteAvailable``, and a Warning Event when an older release takes the model."""
+        old = next((c for c in self.old.conditions if c.type == "RouteAvailable"), None)
+        if conflict is None:
+            self.condition(
+                "RouteAvailable", "True", "ModelFree", "no older release serves this release's models", gen
+            )
+            return
+        self.condition("RouteAvailable", "False", "ModelConflict", conflict, gen)
+        if old is None or old.status != "False" or old.message != conflict:
+            self.emit(Transition("ModelConflict", conflict, warning=True, record=False))
 
     # --- what is released ----------------------------------------------------------------
 
@@ -708,7 +726,8 @@ class _Round:
         if self.out:
             st.message = self.out[-1].message[:1024]
         elif self.held and st.phase == "Progressing":
-            st.message = f"holding step {self.label()}: {self.held}"[:1024]
+            also = f"; {self.inputs.conflict}" if self.inputs.conflict else ""
+            st.message = f"holding step {self.label()}: {self.held}{also}"[:1024]
         elif self.held and st.phase == "Pending":
             st.message = st.message or self.held[:1024]
         if self.capacity is not None:
@@ -808,6 +827,7 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
             ),
             inputs.now,
         )
+    r.route(inputs.conflict, gen)
     at_creation = r.old.released is None
     r.target()
     for value in dict.fromkeys(inputs.actions):
@@ -836,7 +856,6 @@ def _precondition_conditions(
         ("ModelVersionsReady", "Ready", "both ModelVersions are Ready and of the same model"),
         ("BackendsAvailable", "Found", "the Services (with the ports named) and Deployments exist"),
         ("AnalysisReady", *analysis),
-        ("RouteAvailable", "ModelFree", "no older release serves this release's models"),
     ):
         mine = [p for p in problems if p.condition == ctype]
         if mine:

@@ -356,8 +356,6 @@ async def gather(
     await _interfaces(gr, rt, view)
     problems = view.problems(gr, rt.config)
     conflict = _conflict(gr, rt, view)
-    if conflict is not None:
-        problems.append(conflict)
     routers: int | None = None
     result: AnalysisResult | None = None
     quiet = problems or spec.paused or old.pause_reason
@@ -375,6 +373,7 @@ async def gather(
         target=target_digest(gr, view.modelversions),
         routers=routers,
         unknown_notifiers=rt.notify.unknown(gr) if rt.notify is not None else [n.name for n in spec.notify],
+        conflict=conflict.message if conflict is not None else None,
     )
 
 

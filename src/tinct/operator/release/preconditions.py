@@ -181,8 +181,9 @@ def model_conflict(
         return Problem(
             "RouteAvailable",
             "ModelConflict",
-            f"model {model} is served by GrayRelease {c.namespace}/{c.release}, an older release; this "
-            "one waits until that release is deleted, or serves other models (spec.models)",
+            f"model {model} is served by GrayRelease {c.namespace}/{c.release}, an older release: routers "
+            "serving both tables follow that one until it is deleted; give this one other models "
+            "(spec.models), or routers of its own",
             side="release",
         )
     return None
