@@ -232,3 +232,23 @@ def test_every_help_documents_the_exit_statuses() -> None:
         assert "exit status:" in text, parser.prog
         for code in EXIT_CODES:
             assert f"\n  {code} " in text, (parser.prog, code)
+
+
+def test_the_operator_names_a_prometheus_that_does_not_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    from tinct.operator.cli import _check_prometheus
+    from tinct.operator.settings import OperatorConfig
+
+    port = free_port()
+    config = OperatorConfig.from_env(
+        {
+            "TINCT_PROMETHEUS_URL": f"http://127.0.0.1:{port}",
+            "TINCT_PROMETHEUS": f"edge=http://127.0.0.1:{port}/p",
+        }
+    )
+    _check_prometheus(config)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" does not answer ")[0] for line in lines] == [
+        f"tinct operator: Prometheus default at http://127.0.0.1:{port}",
+        f"tinct operator: Prometheus edge at http://127.0.0.1:{port}/p",
+    ]
+    assert all(line.endswith("analyses reading it are inconclusive until it does") for line in lines)

@@ -42,3 +42,15 @@ def test_rolled_back_matrix_shows_zero_in_force_and_no_marked_step() -> None:
     assert "phase RolledBack" in text
     assert "Degraded=True Aborted" in text
     assert "last action abort@a1-x: Done" in text
+
+
+def test_measured_numbers_in_status_are_readable() -> None:
+    from tinct.api.v1alpha1.grayrelease import AnalysisResult, MetricResult
+
+    m = MetricResult(name="latency-p95", value=3.1578947368421053, threshold="<= 800 ms", verdict="Pass")
+    r = AnalysisResult(time=T0, verdict="Pass", metrics=[m], requests=1234.5678901)
+    wire = r.wire()
+    assert wire["metrics"][0]["value"] == 3.15789  # what kubectl describe shows
+    assert wire["requests"] == 1234.57
+    assert MetricResult(name="x", value=99.995, threshold="t", verdict="Pass").value == 99.995
+    assert MetricResult(name="x", value=0.000123456789, threshold="t", verdict="Pass").value == 0.000123457
