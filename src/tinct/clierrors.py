@@ -55,8 +55,7 @@ def _unreachable(exc: BaseException) -> UserError | None:
         return None
     if not isinstance(exc, u3.HTTPError):
         return None
-    pool = getattr(exc, "pool", None)
-    where = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else "the API server"
+    where = _where(exc) or _where(getattr(exc, "reason", None)) or "the API server"
     reason: BaseException = getattr(exc, "reason", None) or exc
     text = str(reason)
     if "refused" in text.lower():
@@ -75,6 +74,18 @@ def _unreachable(exc: BaseException) -> UserError | None:
         f"cannot reach the Kubernetes API server at {where}: {why}; is the cluster up, "
         f"and is {choose()} the one you mean? (--kubeconfig, --context)"
     )
+
+
+def _where(exc: object) -> str | None:
+    """``scheme://host:port`` of the connection a urllib3 error is about, if it says."""
+    found = vars(exc) if hasattr(exc, "__dict__") else {}
+    pool, conn = found.get("pool"), found.get("conn")
+    if pool is not None and getattr(pool, "host", None):
+        return f"{getattr(pool, 'scheme', 'https')}://{pool.host}:{pool.port}"
+    if conn is not None and getattr(conn, "host", None):
+        scheme = "https" if type(conn).__name__.startswith("HTTPS") else "http"
+        return f"{scheme}://{conn.host}:{conn.port}"
+    return None
 
 
 def _api_status(exc: BaseException) -> UserError | None:
@@ -136,7 +147,10 @@ def run(prog: str, func: Callable[[], int]) -> int:
     except Exception as exc:
         if os.environ.get("TINCT_DEBUG"):
             raise
-        err = explain(exc)
+        try:
+            err = explain(exc)
+        except Exception:  # explaining must not fail louder than the failure
+            err = None
         if err is None:
             print(
                 f"{prog}: unexpected error: {type(exc).__name__}: {_first_line(exc)} "

@@ -257,11 +257,14 @@ def preflight(
     :class:`KubeconfigError`; an API server that cannot be reached or refuses the
     credentials raises the client's error (which :mod:`tinct.clierrors` words).
     """
+    import kubernetes
     from kubernetes import client
 
-    api = api_client(kubeconfig, context)
+    cfg = configuration(choose(kubeconfig, context))
+    cfg.retries = False  # one attempt: an unreachable server is said at once, not after retries
+    api = kubernetes.client.ApiClient(cfg)
     try:
         got = client.VersionApi(api).get_code(_request_timeout=timeout)
         return str(got.git_version)
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]

@@ -87,9 +87,10 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return 2
     config = config_from_args(args)
     if config.watch:
-        from tinct.kubeconfig import preflight
+        from tinct.kubeconfig import preflight, use
 
-        preflight(config.kubeconfig, config.context)
+        use(config.kubeconfig, config.context)
+        preflight()
     if config.workers > 1:
         from tinct.router.workers import supervise
 
