@@ -7,8 +7,9 @@ download cache is kept: fetching sources is the network's speed, not the build's
 component is built cold on its own. Last line:
 
     {"build_cold_s", "build_prometheus_cold_s", "build_helm_cold_s", "build_kwok_cold_s",
-     "build_cached_s", "start_to_ready_s", "controller_manager_ready_s", "kwok_node_ready_s",
-     "kwok_rss_mb", "kwok_rss_100_pods_mb", "prometheus_start_to_ready_s", "recorded_build_s"}
+     "build_keda_cold_s", "build_cached_s", "start_to_ready_s", "controller_manager_ready_s",
+     "kwok_node_ready_s", "kwok_rss_mb", "kwok_rss_100_pods_mb", "prometheus_start_to_ready_s",
+     "keda_start_to_ready_s", "recorded_build_s"}
 
 build_cold_s is the control plane (kube-apiserver, kube-controller-manager, kubectl,
 etcd); start_to_ready_s is the median of ``--starts`` starts of etcd + kube-apiserver +
@@ -17,7 +18,9 @@ included), of which controller_manager_ready_s is the controller-manager's share
 kwok_node_ready_s the time from starting kwok to its Node Ready (it overlaps the
 controller-manager's start); kwok_rss_mb is kwok's resident memory right after a start
 (median), kwok_rss_100_pods_mb once a Deployment of 100 replicas on its Node is
-available; prometheus_start_to_ready_s the median until Prometheus is ready. ``--skip-cold`` reports null for the cold builds;
+available; prometheus_start_to_ready_s the median until Prometheus is ready;
+keda_start_to_ready_s the median from starting KEDA on a running control plane (its
+manifests, operator, and metrics API server until its APIService is Available). ``--skip-cold`` reports null for the cold builds;
 recorded_build_s then says how long the cached builds took when they were made (Go's
 build cache may have been warm).
 """
@@ -40,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from controlplane import build
 from controlplane.environ import patched_environ
 from controlplane.harness import ControlPlane
+from controlplane.keda import Keda
 from controlplane.prometheus import Prometheus
 from release_cluster import apply, deployment, wait_available
 
@@ -103,14 +107,18 @@ def main() -> int:
     def kwok() -> Path:
         return build.ensure_kwok(verbose=False)
 
-    cold: dict[str, float | None] = {"controlplane": None, "prometheus": None, "helm": None, "kwok": None}
+    def keda() -> Path:
+        return build.ensure_keda(verbose=False)
+
+    cold: dict[str, float | None] = dict.fromkeys(("controlplane", "prometheus", "helm", "kwok", "keda"))
     if not args.skip_cold:
         cold = {"controlplane": _cold(controlplane, "the control plane")}
         cold["prometheus"] = _cold(prometheus, "prometheus")
         cold["helm"] = _cold(helm, "helm")
         cold["kwok"] = _cold(kwok, "kwok")
+        cold["keda"] = _cold(keda, "KEDA")
 
-    for make in (controlplane, prometheus, helm, kwok):
+    for make in (controlplane, prometheus, helm, kwok, keda):
         make()  # the normal cache, built if needed
     cached, bin_dir = _timed({}, controlplane)
     print(f"cached build check: {cached:.2f}s ({bin_dir})", file=sys.stderr)
@@ -120,10 +128,11 @@ def main() -> int:
         "prometheus": _recorded(prometheus_bin.parent),
         "helm": _recorded(helm_bin.parent),
         "kwok": _recorded(kwok_bin.parent),
+        "keda": _recorded(keda()),
     }
     print(f"recorded build seconds: {recorded}", file=sys.stderr)
 
-    starts, controller_manager, kwok_ready, kwok_rss = [], [], [], []
+    starts, controller_manager, kwok_ready, kwok_rss, keda_starts = [], [], [], [], []
     kwok_rss_pods = 0.0
     for i in range(args.starts):
         t0 = time.monotonic()
@@ -137,6 +146,10 @@ def main() -> int:
             if i == 0:
                 kwok_rss_pods = _kwok_rss_with_pods(cp, 100)
                 print(f"kwok with 100 Ready Pods: {kwok_rss_pods:.0f} MB resident", file=sys.stderr)
+            t0 = time.monotonic()
+            with Keda(cp, bin_dir=keda()) as k:
+                keda_starts.append(time.monotonic() - t0)
+                print(f"KEDA start {i + 1}: {keda_starts[-1]:.2f}s; each: {k.ready_after}", file=sys.stderr)
         print(
             f"start {i + 1}: {starts[-1]:.2f}s to all healthy ({version}); each: {cp.ready_after}",
             file=sys.stderr,
@@ -159,6 +172,7 @@ def main() -> int:
                 "build_prometheus_cold_s": rounded(cold["prometheus"]),
                 "build_helm_cold_s": rounded(cold["helm"]),
                 "build_kwok_cold_s": rounded(cold["kwok"]),
+                "build_keda_cold_s": rounded(cold["keda"]),
                 "build_cached_s": round(cached, 2),
                 "start_to_ready_s": round(statistics.median(starts), 2),
                 "controller_manager_ready_s": round(statistics.median(controller_manager), 2),
@@ -166,6 +180,7 @@ def main() -> int:
                 "kwok_rss_mb": round(statistics.median(kwok_rss)),
                 "kwok_rss_100_pods_mb": round(kwok_rss_pods),
                 "prometheus_start_to_ready_s": round(statistics.median(prom_starts), 2),
+                "keda_start_to_ready_s": round(statistics.median(keda_starts), 2),
                 "recorded_build_s": recorded,
             }
         )

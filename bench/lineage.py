@@ -435,7 +435,7 @@ def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with ControlPlane() as cp:
         cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/modelversions.tinct.io")
+        cp.wait_established("crd/modelversions.tinct.io")
         for ns in ("bench-shared", "bench-distinct"):
             cp.kubectl("create", "namespace", ns)
         env = {

@@ -160,9 +160,7 @@ def main() -> int:
         env = dict(os.environ, KUBECONFIG=str(cp.kubeconfig))
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        cp.kubectl(
-            "wait", "--for=condition=Established", "crd/grayreleases.tinct.io", "crd/modelversions.tinct.io"
-        )
+        cp.wait_established("crd/grayreleases.tinct.io", "crd/modelversions.tinct.io")
         cp.kubectl("create", "namespace", NS)
         onnx = make_onnx(work / "m.onnx")
         objs: list[dict[str, Any]] = [

@@ -2,9 +2,10 @@
 # Install everything tinct's tests and demo need on a bare machine, idempotently:
 #   - a virtualenv in .venv with tinct (editable) and its test dependencies,
 #     reinstalled only when pyproject.toml changes;
-#   - kube-apiserver, kube-controller-manager, kubectl and etcd, Prometheus, helm and
-#     kwok, built from Go modules into ~/.cache/tinct, each rebuilt only when what it
-#     is built from changes (tests/controlplane/build.py);
+#   - kube-apiserver, kube-controller-manager, kubectl and etcd, Prometheus, helm, kwok
+#     and KEDA's operator and metrics API server, built from Go modules into
+#     ~/.cache/tinct, each rebuilt only when what it is built from changes
+#     (tests/controlplane/build.py);
 #   - a Java runtime for the Spark test when none is on PATH (apt-get, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,5 +48,5 @@ if ! command -v go >/dev/null 2>&1; then
   echo "building the test control plane needs Go >= 1.26 on PATH (go.dev toolchain or the Go module proxy's)" >&2
   exit 1
 fi
-say "control plane, Prometheus, helm and kwok binaries"
+say "control plane, Prometheus, helm, kwok and KEDA binaries"
 "$VENV/bin/python" tests/controlplane/build.py

@@ -124,9 +124,7 @@ def main() -> int:
 
         say("kubectl apply -f crds/")
         show(cp.kubectl("apply", "-f", str(ROOT / "crds")).stdout)
-        cp.kubectl(
-            "wait", "--for=condition=Established", "crd/modelversions.tinct.io", "crd/grayreleases.tinct.io"
-        )
+        cp.wait_established("crd/modelversions.tinct.io", "crd/grayreleases.tinct.io")
         cp.kubectl("create", "namespace", NS)
 
         say(f"writing model artifacts under {work}/models (ONNX, 2 safetensors shards, PTX, checkpoint)")

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real control plane, the CRDs, a namespace per test, Prometheus, helm.
+"""Shared fixtures: the real control plane, the CRDs, a namespace per test, Prometheus, helm, KEDA.
 
 Tests under ``tests/k8s/`` are marked ``k8s`` automatically; they run against the
 kube-apiserver + etcd + kube-controller-manager that ``tests/controlplane`` builds and
@@ -9,7 +9,6 @@ start, those tests error: they are never skipped silently.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -19,8 +18,9 @@ import pytest
 
 from controlplane import build
 from controlplane.environ import patched_environ
-from controlplane.harness import Cluster, cluster_from_env
+from controlplane.harness import Cluster, ControlPlane, cluster_from_env
 from controlplane.helm import Helm
+from controlplane.keda import InstalledKeda, Keda
 from controlplane.prometheus import Prometheus
 from router_fakes import FakeScheduler
 
@@ -50,17 +50,8 @@ def cluster() -> Iterator[Cluster]:
 def crds(cluster: Cluster) -> tuple[str, ...]:
     """The CRDs from ``crds/``, applied as a user would and Established."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    # Right after the apply a CRD may have no status.conditions yet, and `kubectl wait`
-    # then fails at once ("<nil> is of the type <nil>") instead of waiting: ask again.
-    deadline = time.monotonic() + 60
-    while True:
-        names = [f"crd/{n}" for n in CRD_NAMES]
-        proc = cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names, check=False)
-        if proc.returncode == 0:
-            return CRD_NAMES
-        if time.monotonic() > deadline:
-            raise AssertionError(f"CRDs not Established: {proc.stderr}")
-        time.sleep(0.2)
+    cluster.wait_established(*(f"crd/{n}" for n in CRD_NAMES))
+    return CRD_NAMES
 
 
 @pytest.fixture
@@ -118,6 +109,20 @@ def helm(helm_bin: Path, cluster: Cluster, tmp_path_factory: pytest.TempPathFact
     ``kubeconfig=`` on a call acts as someone else (e.g. a ServiceAccount kubeconfig).
     """
     return Helm(helm_bin, tmp_path_factory.mktemp("helm-home"), cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def keda(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keda | InstalledKeda]:
+    """KEDA's operator and metrics API server (built from its Go module, cached), started the
+    first time a test of the session asks for them; their CRDs stay until the control plane
+    goes. Against ``TINCT_TEST_KUBECONFIG``, the KEDA installed there (or an error saying
+    there is none)."""
+    if not isinstance(cluster, ControlPlane):
+        yield InstalledKeda(cluster)
+        return
+    with Keda(cluster, workdir=tmp_path_factory.mktemp("keda")) as k:
+        print(f"KEDA ready after {k.ready_after} s")
+        yield k
 
 
 @pytest.fixture

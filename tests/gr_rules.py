@@ -84,6 +84,32 @@ def _all(*mutations: Callable[[Doc], None]) -> Callable[[Doc], None]:
     return mutate
 
 
+def _keda(
+    *, stable: Doc, candidate: Doc, engines: tuple[str | None, str | None] = ("vllm", "sglang")
+) -> Callable[[Doc], None]:
+    """Scale through KEDA with these sides, the two backends naming ``engines``."""
+
+    def mutate(doc: Doc) -> None:
+        spec = doc["spec"]
+        spec["autoscaling"]["keda"] = {"stable": stable, "candidate": candidate}
+        for side, engine in zip(("stable", "candidate"), engines, strict=True):
+            if engine is not None:
+                spec[side]["engine"] = engine
+
+    return mutate
+
+
+def _drop(path: str) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        node = doc["spec"]
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node[key]
+        del node[last]
+
+    return mutate
+
+
 UNIQUE = "bucket names must be unique"
 CATCH_ALL = "the last bucket is the catch-all: leave its maxTokens out"
 ONLY_LAST = "only the last bucket may leave maxTokens out"
@@ -101,13 +127,6 @@ NO_ANALYSIS = (
     "give spec.analysis: metrics that judge the candidate at each step, or analysis: {} to step "
     "forward every interval (1m) without judging it"
 )
-
-
-def _drop(key: str) -> Callable[[Doc], None]:
-    def mutate(doc: Doc) -> None:
-        del doc["spec"][key]
-
-    return mutate
 
 
 def _dyn(message: str, rule: str, *, table: bool = True) -> dict[str, Any]:
@@ -251,6 +270,49 @@ CASES = [
         "prometheus-name-and-url",
         _spec("analysis.prometheus", {"name": "fleet", "url": "http://p:9090"}),
         "give prometheus.name or prometheus.url, not both",
+    ),
+    Case("keda-on-engines", _keda(stable={}, candidate={}), None),
+    Case(
+        "keda-stable-without-engine",
+        _keda(stable={}, candidate={}, engines=(None, "vllm")),
+        "autoscaling.keda scales stable on its engine's queue: name stable.engine, or give "
+        "autoscaling.keda.stable.query",
+    ),
+    Case(
+        "keda-candidate-without-engine",
+        _keda(stable={}, candidate={}, engines=("vllm", None)),
+        "autoscaling.keda scales candidate on its engine's queue: name candidate.engine, or give "
+        "autoscaling.keda.candidate.query",
+    ),
+    Case(
+        "keda-own-queries-without-engines",
+        _keda(stable={"query": "sum(q_v1)"}, candidate={"query": "sum(q_v2)"}, engines=(None, None)),
+        None,
+    ),
+    Case(
+        "keda-side-without-deployment-needs-no-engine",
+        _all(_keda(stable={}, candidate={}, engines=(None, "sglang")), _drop("stable.deployment")),
+        None,
+    ),
+    Case(
+        "keda-bad-label-name",
+        _keda(stable={"labels": {"pod-name": "v1"}}, candidate={}),
+        "labels must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+    ),
+    Case(
+        "keda-labels-and-query",
+        _keda(stable={"labels": {"pod": "v1"}, "query": "sum(q)"}, candidate={}),
+        "give labels or query, not both: labels select the series of the engine's default query",
+    ),
+    Case(
+        "keda-same-labels",
+        _keda(stable={"labels": {"job": "llm"}}, candidate={"labels": {"job": "llm"}}),
+        "stable and candidate need different labels: each side scales on its own series",
+    ),
+    Case(
+        "keda-same-query",
+        _keda(stable={"query": "sum(q)"}, candidate={"query": "sum(q)"}),
+        "stable and candidate need different queries: each side scales on its own signal",
     ),
 ]
 

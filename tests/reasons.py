@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-#: A reason: one CamelCase word, as Kubernetes writes them.
-_CAMEL = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)*$")
+#: A reason: one CamelCase word, as Kubernetes writes them (an acronym may lead: KEDANotInstalled).
+_CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
 #: Calls whose positional argument at this index is a reason.
 _POSITIONAL = {
     "Problem": 1,
@@ -58,6 +58,11 @@ def _candidates(tree: ast.AST, types: set[str]) -> Iterator[str]:
             for kw in node.keywords:
                 if kw.arg == "reason":
                     yield from _strings(kw.value)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", "") for t in targets]
+            if any(n.endswith("reason") for n in names):
+                yield from _strings(node.value)  # foreign_reason = "ForeignScaledObject"
         elif isinstance(node, ast.Tuple) and node.elts:
             first = next(_strings(node.elts[0]), None)
             if len(node.elts) == 3 and (first in _STATUSES or first in types):

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from controlplane import build, kwok
-from controlplane.pki import Pki, make_pki
+from controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -166,6 +166,22 @@ class _Clients:
             self, namespace, name, self.workdir / f"sa-{namespace}-{name}.kubeconfig", hours
         )
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until each CRD (``crd/<name>``) is Established.
+
+        Right after an apply a CRD may have no ``status.conditions`` yet, and ``kubectl
+        wait`` then fails at once (``<nil> is of the type <nil>``) instead of waiting: ask
+        again until the deadline.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *crds, check=False)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs {', '.join(crds)} not Established: {proc.stderr.strip()}")
+            time.sleep(0.2)
+
 
 class ControlPlane(_Clients):
     """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries, and kwok.
@@ -285,6 +301,18 @@ class ControlPlane(_Clients):
                 # ServiceAccount to exist when it is created, so a test that makes one right
                 # after its namespace does not race the ServiceAccount controller.
                 "--disable-admission-plugins=ServiceAccount",
+                # The aggregation layer (extension API servers such as KEDA's metrics API
+                # server, controlplane/keda.py): requests are proxied with the front-proxy
+                # client cert and the user in X-Remote-* headers. Aggregator routing stays off:
+                # it resolves a Service through its EndpointSlices, which may not hold loopback
+                # addresses; an ExternalName Service naming localhost routes there instead.
+                f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client_key}",
                 f"--cert-dir={self.workdir / 'certs'}",
                 "--v=1",
             ],
@@ -315,7 +343,7 @@ class ControlPlane(_Clients):
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         crds = self.kubectl("get", "crd", "-o", "name").stdout.split()
         if crds:
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+            self.wait_established(*crds)
 
     def _start_controller_manager(self, deadline: float) -> None:
         assert self.pki is not None

@@ -1,4 +1,14 @@
-"""A throwaway PKI for the test control plane: CA, serving cert, admin and controller-manager client certs."""
+"""A throwaway PKI for the test control plane.
+
+:func:`make_pki`: the cluster CA, the API server's serving cert, the admin and
+controller-manager client certs, the ServiceAccount signing key, and the aggregation
+layer's front-proxy CA with the client cert the API server presents to extension API
+servers (which trust requests from it, with the user in ``X-Remote-User``).
+
+:func:`make_keda_certs`: KEDA's own CA and the one cert its operator and metrics API server
+share, as KEDA's cert rotation makes it: the operator's gRPC metrics service and the
+metrics API server serve with it, and the metrics API server is the gRPC client with it.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +35,32 @@ class Pki:
     controller_manager_key: Path
     sa_key: Path
     sa_pub: Path
+    front_proxy_ca_cert: Path
+    front_proxy_client_cert: Path
+    front_proxy_client_key: Path
+
+
+#: The front-proxy client cert's CN; the API server's --requestheader-allowed-names.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+@dataclass(frozen=True)
+class KedaCerts:
+    """``ca.crt``, ``tls.crt``, ``tls.key`` in :attr:`directory`: the names KEDA reads from its cert dir."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def cert(self) -> Path:
+        return self.directory / "tls.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.directory / "tls.key"
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -53,6 +89,8 @@ def _issue(
     *,
     ca: bool = False,
     server: bool = False,
+    client: bool | None = None,
+    dns_names: tuple[str, ...] = ("localhost", "kubernetes.default.svc"),
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -81,14 +119,16 @@ def _issue(
             critical=True,
         )
     else:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # A server cert is for serving only unless ``client`` says otherwise; any other for clients.
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or (client is None and not server):
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
                 [
-                    x509.DNSName("localhost"),
-                    x509.DNSName("kubernetes.default.svc"),
+                    *(x509.DNSName(n) for n in dns_names),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                 ]
             ),
@@ -111,6 +151,9 @@ def make_pki(directory: Path) -> Pki:
         controller_manager_key=directory / "controller-manager.key",
         sa_key=directory / "sa.key",
         sa_pub=directory / "sa.pub",
+        front_proxy_ca_cert=directory / "front-proxy-ca.crt",
+        front_proxy_client_cert=directory / "front-proxy-client.crt",
+        front_proxy_client_key=directory / "front-proxy-client.key",
     )
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("tinct-test-ca")
@@ -135,6 +178,21 @@ def make_pki(directory: Path) -> Pki:
         _write_key(key_path, key)
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
+    # The aggregation layer's own CA, apart from the cluster CA: an extension API server trusts
+    # X-Remote-User only from a client cert of this CA (Kubernetes' recommended setup).
+    fp_key = ec.generate_private_key(ec.SECP256R1())
+    fp_name = _name("tinct-test-front-proxy-ca")
+    p.front_proxy_ca_cert.write_bytes(
+        _issue(fp_name, fp_key, fp_name, fp_key, ca=True).public_bytes(serialization.Encoding.PEM)
+    )
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(p.front_proxy_client_key, client_key)
+    p.front_proxy_client_cert.write_bytes(
+        _issue(_name(FRONT_PROXY_CLIENT), client_key, fp_name, fp_key).public_bytes(
+            serialization.Encoding.PEM
+        )
+    )
+
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(p.sa_key, sa_key)
     p.sa_pub.write_bytes(
@@ -143,3 +201,19 @@ def make_pki(directory: Path) -> Pki:
         )
     )
     return p
+
+
+def make_keda_certs(directory: Path, dns_names: tuple[str, ...]) -> KedaCerts:
+    """KEDA's CA and its one server-and-client cert (``dns_names`` and 127.0.0.1) under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    certs = KedaCerts(directory)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("KEDA", "KEDAORG")
+    certs.ca_cert.write_bytes(
+        _issue(ca_name, ca_key, ca_name, ca_key, ca=True).public_bytes(serialization.Encoding.PEM)
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(certs.key, key)
+    cert = _issue(_name(dns_names[0]), key, ca_name, ca_key, server=True, client=True, dns_names=dns_names)
+    certs.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return certs

@@ -343,7 +343,11 @@ def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     assert ("Promoted", 3) in steps
     # What the controller reads it may not change.
     _refused(cluster, op_kc, "scale", "deployment", "sched-v2", "-n", namespace, "--replicas=3")
-    _refused(cluster, op_kc, "delete", "hpa", "tinct-chat-candidate", "-n", namespace, "--dry-run=server")
+    _refused(cluster, op_kc, "delete", "deployment", "sched-v2", "-n", namespace, "--dry-run=server")
+    # It may delete an HPA (its own, when a release switches to KEDA), but never anything's scale.
+    _refused(
+        cluster, op_kc, "patch", "deployment", "sched-v2", "-n", namespace, "-p", '{"spec":{"replicas":3}}'
+    )
 
 
 def _tenant_kubeconfig(cluster: Cluster, namespace: str) -> Path:

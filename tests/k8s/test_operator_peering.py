@@ -64,7 +64,7 @@ class Replica:
 def peering_crds(cluster: Cluster) -> None:
     """kopf's peering CRDs as the chart ships them, Established."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(PEERING_CRDS))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kopfpeerings.kopf.dev")
+    cluster.wait_established("crd/kopfpeerings.kopf.dev")
 
 
 @contextmanager

@@ -31,7 +31,8 @@ OPERATOR_NAMESPACED = {
     ("tinct.io", "grayreleases/status"): {"get", "patch"},
     ("tinct.io", "modelversions/finalizers"): {"update"},
     ("tinct.io", "grayreleases/finalizers"): {"update"},
-    ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "create", "patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("keda.sh", "scaledobjects"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch"},
     ("apps", "deployments"): {"get", "list", "watch"},
 }
@@ -164,6 +165,24 @@ def test_namespaced_mode_binds_roles_in_each_watched_namespace_only(helm: Helm) 
 
 
 @pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
+def test_keda_scaledobjects_can_be_left_out(helm: Helm, values: dict[str, Any]) -> None:
+    docs = template(helm, {**values, "rbac": {"keda": False}})
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and "operator" in d["metadata"]["name"]]
+    assert roles
+    for role in roles:
+        assert ("keda.sh", "scaledobjects") not in _grants(role)
+    operator = [r for r in roles if not r["metadata"]["name"].endswith(("-tables", "-discovery"))]
+    assert operator
+    for role in operator:
+        assert _grants(role) | {
+            ("keda.sh", "scaledobjects"): OPERATOR_NAMESPACED[("keda.sh", "scaledobjects")]
+        } in (
+            OPERATOR_CLUSTER,
+            OPERATOR_NAMESPACED,
+        )
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
 def test_no_wildcard_anywhere_in_rbac(helm: Helm, values: dict[str, Any]) -> None:
     docs = template(helm, values)
     roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
@@ -173,9 +192,11 @@ def test_no_wildcard_anywhere_in_rbac(helm: Helm, values: dict[str, Any]) -> Non
             for field in ("apiGroups", "resources", "verbs"):
                 assert all("*" not in item for item in rule[field]), f"{role['metadata']['name']}: {rule}"
             assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "patch", "update", "delete"}, rule
-            if rule["verbs"] and "delete" in rule["verbs"]:
-                assert rule["resources"] == ["configmaps"], "only standing routing tables are deleted"
-                assert role["kind"] == "Role", "and only in the chart's namespace"
+            if rule["verbs"] and "delete" in rule["verbs"] and rule["resources"] == ["configmaps"]:
+                assert role["kind"] == "Role", "standing routing tables, only in the chart's namespace"
+            elif rule["verbs"] and "delete" in rule["verbs"]:
+                # A release's own HPA or ScaledObject, when it switches to the other way of scaling.
+                assert rule["resources"] in (["horizontalpodautoscalers"], ["scaledobjects"]), rule
         assert "secrets" not in {r for rule in role["rules"] for r in rule["resources"]}
 
 

@@ -110,3 +110,40 @@ def test_concurrent_builds_of_one_component_build_once(
     assert results == [target, target]
     assert (target / "fake").read_text() == "binary"
     assert json.loads((target / "BUILD.json").read_text())["tool"] == "fake"
+
+
+def test_keda_wrapper_carries_every_replace_and_exclude_of_its_module() -> None:
+    version = build.keda_version()
+    info = subprocess.run(
+        ["go", "mod", "download", "-json", f"{build.KEDA}@{version}"],
+        cwd=build.KEDA_MODULE,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    upstream = Path(json.loads(info.stdout)["GoMod"]).read_text()
+    ours = (build.KEDA_MODULE / "go.mod").read_text()
+    for verb in ("replace", "exclude"):
+        theirs = build._directives(upstream, verb)
+        assert theirs, f"KEDA {version} has no {verb} any more: drop it from generate_keda's notes"
+        assert build._directives(ours, verb) == theirs
+    assert set(re.findall(r"^\t(github\.com/kedacore/keda/v2/cmd/\S+)$", ours, re.M)) == set(
+        build.KEDA_MAINS.values()
+    )
+
+
+def test_directives_read_single_lines_and_blocks() -> None:
+    gomod = (
+        "module m\n\nreplace a v1 => b v2 // why\n\nreplace (\n\tc v1 => d v2\n\te => ../e\n)\n"
+        "exclude x v1.0.0\n"
+    )
+    assert build._directives(gomod, "replace") == ["c v1 => d v2", "e => ../e", "a v1 => b v2"]
+    assert build._directives(gomod, "exclude") == ["x v1.0.0"]
+
+
+def test_keda_has_its_own_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    keda, controlplane = build.keda_key(), build.build_key()
+    monkeypatch.setattr(build, "KEDA_RECIPE", build.KEDA_RECIPE + " -tags x")
+    assert build.keda_key() != keda
+    assert build.build_key() == controlplane
+    assert build.keda_bin_dir().parent.name.startswith(f"{build.keda_version()}-")

@@ -96,10 +96,16 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [tinct.io]
   resources: [modelversions/finalizers, grayreleases/finalizers]
   verbs: [update]
-# application: one HorizontalPodAutoscaler per backend of a GrayRelease (server-side apply).
+# application: one HorizontalPodAutoscaler per backend of a GrayRelease (server-side apply); deleted when KEDA scales it instead.
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
+{{- if .keda }}
+# application: with spec.autoscaling.keda, one KEDA ScaledObject per backend instead (server-side apply); deleted when HPAs scale it again.
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, list, watch, create, patch, delete]
+{{- end }}
 # application: the stable and candidate backends a GrayRelease names are read, never changed.
 - apiGroups: [""]
   resources: [services]

@@ -149,8 +149,10 @@ def render(data: dict[str, Any], color: bool = False) -> str:
                 f" ({cell.get('requests', 0):.0f} requests)"
             )
     for s in data.get("autoscaling", []):
-        managed = "" if s.get("managed", True) else "  (not managed: another HPA)"
-        lines.append(f"hpa {s['hpa']}: {s['minReplicas']}-{s['maxReplicas']} replicas{managed}")
+        managed = "" if s.get("managed", True) else "  (not managed: see AutoscalingReady)"
+        scaler = f"scaledobject {s['scaledObject']}" if s.get("scaledObject") else f"hpa {s['hpa']}"
+        signal = f" on {s['query']}" if s.get("query") else ""
+        lines.append(f"{scaler}: {s['minReplicas']}-{s['maxReplicas']} replicas{signal}{managed}")
     act = data.get("lastAction")
     if act:
         lines.append(f"last action {act['value']}: {act['result']}  {act.get('message', '')}".rstrip())

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from tinct.api.v1alpha1.autoscaling import Autoscaling, Keda, KedaSide, ScaleMetric
 from tinct.api.v1alpha1.common import DNS_NAME, Model, Resource, defaulted
 from tinct.api.v1alpha1.dye import (
     CELL_RULES,
@@ -30,6 +31,7 @@ from tinct.api.v1alpha1.dye import (
     first_cell,
     first_failing,
 )
+from tinct.api.v1alpha1.prometheus import PrometheusRef
 from tinct.api.v1alpha1.releasestatus import (
     READABLE_DIGITS,
     ActionRecord,
@@ -65,6 +67,7 @@ __all__ = [
     "Dye",
     "DyeMatch",
     "DyeValue",
+    "Engine",
     "Fallback",
     "GrayRelease",
     "GrayReleasePhase",
@@ -72,6 +75,8 @@ __all__ = [
     "GrayReleaseStatus",
     "HeaderName",
     "HistoryEntry",
+    "Keda",
+    "KedaSide",
     "LatencyDye",
     "Metric",
     "MetricResult",
@@ -114,6 +119,10 @@ def parse_duration(text: str) -> float:
 ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
 
 
+#: The serving engines whose metrics tinct knows by name.
+Engine = Literal["vllm", "sglang", "tgi"]
+
+
 class Backend(Model):
     """One side of the release: a scheduler behind a Service."""
 
@@ -135,37 +144,10 @@ class Backend(Model):
         description="Base URL routers use instead of the Service's cluster DNS name, e.g. for a "
         "backend outside the cluster; the Service must still exist.",
     )
-
-
-class PrometheusRef(Model):
-    """Which Prometheus the analysis reads: one the operator is configured with (tinct operator
-    --prometheus-url and --prometheus, the chart's operator.prometheus). Name one, or give
-    neither field for the operator's default; any other URL is refused."""
-
-    # The operator queries only URLs from its own configuration, so creating a GrayRelease
-    # never makes it fetch an address of the creator's choosing.
-
-    model_config = cel(
-        Rule(
-            cel="!(has(self.name) && has(self.url))",
-            holds=lambda s: s.name is None or s.url is None,
-            message="give prometheus.name or prometheus.url, not both",
-        )
-    )
-
-    name: str | None = Field(
+    engine: Engine | None = Field(
         default=None,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="Name of a Prometheus in the operator's configuration (tinct operator "
-        "--prometheus NAME=URL).",
-    )
-    url: str | None = Field(
-        default=None,
-        pattern=r"^https?://.+",
-        max_length=2048,
-        description="URL of a Prometheus; must be one the operator is configured with "
-        "(its default or one of its named ones), else the release is refused.",
+        description="The serving engine behind this side (vllm, sglang or tgi), whose own metrics "
+        "(e.g. its queue depth) Prometheus scrapes from it; none: no engine metrics.",
     )
 
 
@@ -303,43 +285,6 @@ class Fallback(Model):
     )
 
 
-class ScaleMetric(Model):
-    """The per-Pod metric each side's HorizontalPodAutoscaler scales on."""
-
-    pods: str = Field(
-        default="http_requests_total",
-        max_length=253,
-        description="Name of a Pods metric from the custom metrics API (default http_requests_total).",
-    )
-    average_value: str = Field(
-        default="250",
-        pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G)?$",
-        max_length=32,
-        description="Target average value per Pod, a Kubernetes quantity such as 250 or 1500m (default 250).",
-    )
-
-
-class Autoscaling(Model):
-    """A HorizontalPodAutoscaler tinct manages for each side's Deployment: the candidate's
-    minimum follows its share of the traffic, stable keeps its floor until promotion."""
-
-    model_config = cel(
-        Rule(
-            cel="self.minReplicas <= self.maxReplicas",
-            holds=lambda s: s.min_replicas <= s.max_replicas,
-            message="minReplicas must be <= maxReplicas",
-        )
-    )
-
-    min_replicas: int = Field(
-        default=1, ge=1, le=10000, description="Fewest replicas of each side (default 1)."
-    )
-    max_replicas: int = Field(
-        default=10, ge=1, le=10000, description="Most replicas of each side (default 10)."
-    )
-    metric: ScaleMetric = defaulted(ScaleMetric)
-
-
 #: The transitions a release may be notified of (spec.notify[].on).
 TransitionReason = Literal[
     "Started",
@@ -373,6 +318,25 @@ class NotifyRef(Model):
         max_length=16,
         description="Only these transitions, e.g. [Promoted, RolledBack, Failed]; empty (the "
         "default): every transition.",
+    )
+
+
+def _keda_signal(side: str) -> Rule:
+    """A side KEDA scales needs something to scale on: its engine's queue, or a query of its own."""
+
+    def holds(s: GrayReleaseSpec) -> bool:
+        keda = s.autoscaling.keda if s.autoscaling else None
+        backend: Backend = getattr(s, side)
+        if keda is None or backend.deployment is None:
+            return True
+        return backend.engine is not None or getattr(keda, side).query is not None
+
+    return Rule(
+        cel=f"!has(self.autoscaling) || !has(self.autoscaling.keda) || !has(self.{side}.deployment) || "
+        f"has(self.{side}.engine) || has(self.autoscaling.keda.{side}.query)",
+        holds=holds,
+        message=f"autoscaling.keda scales {side} on its engine's queue: name {side}.engine, or give "
+        f"autoscaling.keda.{side}.query",
     )
 
 
@@ -437,6 +401,7 @@ class GrayReleaseSpec(Model):
                 "a release moves traffic from one version of a model to another"
             ),
         ),
+        *(_keda_signal(side) for side in ("stable", "candidate")),
         Rule(
             cel="has(self.analysis)",
             holds=lambda s: s.analysis is not None,
@@ -473,8 +438,9 @@ class GrayReleaseSpec(Model):
     fallback: Fallback = defaulted(Fallback)
     autoscaling: Autoscaling | None = Field(
         default=None,
-        description="HorizontalPodAutoscalers tinct manages for both Deployments; omitted: none, scale "
-        "the candidate yourself (CapacityReady says how many replicas a step needs).",
+        description="Scale the Deployments of both sides during the release (an HPA each, or a KEDA "
+        "ScaledObject each with keda); none: tinct leaves replicas alone (CapacityReady says how "
+        "many a step needs).",
     )
     notify: list[NotifyRef] = Field(
         default_factory=list,

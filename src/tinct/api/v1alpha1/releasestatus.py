@@ -87,13 +87,30 @@ class AnalysisResult(Model):
 
 
 class ScalerStatus(Model):
-    """The bounds tinct set on one backend's HorizontalPodAutoscaler."""
+    """What scales one backend's Deployment: tinct's HPA, or tinct's KEDA ScaledObject and the HPA
+    KEDA keeps for it, with the bounds tinct set."""
 
     side: Literal["stable", "candidate"] = Field(description="Which side's Deployment it scales.")
-    hpa: str = Field(description="Name of the HorizontalPodAutoscaler.")
-    min_replicas: int = Field(description="The minimum tinct set (raised for the step's share).")
-    max_replicas: int = Field(description="The maximum tinct set.")
-    managed: bool = Field(default=True, description="False when another HPA targets the Deployment.")
+    hpa: str = Field(
+        description="The HorizontalPodAutoscaler scaling the side: tinct's, or the one KEDA keeps "
+        "for the ScaledObject."
+    )
+    scaled_object: str | None = Field(
+        default=None, description="The KEDA ScaledObject tinct writes for the side (autoscaling.keda)."
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=8192,
+        description="The PromQL the side scales on (autoscaling.keda): replicas = ceil(value / "
+        "targetPerReplica).",
+    )
+    min_replicas: int = Field(description="Fewest replicas tinct allows the side now.")
+    max_replicas: int = Field(description="Most replicas tinct allows the side now.")
+    managed: bool = Field(
+        default=True,
+        description="False when an HPA or ScaledObject tinct did not create targets the Deployment, "
+        "or KEDA is not installed: tinct then leaves the side alone.",
+    )
 
 
 class RoutingRef(Model):

@@ -8,12 +8,13 @@ when the release, an action on it, one of its ModelVersions or Deployments chang
    bounded: a slow Prometheus delays only its own release); the actions given meanwhile,
    read *after* the analysis, so an abort given during it wins over its step-up;
 2. **decide** (:func:`~tinct.operator.release.decide.decide`, pure) the next status, and plan
-   what it calls for — the routing-table version and digest, the HPA bounds — into it;
+   what it calls for — the routing-table version and digest, the scalers' bounds — into it;
 3. **record** the status, conditioned on the resourceVersion it was decided from: a status
    that changed meanwhile is never overwritten (the round starts again from it), and a
    write that fails otherwise is retried with the *same* decision;
 4. **act** on the recorded status only: apply the routing table to the table namespace,
-   then the HPAs, then retire standing routes this release's table now covers;
+   then the HPAs or KEDA ScaledObjects, then retire standing routes this release's table
+   now covers;
 5. **history**: the transitions recorded in ``status.history`` are appended to
    ``release_events`` (with a timeout; a lineage outage delays the history, never the
    traffic) and then dropped from status; Events are posted.
@@ -62,7 +63,8 @@ from tinct.operator.release.kube import ConflictError, ReleaseKube, TableWatch
 from tinct.operator.release.metrics import ReleaseMetrics, serve
 from tinct.operator.release.notify import Dispatcher
 from tinct.operator.release.preconditions import Claim, model_conflict
-from tinct.operator.release.scaling import hpa_name, plan_autoscaling
+from tinct.operator.release.scaledobject import scaled_object_name
+from tinct.operator.release.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling
 from tinct.operator.release.tables import (
     cells_by_tag,
     content_digest,
@@ -81,6 +83,8 @@ PLURAL = "grayreleases"
 APPLY_GRACE = 10.0
 #: Seconds a round waits for the lineage writer before leaving the history for later.
 HISTORY_TIMEOUT = 10.0
+#: Seconds an answer to "does the cluster serve KEDA's ScaledObjects?" is reused.
+KEDA_CHECK_SECONDS = 30.0
 _T = TypeVar("_T")
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 log = logging.getLogger(__name__)
@@ -139,6 +143,8 @@ class Runtime:
     notify: Dispatcher | None = None
     #: (uid, interface digest) -> the interface recorded in the lineage tables (never changes)
     interfaces: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: (when asked, answer) of whether the cluster serves KEDA's ScaledObjects
+    keda_served: tuple[float, bool] | None = None
 
     def recent(self, key: Key) -> dict[str, Any] | None:
         """The manifest applied for ``key`` within the last :data:`APPLY_GRACE` seconds."""
@@ -150,6 +156,15 @@ class Runtime:
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    async def serves_keda(self) -> bool:
+        """Whether the cluster serves KEDA's ScaledObjects (discovery, asked at most every
+        :data:`KEDA_CHECK_SECONDS`)."""
+        got = self.keda_served
+        if got is None or time.monotonic() - got[0] > KEDA_CHECK_SECONDS:
+            got = (time.monotonic(), await self.run(self.kube.served, "keda.sh/v1alpha1", "scaledobjects"))
+            self.keda_served = got
+        return got[1]
 
     def found(self, name: str) -> tuple[int, str | None]:
         """(version, content digest) of the table ConfigMap ``name`` as the watch has it."""
@@ -227,6 +242,14 @@ class View:
     hpas: list[dict[str, Any]]
     #: ModelVersion name -> its recorded interface, when the two sides' interfaces differ
     interfaces: dict[str, Any] = field(default_factory=dict)
+    #: KEDA ScaledObjects of the namespace (none when KEDA is not installed)
+    scaled_objects: list[dict[str, Any]] = field(default_factory=list)
+    #: What ``spec.autoscaling.keda`` needs to be planned (gathered by the round)
+    keda: KedaEnv | None = None
+
+    def scaling(self, gr: GrayRelease, status: GrayReleaseStatus, now: datetime) -> Plan:
+        """The scalers ``status`` calls for (see :func:`~tinct.operator.release.scaling.plan_autoscaling`)."""
+        return plan_autoscaling(gr, status, self.hpas, now, self.scaled_objects, self.keda)
 
     def problems(self, gr: GrayRelease, config: Any = None) -> list[Problem]:
         out = preconditions(
@@ -271,12 +294,14 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
     )
     deps = indices.get("tinct_deployments")
     hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
+    sos = indices.get("tinct_scaledobjects")
     return View(
         modelversions={b.model_version: _one(mvs, (ns, b.model_version)) for b in sides},
         services={b.service: b.service in services for b in sides},
         service_ports={b.service: services[b.service] for b in sides if b.service in services},
         deployments={b.deployment: _one(deps, (ns, b.deployment)) for b in sides if b.deployment},
         hpas=hpas,
+        scaled_objects=list(sos.get(ns, ())) if sos is not None else [],
     )
 
 
@@ -306,6 +331,22 @@ async def _analyse(gr: GrayRelease, rt: Runtime, now: datetime) -> AnalysisResul
         cutoff_ms=float(spec.fallback.latency_ms),
         session=rt.session,
     )
+
+
+async def _keda_env(gr: GrayRelease, rt: Runtime) -> KedaEnv | None:
+    """What planning ``spec.autoscaling.keda`` needs: whether KEDA is there, and the Prometheus
+    URL from the operator's configuration that the release names (never a URL of its own)."""
+    scaling = gr.spec.autoscaling
+    if scaling is None or scaling.keda is None:
+        return None
+    served = await rt.serves_keda()
+    try:
+        target = prometheus.resolve(
+            scaling.keda.prometheus, rt.config, field="spec.autoscaling.keda.prometheus"
+        )
+    except prometheus.PrometheusNotAllowed as exc:
+        return KedaEnv(served=served, refused=str(exc))
+    return KedaEnv(served=served, url=target.url)
 
 
 async def _routers(gr: GrayRelease, rt: Runtime) -> int | None:
@@ -395,7 +436,7 @@ def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
 
 
 def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
-    """Plan the table and the HPAs the decided status calls for into it (pure, recorded with it)."""
+    """Plan the table and the scalers the decided status calls for into it (pure, recorded with it)."""
     st = decision.status
     old = gr.status or GrayReleaseStatus()
     name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
@@ -410,7 +451,7 @@ def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: 
         models=release_models(gr, view.modelversions, recorded_models),
     )
     if gr.spec.autoscaling is not None:
-        scaling = plan_autoscaling(gr, st, view.hpas, now)
+        scaling = view.scaling(gr, st, now)
         st.autoscaling = scaling.status
         st.conditions = scaling.conditions(st.conditions, gr.metadata.generation, now)
     return table
@@ -432,6 +473,7 @@ async def reconcile(
     now = now or datetime.now(UTC)
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     old = gr.status or GrayReleaseStatus()
+    view.keda = await _keda_env(gr, rt)
     if pending is not None:
         decision, table = pending.decision, pending.table
     else:
@@ -457,11 +499,7 @@ async def reconcile(
     # Act on what was recorded.
     await _apply_table(rt, table)
     if gr.spec.autoscaling is not None:
-        for m in plan_autoscaling(gr, st, view.hpas, now).manifests:
-            key = (ns, m["metadata"]["name"])
-            if not _hpa_current(m, view.hpas, rt.recent(key)):
-                await rt.run(rt.kube.apply_hpa, m)
-                rt.remember(key, m)
+        await _apply_scaling(rt, ns, view, view.scaling(gr, st, now))
     await _retire_standing(rt, gr, table)
 
     # History, then Events.
@@ -475,6 +513,36 @@ async def reconcile(
             except Exception as exc:  # written again by the next round; rows are idempotent
                 log.info("[%s/%s] could not drop written history from status: %s", ns, name, exc)
     return Outcome(decision, st, rv, recorded)
+
+
+def _so_key(ns: str, name: str) -> Key:
+    """The :attr:`Runtime.applied` key of a ScaledObject (an HPA of the same name keys ``(ns, name)``)."""
+    return (ns, f"ScaledObject/{name}")
+
+
+async def _apply_scaling(rt: Runtime, ns: str, view: View, scaling: Plan) -> None:
+    """Apply the planned scalers: first remove the release's own of the way it no longer scales
+    (two HPAs on one Deployment would fight), then apply what differs from the watch cache."""
+    for name in scaling.delete_hpas:
+        await rt.run(rt.kube.delete_hpa, ns, name)
+        rt.applied.pop((ns, name), None)
+    for name in scaling.delete_scaled_objects:
+        await rt.run(rt.kube.delete_scaled_object, ns, name)
+        rt.applied.pop(_so_key(ns, name), None)
+    for m in scaling.manifests:
+        key = (ns, m["metadata"]["name"])
+        if not _hpa_current(m, view.hpas, rt.recent(key)):
+            await rt.run(rt.kube.apply_hpa, m)
+            rt.remember(key, m)
+    for m in scaling.scaled_objects:
+        key = _so_key(ns, m["metadata"]["name"])
+        if not _so_current(m, view.scaled_objects, rt.recent(key)):
+            try:
+                await rt.run(rt.kube.apply_scaled_object, m)
+            except Exception:
+                rt.keda_served = None  # KEDA may have gone: ask discovery again next round
+                raise
+            rt.remember(key, m)
 
 
 async def _apply_table(rt: Runtime, table: RoutingTable) -> None:
@@ -547,6 +615,24 @@ def _hpa_current(
     if applied is not None and applied["spec"] == want:
         return True
     return any(h["metadata"]["name"] == name and h.get("spec") == want for h in hpas)
+
+
+def _contains(got: Any, want: Any) -> bool:
+    """Whether ``got`` holds every field of ``want`` with its value (fields the API server or
+    KEDA default are not ours to compare)."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(_contains(got.get(k), v) for k, v in want.items())
+    return bool(got == want)
+
+
+def _so_current(
+    manifest: dict[str, Any], scaled_objects: list[dict[str, Any]], applied: dict[str, Any] | None
+) -> bool:
+    """Whether the cluster (or our last apply) already has every field of ``manifest``'s spec."""
+    name, want = manifest["metadata"]["name"], manifest["spec"]
+    if applied is not None and applied["spec"] == want:
+        return True
+    return any(o["metadata"]["name"] == name and _contains(o.get("spec"), want) for o in scaled_objects)
 
 
 def _post(body: kopf.Body, decision: Decision) -> None:
@@ -704,8 +790,9 @@ def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> 
         rt.deleting.discard(key)
         rt.metrics.forget(*key)
         ns, name = key
-        for child in (hpa_name(name, "stable"), hpa_name(name, "candidate")):
-            rt.applied.pop((ns, child), None)
+        for side in ("stable", "candidate"):
+            rt.applied.pop((ns, hpa_name(name, side)), None)
+            rt.applied.pop(_so_key(ns, scaled_object_name(name, side)), None)
         return
     status = body.get("status") or {}
     annotation = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
@@ -777,5 +864,12 @@ def tinct_deployments(
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")
 def tinct_hpas(namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> Any:
+    owners = [dict(r) for r in meta.get("ownerReferences", [])]
+    return {namespace: {"metadata": {"name": name, "ownerReferences": owners}, "spec": dict(spec)}}
+
+
+@kopf.index("keda.sh", "v1alpha1", "scaledobjects")
+def tinct_scaledobjects(namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> Any:
+    """KEDA's ScaledObjects, when KEDA is installed (kopf watches them once their CRD is served)."""
     owners = [dict(r) for r in meta.get("ownerReferences", [])]
     return {namespace: {"metadata": {"name": name, "ownerReferences": owners}, "spec": dict(spec)}}

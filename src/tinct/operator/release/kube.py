@@ -95,6 +95,69 @@ class ReleaseKube:
 
         self._apply(client.AutoscalingV2Api(self._api()).patch_namespaced_horizontal_pod_autoscaler, manifest)
 
+    def delete_hpa(self, namespace: str, name: str) -> None:
+        """Delete an HPA; one already gone is fine."""
+        from kubernetes import client
+
+        self._delete(
+            client.AutoscalingV2Api(self._api()).delete_namespaced_horizontal_pod_autoscaler, namespace, name
+        )
+
+    def apply_scaled_object(self, manifest: dict[str, Any]) -> None:
+        """Server-side apply of a KEDA ScaledObject."""
+        from kubernetes import client
+
+        meta = manifest["metadata"]
+        client.CustomObjectsApi(self._api()).patch_namespaced_custom_object(
+            "keda.sh",
+            "v1alpha1",
+            meta["namespace"],
+            "scaledobjects",
+            meta["name"],
+            manifest,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=_APPLY,
+        )
+
+    def delete_scaled_object(self, namespace: str, name: str) -> None:
+        """Delete a KEDA ScaledObject; one already gone (or KEDA not installed) is fine."""
+        from kubernetes import client
+
+        api = client.CustomObjectsApi(self._api())
+        self._delete(
+            lambda n, ns: api.delete_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", n),
+            namespace,
+            name,
+        )
+
+    def served(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` of ``group_version`` (e.g. ``keda.sh/v1alpha1``),
+        from discovery, which every authenticated user may read."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        group, _, version = group_version.partition("/")
+        try:
+            found = client.CustomObjectsApi(self._api()).get_api_resources(
+                group, version, _request_timeout=10
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return any(r.name == plural for r in (found.resources or []))
+
+    @staticmethod
+    def _delete(call: Callable[[str, str], Any], namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            call(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
     ) -> str | None:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from yarl import URL
 
-from tinct.api.v1alpha1.grayrelease import PrometheusRef
+from tinct.api.v1alpha1.prometheus import PrometheusRef
 
 if TYPE_CHECKING:
     from tinct.operator.settings import OperatorConfig
@@ -119,7 +119,7 @@ class PrometheusNotAllowed(ValueError):  # noqa: N818 - the controller's interfa
             )
         elif value is None:
             advice = (
-                f"name one of: {choices} in spec.analysis.prometheus.name, or ask the operator's "
+                f"name one of: {choices} in {field}.name, or ask the operator's "
                 "administrator to set a default with tinct operator --prometheus-url URL"
             )
         else:
@@ -145,8 +145,10 @@ def _url_key(url: str) -> tuple[str, str, int | None, str] | None:
     return (u.scheme.lower(), (u.host or "").lower(), u.port, u.path.rstrip("/"))
 
 
-def resolve(ref: PrometheusRef, config: OperatorConfig) -> PrometheusTarget:
-    """The configured Prometheus ``spec.analysis.prometheus`` names.
+def resolve(
+    ref: PrometheusRef, config: OperatorConfig, field: str = "spec.analysis.prometheus"
+) -> PrometheusTarget:
+    """The configured Prometheus ``ref`` (the release's ``field``) names.
 
     ``name`` picks a named one (``default`` is the default one); ``url`` must equal one's URL
     (up to a trailing ``/``, case of scheme and host, and an explicit default port); neither
@@ -165,16 +167,16 @@ def resolve(ref: PrometheusRef, config: OperatorConfig) -> PrometheusTarget:
         for name, url in known:
             if name == ref.name:
                 return target(name, url)
-        raise PrometheusNotAllowed("spec.analysis.prometheus.name", ref.name, known)
+        raise PrometheusNotAllowed(f"{field}.name", ref.name, known)
     if ref.url is not None:
         wanted = _url_key(ref.url)
         for name, url in known:
             if wanted is not None and _url_key(url) == wanted:
                 return target(name, url)
-        raise PrometheusNotAllowed("spec.analysis.prometheus.url", ref.url, known)
+        raise PrometheusNotAllowed(f"{field}.url", ref.url, known)
     if config.prometheus_url:
         return target(DEFAULT, config.prometheus_url)
-    raise PrometheusNotAllowed("spec.analysis.prometheus", None, known)
+    raise PrometheusNotAllowed(field, None, known)
 
 
 def selector(**labels: str) -> str:

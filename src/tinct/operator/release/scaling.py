@@ -1,10 +1,13 @@
-"""HorizontalPodAutoscalers for the two sides of a release; pure builders.
+"""What scales the two sides of a release: HPAs or KEDA ScaledObjects; pure planning.
 
-One ``autoscaling/v2`` HPA per named Deployment, owned by the GrayRelease (deleting the
-release removes the HPAs and leaves the Deployments as they are), with the metric of
+One scaler per named Deployment, owned by the GrayRelease (deleting the release removes
+them and leaves the Deployments as they are): an ``autoscaling/v2`` HPA on the metric of
 ``spec.autoscaling`` (a pods metric at an average value; ``cpu`` / ``memory`` name a
-resource metric instead). The bounds follow the *recorded* status, and capacity comes
-before weight:
+resource metric instead), or with ``spec.autoscaling.keda`` a KEDA ScaledObject on a
+Prometheus query of that side alone (:mod:`~tinct.operator.release.scaledobject`). Switching
+from one way to the other deletes the release's own scaler of the old way. The bounds —
+an HPA's ``minReplicas``/``maxReplicas``, a ScaledObject's ``minReplicaCount``/
+``maxReplicaCount`` alike — follow the *recorded* status, and capacity comes before weight:
 
 - **candidate**: sized for the share it is about to take, not only the one in force: while
   a decided step waits for replicas (``status.nextStep``) its minimum is already the
@@ -20,8 +23,12 @@ before weight:
   the candidate has the replicas for the whole traffic, its minimum and maximum step down
   to ``minReplicas`` over :data:`STEP_DOWN_INTERVALS` analysis intervals.
 
-An HPA on the same Deployment that this release did not create is left alone: the side is
-reported ``managed: false`` with an ``AutoscalingReady=False`` condition.
+An HPA or ScaledObject on the same Deployment that this release did not create is left
+alone: the side is reported ``managed: false`` with an ``AutoscalingReady=False`` condition
+(``ForeignHPA`` or ``ForeignScaledObject``); the HPA KEDA keeps for the release's own
+ScaledObject is not foreign. A cluster without KEDA (``KEDANotInstalled``), a Prometheus the
+operator does not allow (``PrometheusNotAllowed``) or two sides on the same query
+(``SameSignal``) are conditions too, and nothing is written for them.
 """
 
 from __future__ import annotations
@@ -43,10 +50,18 @@ from tinct.api.v1alpha1.grayrelease import (
     parse_duration,
 )
 from tinct.operator.release.decide import needed, steps_of
+from tinct.operator.release.scaledobject import (
+    keda_hpa_name,
+    scaled_object_manifest,
+    scaled_object_name,
+    side_query,
+    targets,
+)
 
 __all__ = [
     "SCALE_DOWN_DELAY",
     "STEP_DOWN_INTERVALS",
+    "KedaEnv",
     "Plan",
     "candidate_bounds",
     "hpa_manifest",
@@ -146,74 +161,189 @@ def hpa_manifest(
     }
 
 
+@dataclass(frozen=True)
+class KedaEnv:
+    """What a plan with ``spec.autoscaling.keda`` needs from outside: gathered, then planned on."""
+
+    #: The cluster serves KEDA's ScaledObjects (``scaledobjects.keda.sh``).
+    served: bool
+    #: The Prometheus URL from the operator's configuration that the release names.
+    url: str | None = None
+    #: Why the release's Prometheus is refused (:class:`~tinct.operator.release.prometheus.PrometheusNotAllowed`).
+    refused: str | None = None
+
+
 @dataclass
 class Plan:
+    """What to apply and delete for the recorded status, and what to report."""
+
+    #: HPAs to apply (server-side); the HPA way.
     manifests: list[dict[str, Any]] = field(default_factory=list)
+    #: ScaledObjects to apply (server-side); the KEDA way.
+    scaled_objects: list[dict[str, Any]] = field(default_factory=list)
+    #: Names of this release's own HPAs / ScaledObjects the other way replaces.
+    delete_hpas: list[str] = field(default_factory=list)
+    delete_scaled_objects: list[str] = field(default_factory=list)
     status: list[ScalerStatus] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    foreign_reason: str = "ForeignHPA"
+    #: (reason, message) when nothing can be applied for a reason other than a foreign scaler.
+    problem: tuple[str, str] | None = None
 
     def conditions(self, conds: list[Condition], generation: int | None, now: datetime) -> list[Condition]:
-        if self.foreign:
+        if self.problem is not None or self.foreign:
+            reason, message = self.problem or (self.foreign_reason, "")
             new = Condition(
                 type="AutoscalingReady",
                 status="False",
-                reason="ForeignHPA",
-                message="; ".join(self.foreign),
+                reason=reason,
+                message="; ".join(m for m in (message, *self.foreign) if m),
                 observed_generation=generation,
             )
         else:
+            how = " (KEDA ScaledObjects)" if self.scaled_objects else ""
             new = Condition(
                 type="AutoscalingReady",
                 status="True",
                 reason="Applied",
-                message=", ".join(f"{s.side} {s.min_replicas}-{s.max_replicas}" for s in self.status)
+                message=(", ".join(f"{s.side} {s.min_replicas}-{s.max_replicas}" for s in self.status) + how)
                 or "no Deployment named",
                 observed_generation=generation,
             )
         return set_condition(conds, new, now)
 
 
-def _targets(hpa: dict[str, Any], deployment: str) -> bool:
-    ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-    return bool(ref.get("kind") == "Deployment" and ref.get("name") == deployment)
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _ours(hpa: dict[str, Any], uid: str | None) -> bool:
-    refs = (hpa.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("kind") == "GrayRelease" and r.get("uid") == uid for r in refs)
+def _owned_by(obj: dict[str, Any], kind: str, *, uid: str | None = None, name: str | None = None) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        r.get("kind") == kind
+        and (uid is None or r.get("uid") == uid)
+        and (name is None or r.get("name") == name)
+        for r in refs
+    )
+
+
+def _ours(obj: dict[str, Any], name: str, uid: str | None) -> bool:
+    """The child ``name`` this release created (its owner reference carries the release's uid)."""
+    return _name(obj) == name and _owned_by(obj, "GrayRelease", uid=uid)
+
+
+def _foreign(
+    release: GrayRelease,
+    side: str,
+    deployment: str,
+    hpas: list[dict[str, Any]],
+    scaled_objects: list[dict[str, Any]],
+) -> tuple[list[str], list[str]]:
+    """(HPAs, ScaledObjects) scaling ``deployment`` that this release did not create.
+
+    KEDA's HPA for this release's own ScaledObject of the side is not foreign, whichever way
+    the release scales now (it goes with that ScaledObject).
+    """
+    uid = release.metadata.uid
+    hpa, so = hpa_name(release.metadata.name, side), scaled_object_name(release.metadata.name, side)
+    mine = any(_ours(o, so, uid) for o in scaled_objects) or not any(_name(o) == so for o in scaled_objects)
+    foreign_hpas = [
+        _name(h)
+        for h in hpas
+        if targets(h, deployment)
+        and not _ours(h, hpa, uid)
+        and not (mine and _owned_by(h, "ScaledObject", name=so))
+    ]
+    foreign_sos = [_name(o) for o in scaled_objects if targets(o, deployment) and not _ours(o, so, uid)]
+    return foreign_hpas, foreign_sos
 
 
 def plan_autoscaling(
-    release: GrayRelease, status: GrayReleaseStatus, hpas: list[dict[str, Any]], now: datetime
+    release: GrayRelease,
+    status: GrayReleaseStatus,
+    hpas: list[dict[str, Any]],
+    now: datetime,
+    scaled_objects: list[dict[str, Any]] | None = None,
+    keda: KedaEnv | None = None,
 ) -> Plan:
-    """The HPAs to apply for the recorded ``status``, given the HPAs in the namespace."""
+    """The HPAs or ScaledObjects to apply for the recorded ``status``, given those in the namespace.
+
+    ``keda`` is required when the release has ``spec.autoscaling.keda``.
+    """
     from tinct.operator.release.tables import owner_reference
 
     plan = Plan()
     spec = release.spec
     if spec.autoscaling is None:
         return plan
+    sos = scaled_objects or []
+    uid, rel = release.metadata.uid, release.metadata.name
+    use_keda = spec.autoscaling.keda is not None
+    queries: dict[str, str | None] = {}
+    if use_keda:
+        if keda is None:
+            raise ValueError("planning spec.autoscaling.keda needs a KedaEnv")
+        queries = {side: side_query(release, side) for side in ("stable", "candidate")}
+        plan.problem = _keda_problem(release, keda, queries)
     for side, backend in (("stable", spec.stable), ("candidate", spec.candidate)):
         if backend.deployment is None:
             continue
-        name = hpa_name(release.metadata.name, side)
+        name, so = hpa_name(rel, side), scaled_object_name(rel, side)
         lo, hi = (stable_bounds if side == "stable" else candidate_bounds)(spec, status, now)
-        others = [
-            h
-            for h in hpas
-            if _targets(h, backend.deployment)
-            and not (h["metadata"]["name"] == name and _ours(h, release.metadata.uid))
-        ]
-        if others:
-            names = ", ".join(h["metadata"]["name"] for h in others)
+        entry = ScalerStatus(
+            side=side,
+            hpa=keda_hpa_name(so) if use_keda else name,
+            scaled_object=so if use_keda else None,
+            query=queries.get(side),
+            min_replicas=lo,
+            max_replicas=hi,
+        )
+        foreign_hpas, foreign_sos = _foreign(release, side, backend.deployment, hpas, sos)
+        if foreign_hpas or foreign_sos:
+            others = [f"HPA {n}" for n in foreign_hpas] + [f"ScaledObject {n}" for n in foreign_sos]
             plan.foreign.append(
-                f"Deployment {backend.deployment} is already scaled by HPA {names}, which this release did "
-                f"not create; remove it to let the release manage {side} replicas"
+                f"Deployment {backend.deployment} is already scaled by {', '.join(others)}, which this "
+                f"release did not create; remove it to let the release manage {side} replicas"
             )
-            plan.status.append(
-                ScalerStatus(side=side, hpa=name, min_replicas=lo, max_replicas=hi, managed=False)
-            )
+            if foreign_sos:
+                plan.foreign_reason = "ForeignScaledObject"
+            plan.status.append(entry.model_copy(update={"managed": False}))
             continue
-        plan.manifests.append(hpa_manifest(release, side, backend, lo, hi, owner_reference(release)))
-        plan.status.append(ScalerStatus(side=side, hpa=name, min_replicas=lo, max_replicas=hi))
+        if not use_keda:
+            plan.manifests.append(hpa_manifest(release, side, backend, lo, hi, owner_reference(release)))
+            plan.delete_scaled_objects += [so for o in sos if _ours(o, so, uid)]
+        else:
+            query, url = queries[side], keda.url if keda is not None else None
+            if plan.problem is not None or query is None or url is None:
+                plan.status.append(entry.model_copy(update={"managed": False}))
+                continue
+            plan.scaled_objects.append(
+                scaled_object_manifest(
+                    release, side, lo, hi, owner_reference(release), server_address=url, query=query
+                )
+            )
+            plan.delete_hpas += [name for h in hpas if _ours(h, name, uid)]
+        plan.status.append(entry)
     return plan
+
+
+def _keda_problem(
+    release: GrayRelease, keda: KedaEnv, queries: dict[str, str | None]
+) -> tuple[str, str] | None:
+    """Why no ScaledObject can be written for the release, if so."""
+    if not keda.served:
+        return (
+            "KEDANotInstalled",
+            "spec.autoscaling.keda needs KEDA, but this cluster does not serve its ScaledObjects "
+            "(CRD scaledobjects.keda.sh); install KEDA, or remove autoscaling.keda to scale with HPAs",
+        )
+    if keda.refused is not None or keda.url is None:
+        return ("PrometheusNotAllowed", keda.refused or "no Prometheus for autoscaling.keda")
+    spec = release.spec
+    if spec.stable.deployment and spec.candidate.deployment and queries["stable"] == queries["candidate"]:
+        return (
+            "SameSignal",
+            f"stable and candidate would both scale on {queries['stable']}; give "
+            "autoscaling.keda.stable.labels or .candidate.labels that select each side's own series",
+        )
+    return None

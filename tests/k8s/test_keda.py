@@ -1,0 +1,171 @@
+"""KEDA for real on the test control plane (``controlplane/keda.py``).
+
+Its metrics API server is reached through the API server's aggregation layer, and
+kube-controller-manager's HPA controller scales a Deployment on a ScaledObject's Prometheus
+query: a real Prometheus scrapes engine queue gauges the test sets. Pods stay Pending (no
+kubelet for them); ``spec.replicas`` is what the HPA controller changes and what is read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.harness import Cluster
+from controlplane.keda import APISERVICE, InstalledKeda, Keda
+from controlplane.prometheus import Prometheus
+from keda_cluster import WAIT, replicas, wait_replicas
+from queue_exporter import QueueExporter
+from release_cluster import apply, deployment, get, wait
+from tinct.operator.release.kube import ReleaseKube
+
+
+@pytest.fixture(autouse=True)
+def _needs_controllers(cluster: Cluster) -> None:
+    if not getattr(cluster, "controllers", False):
+        pytest.fail("no kube-controller-manager runs (KUBEBUILDER_ASSETS?); unset it to use the built one")
+
+
+def _quantity(text: str) -> float:
+    """A Kubernetes quantity as the metrics API writes a value: ``23`` or ``23500m``."""
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def scaled_object(name: str, deployment: str, prom: str, query: str, target: float) -> dict[str, Any]:
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"name": deployment},
+            "minReplicaCount": 1,
+            "maxReplicaCount": 10,
+            # Without this the HPA waits 5 minutes before it scales down.
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
+                }
+            },
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {"serverAddress": prom, "query": query, "threshold": f"{target:g}"},
+                }
+            ],
+        },
+    }
+
+
+def test_external_metrics_are_served_through_the_aggregation_layer(
+    cluster: Cluster, keda: Keda | InstalledKeda
+) -> None:
+    service = keda.apiservice()["spec"]["service"]
+    assert keda.available(), f"APIService {APISERVICE} is not Available"
+    found = json.loads(cluster.kubectl("get", "--raw", "/apis/external.metrics.k8s.io/v1beta1").stdout)
+    assert found["groupVersion"] == "external.metrics.k8s.io/v1beta1"
+    assert service["name"] == "keda-metrics-apiserver"
+    kube = ReleaseKube()
+    assert kube.served("keda.sh/v1alpha1", "scaledobjects")
+    assert not kube.served("keda.sh/v1alpha1", "nothings")
+    assert not kube.served("absent.tinct.io/v1", "scaledobjects")
+
+
+def test_a_scaledobject_moves_replicas_up_and_down_with_the_queue(
+    cluster: Cluster, namespace: str, keda: Keda | InstalledKeda, prometheus: Callable[..., Prometheus]
+) -> None:
+    ns, target = namespace, 5.0
+    with QueueExporter() as exporter:
+        exporter.set("vllm", ns, "sched-v2", 0)
+        exporter.set("vllm", ns, "sched-v1", 0)
+        prom = prometheus()
+        prom.set_targets([exporter.target], wait=True)
+        query = f'sum(vllm:num_requests_waiting{{namespace="{ns}",service="sched-v2"}})'
+        apply(
+            cluster,
+            ns,
+            deployment("sched-v2", ready=False),
+            deployment("sched-v1", ready=False),
+            scaled_object("queue", "sched-v2", prom.url, query, target),
+        )
+        wait("KEDA's HPA for the ScaledObject", lambda: get(cluster, ns, "hpa", "keda-hpa-queue"), WAIT)
+        assert replicas(cluster, ns, "sched-v2") == 1
+
+        depth = 23.0
+        t0 = time.monotonic()
+        exporter.set("vllm", ns, "sched-v2", depth)
+        # The other Deployment's queue is not this ScaledObject's signal.
+        exporter.set("vllm", ns, "sched-v1", 400)
+        up = math.ceil(depth / target)
+        wait_replicas(cluster, ns, "sched-v2", up, f"sched-v2 scaled up to {up} replicas")
+        scaled_up = time.monotonic() - t0
+        metric = keda.external_metric(ns, "s0-prometheus", "queue")
+        assert [_quantity(m["value"]) for m in metric] == [depth]
+
+        t0 = time.monotonic()
+        exporter.set("vllm", ns, "sched-v2", 0)
+        wait_replicas(cluster, ns, "sched-v2", 1, "sched-v2 scaled back down to 1 replica")
+        scaled_down = time.monotonic() - t0
+    assert replicas(cluster, ns, "sched-v1") == 1, "no ScaledObject targets sched-v1"
+    print(
+        json.dumps(
+            {
+                "queue_up_to_replicas_s": round(scaled_up, 1),
+                "queue_down_to_replicas_s": round(scaled_down, 1),
+                "replicas_up": up,
+            }
+        )
+    )
+
+
+def test_keda_dies_with_a_test_process_killed_hard(tmp_path: Path) -> None:
+    """SIGKILL skips atexit and finally; neither KEDA process may outlive the test process."""
+    if os.environ.get("TINCT_TEST_KUBECONFIG"):
+        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
+    pids_file = tmp_path / "pids"
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+        "from controlplane.harness import ControlPlane\n"
+        "from controlplane.keda import Keda\n"
+        # Work directories in tmp_path: nothing runs the owner's cleanup.
+        f"cp = ControlPlane(workdir=Path({str(tmp_path / 'cp')!r}), with_kwok=False).start()\n"
+        f"k = Keda(cp, workdir=Path({str(tmp_path / 'keda')!r})).start()\n"
+        f"open({str(pids_file)!r}, 'w').write(' '.join(map(str, [*k.pids, *cp.pids])))\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 240
+        while not pids_file.exists() or not pids_file.read_text():
+            assert owner.poll() is None, "the control plane or KEDA did not start"
+            assert time.monotonic() < deadline, "the control plane and KEDA did not start in time"
+            time.sleep(0.2)
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert len(pids) == 5, pids  # KEDA's two, etcd, kube-apiserver, kube-controller-manager
+        assert all(_running(p) for p in pids)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_running(p) for p in pids), "a KEDA or control-plane process outlived its owner"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")  # a zombie answers kill(0) too
+    return status.exists() and status.read_text().split()[2] != "Z"
