@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for both parts of tinct: `tinct operator` and `tinct router` (the chart runs
-# it with either subcommand). Build: docker build -t tinct:0.1.0 .
+# it with either subcommand); `tinct emulator` serves an emulated LLM engine from it too. Build: docker build -t tinct:0.1.0 .
 # Any base with python3 and its venv module works, e.g. one made of Debian packages:
 #   --build-arg PYTHON_IMAGE=localhost/debian-python3:bookworm
 ARG PYTHON_IMAGE=python:3.12.8-slim-bookworm

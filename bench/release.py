@@ -1,16 +1,16 @@
 """Benchmark of the GrayRelease controller on a local control plane with a real Prometheus.
 
 Starts kube-apiserver + etcd + kube-controller-manager (the test harness's), Prometheus,
-`tinct operator` and `tinct router --watch` as processes, the v1/v2 scheduler stand-ins,
+`tinct operator` and `tinct router --watch` as processes, the v1/v2 emulated engines (tinct emulator),
 and measures:
 
 - ``operator_cpu_cores`` / ``operator_rss_mb``: the operator process (from /proc) while it
   keeps ``--releases`` GrayReleases of ``--cells`` dye cells each analysed every 10 s
-  against Prometheus (three PromQL queries per analysis), over ``--window`` seconds;
+  against Prometheus (four PromQL queries per analysis: success-rate and latency-p95 need no more), over ``--window`` seconds;
 - ``table_propagation_p50_ms`` / ``_p99_ms``: from the answer to a routing-table ConfigMap
   write to the router serving that table version (its ``tinct_router_table_version``);
 - ``rollback_reaction_s``: a release whose candidate answers 5xx under steady traffic, with
-  ``failureLimit: 1``: from the time of the analysis that fails (``status.lastAnalysis.time``)
+  ``failureLimit: 1`` (and a cooldown shorter than its interval): from the time of the analysis that fails (``status.lastAnalysis.time``)
   to the router serving the rollback table.
 - ``operator_rss_growth_mb_noisy_cluster`` / ``router_rss_growth_mb_noisy_cluster``: how much
   the operator's and the router's RSS grow when ``--noise`` unrelated ConfigMaps of 50 KB are
@@ -25,6 +25,7 @@ Usage: python bench/release.py [--releases N] [--cells N] [--window SECONDS] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -47,9 +48,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from controlplane import build  # noqa: E402
 from controlplane.harness import ControlPlane  # noqa: E402
 from controlplane.prometheus import Prometheus  # noqa: E402
+from engines import Engines  # noqa: E402
 from lineage_artifacts import make_onnx  # noqa: E402
 from release_traffic import Background, CellTraffic, router  # noqa: E402
-from router_fakes import BackgroundSchedulers, free_port, table  # noqa: E402
+from router_fakes import free_port, table  # noqa: E402
 from tinct.api.routing import routing_configmap  # noqa: E402
 
 NS = "bench"
@@ -154,7 +156,7 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tinct-release-bench-"))
-    schedulers = BackgroundSchedulers()
+    schedulers = Engines()
     log("starting the control plane and Prometheus")
     with ControlPlane() as cp, Prometheus(build.ensure_prometheus(), work / "prometheus") as prom:
         env = dict(os.environ, KUBECONFIG=str(cp.kubeconfig))
@@ -276,7 +278,7 @@ def run_releases(
     cp: ControlPlane,
     prom: Prometheus,
     rt: Any,
-    schedulers: BackgroundSchedulers,
+    schedulers: Engines,
     op: subprocess.Popen[bytes],
     args: Any,
 ) -> dict[str, float]:
@@ -318,7 +320,7 @@ def run_releases(
     log(f"operator: {cores:.3f} cores, {rss:.0f} MB RSS; {fresh}/{len(analysed)} analysed in the last 25 s")
 
     log("rollback reaction: a candidate answering 5xx")
-    schedulers.set_mode(schedulers.v2, "error")
+    schedulers.set(schedulers.v2, error_rate=1)
     rb = release(
         "rollback",
         3,
@@ -328,6 +330,9 @@ def run_releases(
         interval="5s",
         minRequests=5,
     )
+    # A cooldown shorter than the interval (the README's rule): a 30 s ejection would leave
+    # 5 s windows that saw the candidate untried, and say nothing.
+    rb["spec"]["fallback"] = {"cooldownSeconds": 2}
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(rb))
     seen: dict[int, float] = {}
     stop = threading.Event()
@@ -344,7 +349,11 @@ def run_releases(
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    with Background(rt.port, [CellTraffic("user", "low", 5, model="rollback")]):
+    # The candidate's first step is 1% of the traffic: four clients at once, so that on a
+    # loaded machine a 5 s window still holds minRequests of its tries.
+    with contextlib.ExitStack() as clients:
+        for _ in range(4):
+            clients.enter_context(Background(rt.port, [CellTraffic("user", "low", 5, model="rollback")]))
 
         def rolled_back() -> dict[str, Any] | None:
             obj = json.loads(cp.kubectl("get", "grayrelease", "rollback", "-n", NS, "-o", "json").stdout)

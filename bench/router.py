@@ -22,9 +22,11 @@ request naming one of the models, in alternating rounds, shows that picking the 
 grows with the number of releases.
 
 Then, in process: the time to classify a 4k-token chat request; through the router, the
-time from sending a streaming request to reading its first SSE chunk (and the same straight
-to the backend); and the median delay of an SSE chunk from the backend's write to the
-client's read.
+time from sending a streaming request to an emulated engine (``tinct emulator``) to reading
+its first SSE chunk (and the same straight to the engine); and the median delay of an SSE
+chunk (a chat chunk carrying one token) from the backend's write to the client's read,
+through a router measuring tokens (time to first token, inter-token latency, contract) and,
+in alternating rounds of the same run, through one started with ``--no-token-metrics``.
 
 Everything listens on 127.0.0.1; runs are a few seconds each; every process started here is
 stopped at the end. wrk and nginx come from Debian and are installed with apt-get if
@@ -266,8 +268,22 @@ def classify_us() -> float:
     return statistics.median(samples)
 
 
+def _event(i: int) -> bytes:
+    """An SSE event shaped like an engine's: a chat chunk carrying one token of content."""
+    doc = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "bench",
+        "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}],
+    }
+    return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+
 async def _sse_backend(port: int, chunks: int, go: asyncio.Event | None, sent: dict[int, float]) -> Any:
-    """An SSE backend on ``port``: ``chunks`` events, each after ``go`` (or at once)."""
+    """An SSE backend on ``port``: ``chunks`` token events, each after ``go`` (or at once),
+    stamped when written (the relay delay needs the exact write time, which an emulated
+    engine's schedule does not give)."""
     from aiohttp import web
 
     async def sse(request: web.Request) -> web.StreamResponse:
@@ -279,7 +295,7 @@ async def _sse_backend(port: int, chunks: int, go: asyncio.Event | None, sent: d
                 await go.wait()
                 go.clear()
             sent[i] = time.perf_counter()
-            await resp.write(f"data: {i}\n\n".encode())
+            await resp.write(_event(i))
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
@@ -291,54 +307,59 @@ async def _sse_backend(port: int, chunks: int, go: asyncio.Event | None, sent: d
     return runner
 
 
-async def _chunk_relay_delays(router_port: int, backend_port: int, chunks: int) -> list[float]:
-    """ms from the SSE backend's write of a chunk to the client's read of it, via the router."""
+async def _chunk_relay_delays(
+    router_ports: dict[str, int], backend_port: int, chunks: int, rounds: int
+) -> dict[str, list[float]]:
+    """ms from the SSE backend's write of a chunk to the client's read of it, via each router,
+    in alternating rounds of ``chunks`` chunks (a change in load falls on every router alike)."""
     import aiohttp
 
     sent: dict[int, float] = {}
     go = asyncio.Event()
     runner = await _sse_backend(backend_port, chunks, go, sent)
-    delays: list[float] = []
+    delays: dict[str, list[float]] = {name: [] for name in router_ports}
     try:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(f"http://127.0.0.1:{router_port}/v1/chat/completions", json=body) as r,
-        ):
-            for i in range(chunks):
-                await asyncio.sleep(0.01)
-                go.set()
-                line = await r.content.readline()
-                got = time.perf_counter()
-                assert line == f"data: {i}\n".encode(), line
-                await r.content.readline()
-                delays.append((got - sent[i]) * 1000)
+        async with aiohttp.ClientSession() as http:
+            for _ in range(rounds):
+                for name, port in router_ports.items():
+                    sent.clear()
+                    async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                        for i in range(chunks):
+                            await asyncio.sleep(0.01)
+                            go.set()
+                            line = await r.content.readline()
+                            got = time.perf_counter()
+                            assert line == _event(i)[:-1], line
+                            await r.content.readline()
+                            delays[name].append((got - sent[i]) * 1000)
+                        await r.read()
     finally:
         await runner.cleanup()
     return delays
 
 
 async def _time_to_first_chunk(ports: dict[str, int], backend_port: int, requests: int) -> dict[str, float]:
-    """Median ms from sending a streaming request to reading its first SSE chunk, per target port."""
+    """Median ms from sending a streaming request to reading its first SSE chunk, per target
+    port, from an emulated engine (tinct emulator: first token at once) on ``backend_port``."""
     import aiohttp
 
-    runner = await _sse_backend(backend_port, 3, None, {})
+    from tinct.emulator import Behaviour, serving
+
     out: dict[str, float] = {}
-    try:
+    behaviour = Behaviour(model="bench", ttft_ms=0, itl_ms=0, output_tokens=3)
+    async with serving(behaviour, port=backend_port), aiohttp.ClientSession() as http:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-        async with aiohttp.ClientSession() as http:
-            for name, port in ports.items():
-                samples = []
-                for _ in range(requests):
-                    t0 = time.perf_counter()
-                    async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
-                        line = await r.content.readline()
-                        samples.append((time.perf_counter() - t0) * 1000)
-                        assert line == b"data: 0\n", line
-                        await r.read()
-                out[name] = statistics.median(samples)
-    finally:
-        await runner.cleanup()
+        for name, port in ports.items():
+            samples = []
+            for _ in range(requests):
+                t0 = time.perf_counter()
+                async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                    line = await r.content.readline()
+                    samples.append((time.perf_counter() - t0) * 1000)
+                    assert line.startswith(b"data: {"), line
+                    await r.read()
+            out[name] = statistics.median(samples)
     return out
 
 
@@ -470,12 +491,19 @@ def main() -> int:
 
         sse_table = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
         _start_router(tmp, sse_table, sse_router, procs)
-        delays = asyncio.run(_chunk_relay_delays(sse_router, sse_backend, 100))
-        print(
-            f"SSE chunk backend write -> client read via router: median {statistics.median(delays):.3f} ms, "
-            f"max {max(delays):.3f} ms",
-            file=sys.stderr,
+        unmeasured_router = _port()
+        _start_router(tmp, sse_table, unmeasured_router, procs, "--no-token-metrics")
+        relay = asyncio.run(
+            _chunk_relay_delays(
+                {"measured": sse_router, "unmeasured": unmeasured_router}, sse_backend, 100, 3
+            )
         )
+        for name, delays in relay.items():
+            print(
+                f"SSE chunk backend write -> client read via router ({name} tokens): median "
+                f"{statistics.median(delays):.3f} ms, max {max(delays):.3f} ms",
+                file=sys.stderr,
+            )
         ttfc = asyncio.run(
             _time_to_first_chunk({"router": sse_router, "direct": sse_backend}, sse_backend, 50)
         )
@@ -509,7 +537,8 @@ def main() -> int:
             "classify_us_4k_tokens": round(us, 2),
             "time_to_first_chunk_ms": round(ttfc["router"], 3),
             "time_to_first_chunk_direct_ms": round(ttfc["direct"], 3),
-            "chunk_relay_delay_median_ms": round(statistics.median(delays), 3),
+            "chunk_relay_delay_median_ms": round(statistics.median(relay["measured"]), 3),
+            "chunk_relay_delay_median_ms_unmeasured": round(statistics.median(relay["unmeasured"]), 3),
         }
     finally:
         for p in procs:

@@ -8,14 +8,14 @@ operator and the router as the `tinct` command would in a cluster, and walks thr
    fails with the reason in its status;
 2. the lineage tables, queried with `tinct lineage sql`;
 3. a GrayRelease driven by the operator under analysis by a real Prometheus scraping the
-   routers: it steps to 1, is paused there with `tinct release pause` while OpenAI-client
+   routers and the engines (time to first token, inter-token latency, throttling, queue depth): it steps to 1, is paused there with `tinct release pause` while OpenAI-client
    requests from different dye cells land on v1 or v2 (and on v1 again, inside the same
    request, when v2 answers 426), then resumed to Promoted; a second release of a candidate
    answering 503 is rolled back; `tinct release status` prints each matrix and SQL over
    `release_events` tells the story.
 
-The two schedulers are small local stand-ins for LLM serving backends (no GPU, no
-model weights here); everything else is the real thing. Everything is torn down at the end.
+The two schedulers are emulated LLM engines (`tinct emulator`: no GPU, no model weights
+here); everything else is the real thing. Everything is torn down at the end.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from controlplane import build  # noqa: E402
 from controlplane.harness import ControlPlane, free_port  # noqa: E402
 from controlplane.prometheus import Prometheus  # noqa: E402
+from engines import Engines  # noqa: E402
 from lineage_artifacts import make_artifact_set  # noqa: E402
 from release_cluster import deployment  # noqa: E402
-from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background  # noqa: E402
-from router_fakes import BackgroundSchedulers  # noqa: E402
+from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background  # noqa: E402
 
 NS = "llm"
 TINCT = str(Path(sys.executable).parent / "tinct")
@@ -216,7 +216,7 @@ def main() -> int:
                 ).stdout
             )
 
-            backends = BackgroundSchedulers()
+            backends = Engines()  # tinct emulator, one per side: no model runs here
             try:
                 gray_releases(cp, env, work, lineage, backends, op, prom)
             finally:
@@ -255,15 +255,17 @@ def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> A
     )
 
 
-def release_doc(name: str, backends: BackgroundSchedulers) -> dict[str, Any]:
-    """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus), but with the
-    schedulers on loopback and a 5 s interval so the demo stays short."""
+def release_doc(name: str, backends: Engines) -> dict[str, Any]:
+    """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus, judging TTFT,
+    ITL and the engines' queue depth too), but with the schedulers on loopback and an 8 s
+    interval so the demo stays short."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
     doc["metadata"]["name"] = name
     spec = doc["spec"]
-    spec["stable"]["url"] = backends.v1.url
-    spec["candidate"]["url"] = backends.v2.url
-    spec["analysis"].update(interval="5s", minRequests=3)
+    for side, engine in (("stable", backends.v1), ("candidate", backends.v2)):
+        # On loopback, the engines' series are told apart by their scrape address.
+        spec[side].update(url=engine.url, metricsSelector={"instance": f"127.0.0.1:{engine.port}"})
+    spec["analysis"].update(interval="8s", minRequests=3)  # time enough to pause at step 1
     # An ejected candidate gets no requests for the cooldown; the demo's is short.
     spec["fallback"]["cooldownSeconds"] = 2
     return doc
@@ -300,7 +302,7 @@ def gray_releases(
     env: dict[str, str],
     work: Path,
     lineage: Path,
-    backends: BackgroundSchedulers,
+    backends: Engines,
     op: subprocess.Popen[bytes],
     prom: Prometheus,
 ) -> None:
@@ -328,8 +330,10 @@ def gray_releases(
         router_process(port, "chat", work / "router.log", env) as router,
         router_process(port2, "chat-2", work / "router-2.log", env),
     ):
-        prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}"])
-        say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 5 s analysis interval)")
+        engines = [f"127.0.0.1:{backends.v1.port}", f"127.0.0.1:{backends.v2.port}"]
+        prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}", *engines])
+        say("Prometheus scrapes both routers and both engines' /metrics (vLLM's names, emulated)")
+        say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 8 s analysis interval)")
         show(
             cp.kubectl(
                 "apply",
@@ -340,7 +344,8 @@ def gray_releases(
                 input=yaml.safe_dump(release_doc("chat", backends)),
             ).stdout
         )
-        cells = [LONG_ADMIN_HIGH, LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]
+        # The long cell streams (SSE), so each window has the tokens the analysis times.
+        cells = [LONG_ADMIN_HIGH_STREAMED, LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW]
         with Background(port, cells):
             follow(cp, "chat", lambda st: st.get("step") == 1, op)
             say("tinct release pause chat   (hold step 1 while we look at it)")
@@ -362,7 +367,7 @@ def gray_releases(
         show(tinct(env, "release", "status", "chat", "-n", NS))
 
         say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
-        backends.set_mode(backends.v2, "error")
+        backends.set(backends.v2, error_rate=1)
         cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", backends)))
         with Background(port2, cells):
             follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
@@ -401,7 +406,7 @@ def router_ready(port: int) -> bool:
         return False
 
 
-def run_requests(port: int, backends: BackgroundSchedulers) -> None:
+def run_requests(port: int, backends: Engines) -> None:
     from openai import OpenAI
 
     client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="demo", max_retries=0)
@@ -434,13 +439,13 @@ def run_requests(port: int, backends: BackgroundSchedulers) -> None:
     show(f"session sticky-7 always lands on {side1}: {same}")
 
     say("v2 starts answering 426 (version mismatch): the router retries on v1 in the same request")
-    backends.v2.reset("mismatch")
+    backends.set(backends.v2, accept_versions=["v3"])  # serves scheduler v3 only now
     for session in on_candidate[:4]:
         side, reason, answer = ask(session, "admin", "high", 2000)
         show(
             f"session {session} (sticky on v2): X-Scheduler-Active={side} X-Fallback-Reason={reason} answer={answer!r}"
         )
-    backends.v2.reset("ok")
+    backends.set(backends.v2, accept_versions=[])
     with urllib_get(f"http://127.0.0.1:{port}/metrics") as text:
         lines = [
             ln

@@ -76,6 +76,17 @@ def _spec(path: str, value: Any) -> Callable[[Doc], None]:
     return mutate
 
 
+def _drop(path: str) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        node = doc["spec"]
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node.pop(keys[-1], None)
+
+    return mutate
+
+
 def _all(*mutations: Callable[[Doc], None]) -> Callable[[Doc], None]:
     def mutate(doc: Doc) -> None:
         for m in mutations:
@@ -95,17 +106,8 @@ def _keda(
         for side, engine in zip(("stable", "candidate"), engines, strict=True):
             if engine is not None:
                 spec[side]["engine"] = engine
-
-    return mutate
-
-
-def _drop(path: str) -> Callable[[Doc], None]:
-    def mutate(doc: Doc) -> None:
-        node = doc["spec"]
-        *parents, last = path.split(".")
-        for key in parents:
-            node = node[key]
-        del node[last]
+            else:  # the example names its engines
+                spec[side].pop("engine", None)
 
     return mutate
 
@@ -133,6 +135,13 @@ def _dyn(message: str, rule: str, *, table: bool = True) -> dict[str, Any]:
     """A case's keywords for a message built from the input, shared by the table or not."""
     return {"message": message, "rule": rule, "table": message if table else None}
 
+
+ENGINE_NEEDED = (
+    "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine"
+)
+QUEUE = [{"name": "queue-depth", "max": 4}]
+#: Metrics that need no engine: for cases that take the candidate's engine away.
+ROUTER_ONLY = [{"name": "success-rate", "min": 99}, {"name": "ttft-p95", "maxMs": 1500}]
 
 CASES = [
     Case("example", lambda d: None, None),
@@ -261,6 +270,37 @@ CASES = [
         "give a threshold: min, max or maxMs",
     ),
     Case(
+        "max-ms-on-a-rate",
+        _spec("analysis.metrics", [{"name": "throttle-rate", "maxMs": 5}]),
+        "maxMs is for latency-p95, ttft-p95 and itl-p95; give others min or max",
+    ),
+    Case(
+        "quantile-on-a-rate",
+        _spec("analysis.metrics", [{"name": "success-rate", "min": 99, "quantile": 0.9}]),
+        "quantile is for latency-p95, ttft-p95 and itl-p95",
+    ),
+    Case("ttft-p99", _spec("analysis.metrics", [{"name": "ttft-p95", "maxMs": 900, "quantile": 0.99}]), None),
+    Case(
+        "engine-metric-without-engine",
+        _all(_spec("analysis.metrics", QUEUE), _drop("candidate.engine")),
+        ENGINE_NEEDED,
+    ),
+    Case(
+        "engine-metric-default-selector",
+        _all(_spec("analysis.metrics", QUEUE), _drop("candidate.metricsSelector")),
+        None,
+    ),
+    Case(
+        "engine-metric-stable-without-engine",
+        _all(_spec("analysis.metrics", QUEUE), _drop("stable.engine"), _drop("stable.metricsSelector")),
+        None,
+    ),
+    Case(
+        "selector-key-not-a-label-name",
+        _spec("candidate.metricsSelector", {"app.kubernetes.io/name": "sched-v2"}),
+        "metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+    ),
+    Case(
         "min-above-max-replicas", _spec("autoscaling.minReplicas", 20), "minReplicas must be <= maxReplicas"
     ),
     Case("min-equals-max-replicas", _spec("autoscaling.minReplicas", 12), None),
@@ -280,13 +320,16 @@ CASES = [
     ),
     Case(
         "keda-candidate-without-engine",
-        _keda(stable={}, candidate={}, engines=("vllm", None)),
+        _all(_keda(stable={}, candidate={}, engines=("vllm", None)), _spec("analysis.metrics", ROUTER_ONLY)),
         "autoscaling.keda scales candidate on its engine's queue: name candidate.engine, or give "
         "autoscaling.keda.candidate.query",
     ),
     Case(
         "keda-own-queries-without-engines",
-        _keda(stable={"query": "sum(q_v1)"}, candidate={"query": "sum(q_v2)"}, engines=(None, None)),
+        _all(
+            _keda(stable={"query": "sum(q_v1)"}, candidate={"query": "sum(q_v2)"}, engines=(None, None)),
+            _spec("analysis.metrics", ROUTER_ONLY),
+        ),
         None,
     ),
     Case(

@@ -41,6 +41,7 @@ class CellTraffic:
 LONG_ADMIN_HIGH = CellTraffic("admin", "high", 1200)  # ~5,500 tokens: the `long` bucket
 MEDIUM_AUDIT_LOW = CellTraffic("audit", "low", 300)  # the default cell
 STREAMED = CellTraffic("audit", "low", 300, stream=True)  # the default cell, answered as SSE
+LONG_ADMIN_HIGH_STREAMED = CellTraffic("admin", "high", 1200, stream=True)  # the long cell, as SSE
 
 
 def ask(

@@ -1,9 +1,11 @@
-"""Fake v1/v2 schedulers and helpers shared by the router tests (unit and k8s).
+"""Hostile and instrumented backends and helpers shared by the router tests (unit and k8s).
 
 A :class:`FakeScheduler` is a real aiohttp server on 127.0.0.1 that answers OpenAI-style
-requests and can be told to fail (5xx), reject the scheduler version (426), stall before
-answering, or stream SSE one event per ``gate`` release so a test can observe the ordering
-of chunk arrival without clocks.
+requests, records every request it saw (headers, body, peer), and can be told to fail (5xx),
+reject the scheduler version (426), stall before answering, or stream SSE one event per
+``gate`` release so a test can observe the ordering of chunk arrival without clocks; a
+:class:`HostileBackend` answers whatever bytes a test writes. Tests that need an LLM engine
+rather than these exact behaviours use the emulator (:mod:`engines`).
 """
 
 from __future__ import annotations
@@ -185,43 +187,6 @@ class HostileBackend:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
-
-
-class BackgroundSchedulers:
-    """The v1 and v2 stand-ins served from an event loop of their own, for synchronous code
-    (the demo, tests that run the router and the operator as processes or threads)."""
-
-    def __init__(self, names: tuple[str, str] = ("v1", "v2")) -> None:
-        """``names``: what the stable and the candidate stand-in call themselves (the
-        ``model`` of their answers), to tell the schedulers of several releases apart."""
-        import threading
-
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.v1: FakeScheduler = self.run(FakeScheduler(names[0]).start())
-        self.v2: FakeScheduler = self.run(FakeScheduler(names[1]).start())
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def set_mode(self, scheduler: FakeScheduler, mode: str) -> None:
-        """Change ``scheduler``'s mode from outside its loop."""
-
-        async def change() -> None:
-            scheduler.mode = mode
-            if mode == "stall":
-                scheduler.release_stall.clear()
-            else:
-                scheduler.release_stall.set()
-
-        self.run(change())
-
-    def stop(self) -> None:
-        self.run(self.v1.stop())
-        self.run(self.v2.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 def table_doc(

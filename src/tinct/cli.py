@@ -121,6 +121,12 @@ def _add_release(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     register(sub)
 
 
+def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.emulator.cli import register
+
+    register(sub)
+
+
 #: Subcommand registrars, in the order ``tinct --help`` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_crds,
@@ -128,6 +134,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     _add_operator,
     _add_lineage,
     _add_release,
+    _add_emulator,
     _add_version,
     _add_completion,
     _add_complete,

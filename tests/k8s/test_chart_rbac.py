@@ -422,16 +422,16 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
     ConfigMaps in its own namespace forges tables there — for a model a release serves,
     one no release serves yet, and one whose release comes after the forgery — and none
     of them changes which backend answers."""
+    from engines import Engines
     from release_cluster import apply, example, modelversion, service, wait_release
-    from router_fakes import BackgroundSchedulers
 
     rel, tenant = f"ts-{namespace[-6:]}", other_namespace
     helm("install", rel, str(CHART), "--namespace", namespace)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
     tenant_kc = _tenant_kubeconfig(cluster, tenant)
-    real = BackgroundSchedulers(("real-v1", "real-v2"))
-    evil = BackgroundSchedulers(("evil-v1", "evil-v2"))
+    real = Engines(("real-v1", "real-v2"))
+    evil = Engines(("evil-v1", "evil-v2"))
     log, rlog = tmp_path / "operator.log", tmp_path / "router.log"
     try:
         onnx = make_onnx(tmp_path / "m.onnx")
@@ -488,7 +488,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
         evil.stop()
     assert answers["llama3-8b"] == {(200, "real-v1")}, "step 1/2 sends nothing to the candidate"
     assert answers["mistral-7b"] == {(404, "model_not_found")}
-    assert (len(evil.v1.seen), len(evil.v2.seen)) == (0, 0)
+    assert (evil.v1.state.received, evil.v2.state.received) == (0, 0)
     # Where the tables live, the tenant cannot write; neither chart identity reaches the tenant's ConfigMaps.
     _refused(cluster, tenant_kc, "create", "configmap", "forged", "-n", namespace, "--from-literal=k=v")
     _refused(cluster, rt_kc, "get", "configmaps", "-n", tenant)

@@ -43,10 +43,17 @@ def test_demo_runs_end_to_end() -> None:
     assert cells["short prompt / user / low"].get("v2", 0) <= 10, cells
     assert 5 <= cells["medium prompt / audit / low"].get("v2", 0) <= 40, cells
     assert 20 <= cells["long prompt / admin / high"].get("v2", 0) <= 65, cells
-    assert "X-Fallback-Reason=version_mismatch answer='hello from v1'" in out
+    assert "X-Fallback-Reason=version_mismatch answer='Emulated answer from v1'" in out
     assert 'reason="version_mismatch"' in out
     # The operator drives both releases under Prometheus analysis.
     assert "GrayRelease llm/chat  phase Paused  step 2/4" in out
+    # What LLM users feel, in `tinct release status`: time to first token, the engine's queue.
+    paused = re.search(r"GrayRelease llm/chat  phase Paused.*?\n\n", out, re.S)
+    assert paused, out
+    assert re.search(r"^\s+ttft-p95\s+[\d.]+\s+<= 1500 ms", paused.group(0), re.M), paused.group(0)
+    assert re.search(
+        r"^\s+queue-depth\s+[\d.]+\s+<= 8 requests .*\(vllm:num_requests_waiting\)", paused.group(0), re.M
+    )
     assert re.search(r"chat: Promoted step 4/4 -- promoted after step 3/4: analysis passed", out)
     assert re.search(r"chat-2: RolledBack step 1/4 -- rolled back at step 1/4 after 2 failed analyses", out)
     matrix = re.search(r"GrayRelease llm/chat-2  phase RolledBack.*?\n(.*?)\n\n", out, re.S)

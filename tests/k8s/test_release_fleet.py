@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from controlplane.harness import Cluster
+from engines import Engines
 from lineage_artifacts import make_onnx
 from release_cluster import apply, example, get, modelversion, operator, service, table, wait, wait_release
 from release_traffic import Router, router
-from router_fakes import BackgroundSchedulers
 from tinct.api.routing import configmap_name
 
 pytestmark = pytest.mark.usefixtures("crds")
@@ -74,8 +74,8 @@ def _in_force(r: Router, cluster: Cluster, ns: str, release: str) -> bool:
 
 def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    chat = BackgroundSchedulers(("chat-v1", "chat-v2"))
-    coder = BackgroundSchedulers(("coder-v1", "coder-v2"))
+    chat = Engines(("chat-v1", "chat-v2"))
+    coder = Engines(("coder-v1", "coder-v2"))
     try:
         onnx = make_onnx(tmp_path / "model.onnx")
         apply(
@@ -131,7 +131,7 @@ def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: st
     assert (error["code"], error["type"]) == ("model_not_found", "invalid_request_error")
     assert "mistral-7b" in error["message"]
     # Every request reached exactly the scheduler its model's table chose.
-    assert (len(chat.v1.seen), len(chat.v2.seen), len(coder.v1.seen), len(coder.v2.seen)) == (20, 0, 0, 20)
+    assert [e.state.received for e in (chat.v1, chat.v2, coder.v1, coder.v2)] == [20, 0, 0, 20]
 
 
 class _Steady:
@@ -178,8 +178,8 @@ def test_deleting_a_release_never_makes_its_model_unavailable(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    chat = BackgroundSchedulers(("chat-v1", "chat-v2"))
-    coder = BackgroundSchedulers(("coder-v1", "coder-v2"))
+    chat = Engines(("chat-v1", "chat-v2"))
+    coder = Engines(("coder-v1", "coder-v2"))
     try:
         onnx = make_onnx(tmp_path / "model.onnx")
         apply(

@@ -16,6 +16,7 @@ COMMANDS = {
     "router": "run the dye router",
     "operator": "run the operator",
     "lineage": "query the lineage tables",
+    "emulator": "serve an emulated LLM engine (OpenAI API, engine metrics; no model runs)",
 }
 
 
@@ -37,6 +38,10 @@ def test_help_lists_every_command_with_its_summary() -> None:
         (["operator"], ["--namespace", "--lineage-root", "--hash-workers", "--s3-endpoint", "--peering"]),
         (["lineage", "sql"], ["--root", "--format", "--as-of-version", "--as-of"]),
         (["lineage", "show"], ["--root", "--format"]),
+        (
+            ["emulator"],
+            ["--engine", "--ttft-ms", "--itl-ms", "--throttle-rate", "--contract", "--slots", "--control"],
+        ),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v[0][0] != "-" else None,
 )

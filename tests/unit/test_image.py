@@ -67,6 +67,8 @@ def test_wheel_installs_into_a_bare_virtualenv_and_both_commands_run(tmp_path: P
     router = _run(tinct, "router", "--help", cwd=tmp_path, env=env).stdout
     assert "--watch" in router
     assert "--selector" in router
+    emulator = _run(tinct, "emulator", "--help", cwd=tmp_path, env=env).stdout
+    assert "no model runs" in emulator
 
 
 def _stages(dockerfile: str) -> list[str]:

@@ -66,7 +66,9 @@ def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env
 
 
-@pytest.mark.parametrize("command", [[], ["operator"], ["router"], ["lineage"], ["lineage", "sql"]])
+@pytest.mark.parametrize(
+    "command", [[], ["operator"], ["router"], ["lineage"], ["lineage", "sql"], ["emulator"]]
+)
 def test_every_command_helps_without_extras(bare_env: Path, command: list[str]) -> None:
     proc = subprocess.run(
         [bare_env / "bin" / "tinct", *command, "--help"], capture_output=True, text=True, timeout=120

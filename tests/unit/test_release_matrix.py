@@ -54,3 +54,42 @@ def test_measured_numbers_in_status_are_readable() -> None:
     assert wire["requests"] == 1234.57
     assert MetricResult(name="x", value=99.995, threshold="t", verdict="Pass").value == 99.995
     assert MetricResult(name="x", value=0.000123456789, threshold="t", verdict="Pass").value == 0.000123457
+
+
+def test_llm_metrics_show_their_units_and_the_engine_series_read() -> None:
+    from tinct.api.v1alpha1.grayrelease import AnalysisResult, MetricResult
+
+    gr = step(release(), T0)
+    la = AnalysisResult(
+        time=T0,
+        verdict="Fail",
+        metrics=[
+            MetricResult(name="ttft-p95", value=412.5, threshold="<= 1500 ms", verdict="Pass"),
+            MetricResult(
+                name="queue-depth",
+                value=11.0,
+                threshold="<= 8 requests",
+                verdict="Fail",
+                message="11 > 8",
+                series="vllm:num_requests_waiting",
+            ),
+        ],
+    )
+    assert gr.status is not None
+    gr.status.last_analysis = la
+    lines = render(matrix(gr)).splitlines()
+    ttft = next(ln for ln in lines if ln.strip().startswith("ttft-p95"))
+    assert ttft.split() == ["ttft-p95", "412.5", "<=", "1500", "ms", "Pass"]
+    queue = next(ln for ln in lines if ln.strip().startswith("queue-depth"))
+    assert queue.split() == [
+        "queue-depth",
+        "11",
+        "<=",
+        "8",
+        "requests",
+        "Fail",
+        "11",
+        ">",
+        "8",
+        "(vllm:num_requests_waiting)",
+    ]

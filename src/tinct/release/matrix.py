@@ -136,11 +136,14 @@ def render(data: dict[str, Any], color: bool = False) -> str:
         )
         metrics = la.get("metrics", [])
         tw = max([28, *(len(m["threshold"]) for m in metrics)])
+        name_w = max([14] + [len(m["name"]) for m in metrics])
         for m in metrics:
             value = "n/a" if m.get("value") is None else f"{m['value']:.4g}"
             note = f"  {m['message']}" if m.get("message") else ""
+            if m.get("series"):  # an engine metric: which of the engine's names it was read from
+                note += f"  ({m['series']})"
             lines.append(
-                f"  {m['name']:<14} {value:>10}  {m['threshold']:<{tw}} "
+                f"  {m['name']:<{name_w}} {value:>10}  {m['threshold']:<{tw}} "
                 f"{paint(m['verdict'], _VERDICT_STYLE.get(m['verdict']))}{note}"
             )
         for cell in la.get("cells", []):

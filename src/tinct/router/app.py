@@ -123,7 +123,12 @@ class Router:
             idle_timeout=cfg.keepalive_timeout,
             resolve=parse_resolve(cfg.resolve),
         )
-        st.proxy = Proxy(self._pool, st.metrics, head_timeout=cfg.upstream_head_timeout)
+        st.proxy = Proxy(
+            self._pool,
+            st.metrics,
+            head_timeout=cfg.upstream_head_timeout,
+            measure_tokens=cfg.measure_tokens,
+        )
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)
@@ -242,6 +247,7 @@ class Router:
         weight = route.weight
         ex.body = body
         ex.tag = route.tag
+        ex.stream = doc.get("stream") is True
         # The sticky key matters only between 0 and 100 (and may cost a random draw).
         ex.candidate = (
             weight >= 100.0

@@ -39,6 +39,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         trust_role_from=tuple(args.trust_role_from),
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
+        measure_tokens=not args.no_token_metrics,
     )
 
 
@@ -214,6 +215,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="believe the dye role header only from these peers, e.g. the gateway's range "
         "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
         "every caller gets the default role",
+    )
+    p.add_argument(
+        "--no-token-metrics",
+        action="store_true",
+        help="do not read classified answers for the token metrics (time to first token, "
+        "inter-token latency, output tokens, contract violations); their families stay empty",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_router)

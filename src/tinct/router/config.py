@@ -78,6 +78,9 @@ class RouterConfig:
     metrics_socket: Path | None = None
     #: Post Kubernetes Events about routing tables (one worker of a router does).
     post_events: bool = True
+    #: Measure classified answers as they pass: time to first token, inter-token latency,
+    #: output tokens, API contract violations (:mod:`tinct.router.tokens`).
+    measure_tokens: bool = True
 
 
 @dataclass

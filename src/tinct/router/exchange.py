@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tinct.router.request import Request
     from tinct.router.server import ServerConnection
     from tinct.router.table import CompiledTable
+    from tinct.router.tokens import Meter
 
 
 @dataclass(slots=True)
@@ -33,6 +34,8 @@ class Exchange:
     body: bytes | None = None
     #: The sticky choice sent it to the candidate.
     candidate: bool = False
+    #: The request asked for a stream (``"stream": true``).
+    stream: bool = False
     # --- the outcome --------------------------------------------------------------------
     #: Who answered: ``stable``, ``candidate`` or ``router`` (refused before any backend).
     side: str = "router"
@@ -41,6 +44,9 @@ class Exchange:
     #: Seconds to the answer's head: from ``started``, or after a fallback from the start of
     #: stable's attempt; None when there was no upstream answer.
     ttfb: float | None = None
+    #: What the answer said (tokens, contract), for classified requests while the router
+    #: measures tokens; None otherwise.
+    meter: Meter | None = None
 
 
 __all__ = ["Exchange"]

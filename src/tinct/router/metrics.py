@@ -6,8 +6,10 @@ Label values come only from the table (namespace, release, scheduler versions, d
 built from configured bucket/role/latency names), from a fixed list (side, fallback reason) or from the
 HTTP status code, so the number of series stays bounded whatever clients send.
 
-The per-request series (request count, time-to-first-byte and duration histograms) are
-plain counters kept by the event loop and turned into metric families only when scraped:
+The per-request series (request count, time-to-first-byte and duration histograms, and for
+classified answers the token series of :mod:`tinct.router.tokens`: time to first token,
+inter-token latency, output tokens, contract violations) are plain counters kept by the
+event loop and turned into metric families only when scraped:
 ``prometheus_client``'s ``labels()``/``observe()`` take a lock and walk the buckets in
 Python, which cost a measurable share of a proxied request. Rare events (fallbacks,
 ejections, table changes) use ordinary ``prometheus_client`` metrics.
@@ -24,6 +26,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from tinct.router.tokens import KINDS, Meter
+
 if TYPE_CHECKING:
     from tinct.router.exchange import Exchange
     from tinct.router.table import CompiledTable
@@ -32,25 +36,48 @@ if TYPE_CHECKING:
 UNCLASSIFIED = "none"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Gaps between tokens: finer below 100 ms, where engines' inter-token latencies are.
+ITL_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+#: Output tokens of one answer.
+TOKEN_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0)
 _REQUEST_LABELS = ("namespace", "release", "side", "scheduler_version", "dye_tag", "code")
+_RESPONSE_LABELS = ("namespace", "release", "side", "dye_tag", "status_class")
 _LATENCY_LABELS = ("namespace", "release", "side", "dye_tag")
+_VIOLATION_LABELS = ("namespace", "release", "side", "dye_tag", "kind")
+#: The status classes of ``tinct_router_responses_total``: 429 (throttled) apart from 4xx.
+STATUS_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx")
+SeriesKey = tuple[str, str, str, str]
 
 
-class _Histogram:
-    __slots__ = ("counts", "total")
+def status_class(code: int) -> str:
+    """``429``, else ``<first digit>xx`` (``1xx`` and garbage codes as ``5xx``: not an answer)."""
+    if code == 429:
+        return "429"
+    if 200 <= code < 500:
+        return f"{code // 100}xx"
+    return "5xx"
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+
+class Histogram:
+    """Bucket counts and a sum, cumulated only when scraped."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
         self.total = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS, value)] += 1
+        self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
         acc = 0
-        for bound, n in zip(LATENCY_BUCKETS, self.counts, strict=False):
+        for bound, n in zip(self.bounds, self.counts, strict=False):
             acc += n
             out.append((repr(bound), float(acc)))
         out.append(("+Inf", float(acc + self.counts[-1])))
@@ -67,9 +94,32 @@ class _RequestCollector(Collector):
             "Requests answered, by the side that served them.",
             labels=_REQUEST_LABELS,
         )
+        classes: dict[tuple[str, str, str, str, str], int] = {}
         for (namespace, release, side, version, tag, code), n in self.m.counts.items():
             req.add_metric([namespace, release, side, version, tag, str(code)], n)
+            ckey = (namespace, release, side, tag, status_class(code))
+            classes[ckey] = classes.get(ckey, 0) + n
         yield req
+        resp = CounterMetricFamily(
+            "tinct_router_responses",
+            "Answers by status class (2xx, 3xx, 4xx, 429, 5xx: throttling apart from other "
+            "client errors), by the side that served them; the same answers as "
+            "tinct_router_requests_total.",
+            labels=_RESPONSE_LABELS,
+        )
+        for key, n in classes.items():
+            resp.add_metric(list(key), n)
+        yield resp
+        bad = CounterMetricFamily(
+            "tinct_router_contract_violations",
+            "Answers that broke the OpenAI API contract, by kind (sse_framing, sse_no_done, "
+            "no_choices, error_body, not_sse; at most one of each kind per answer), by the "
+            "side that answered. The client received the answer unchanged.",
+            labels=_VIOLATION_LABELS,
+        )
+        for vkey, n in self.m.violations.items():
+            bad.add_metric(list(vkey), n)
+        yield bad
         for name, doc, series in (
             (
                 "tinct_router_time_to_first_byte_seconds",
@@ -81,6 +131,23 @@ class _RequestCollector(Collector):
                 "tinct_router_request_duration_seconds",
                 "From request received to the last byte sent to the client.",
                 self.m.duration_series,
+            ),
+            (
+                "tinct_router_time_to_first_token_seconds",
+                "From request received to the first SSE event carrying content sent to the client "
+                "(streams), or to the whole answer (2xx answers not streamed). Classified requests.",
+                self.m.ttft_series,
+            ),
+            (
+                "tinct_router_inter_token_latency_seconds",
+                "Gaps between consecutive SSE events carrying content, as relayed to the client.",
+                self.m.itl_series,
+            ),
+            (
+                "tinct_router_output_tokens",
+                "Output tokens per whole answer: its usage.completion_tokens when it says, else "
+                "(streams) the SSE events carrying content.",
+                self.m.tokens_series,
             ),
         ):
             fam = HistogramMetricFamily(name, doc, labels=_LATENCY_LABELS)
@@ -98,8 +165,13 @@ class RouterMetrics:
         #: (namespace, release, side, scheduler_version, dye_tag, code) -> requests answered
         self.counts: dict[tuple[str, str, str, str, str, int], int] = {}
         #: (namespace, release, side, dye_tag) -> histogram
-        self.ttfb_series: dict[tuple[str, str, str, str], _Histogram] = {}
-        self.duration_series: dict[tuple[str, str, str, str], _Histogram] = {}
+        self.ttfb_series: dict[SeriesKey, Histogram] = {}
+        self.duration_series: dict[SeriesKey, Histogram] = {}
+        self.ttft_series: dict[SeriesKey, Histogram] = {}
+        self.itl_series: dict[SeriesKey, Histogram] = {}
+        self.tokens_series: dict[SeriesKey, Histogram] = {}
+        #: (namespace, release, side, dye_tag, kind) -> answers with that violation
+        self.violations: dict[tuple[str, str, str, str, str], int] = {}
         r.register(_RequestCollector(self))
         self.fallbacks = Counter(
             "tinct_router_fallbacks",
@@ -156,11 +228,40 @@ class RouterMetrics:
         hkey = (table.namespace, table.release, ex.side, ex.tag)
         d = self.duration_series.get(hkey)
         if d is None:
-            d = self.duration_series[hkey] = _Histogram()
-            self.ttfb_series.setdefault(hkey, _Histogram())
+            d = self.duration_series[hkey] = Histogram()
+            self.ttfb_series.setdefault(hkey, Histogram())
         d.observe(total)
         if ex.ttfb is not None:
             self.ttfb_series[hkey].observe(ex.ttfb)
+        meter = ex.meter
+        if meter is not None:
+            self._tokens(hkey, meter)
+
+    def meter(self, ex: Exchange, status: int, stream: bool, asked_stream: bool) -> Meter:
+        """A :class:`~tinct.router.tokens.Meter` for the answer ``ex`` is about to relay."""
+        table = ex.table
+        hkey = (table.namespace, table.release, ex.side, ex.tag)
+        itl = self.itl_series.get(hkey)
+        if itl is None:
+            itl = self.itl_series[hkey] = Histogram(ITL_BUCKETS)
+        return Meter(ex.started, status, stream, asked_stream, itl)
+
+    def _tokens(self, hkey: SeriesKey, meter: Meter) -> None:
+        ttft = meter.ttft
+        if ttft is not None:
+            h = self.ttft_series.get(hkey)
+            if h is None:
+                h = self.ttft_series[hkey] = Histogram()
+            h.observe(ttft)
+        tokens = meter.output_tokens
+        if tokens is not None:
+            t = self.tokens_series.get(hkey)
+            if t is None:
+                t = self.tokens_series[hkey] = Histogram(TOKEN_BUCKETS)
+            t.observe(float(tokens))
+        for kind in meter.violations:
+            vkey = (*hkey, kind)
+            self.violations[vkey] = self.violations.get(vkey, 0) + 1
 
     def candidate_failed(self, ex: Exchange, seconds: float) -> None:
         """A candidate attempt failed ``seconds`` after the request came in, and the request
@@ -170,7 +271,7 @@ class RouterMetrics:
         hkey = (table.namespace, table.release, "candidate", ex.tag)
         h = self.ttfb_series.get(hkey)
         if h is None:
-            h = self.ttfb_series[hkey] = _Histogram()
+            h = self.ttfb_series[hkey] = Histogram()
         h.observe(seconds)
 
     def fallback(self, table: CompiledTable, reason: str, tag: str) -> None:
@@ -180,4 +281,14 @@ class RouterMetrics:
         self.ejections.labels(table.namespace, table.release).inc()
 
 
-__all__ = ["LATENCY_BUCKETS", "UNCLASSIFIED", "RouterMetrics"]
+__all__ = [
+    "ITL_BUCKETS",
+    "KINDS",
+    "LATENCY_BUCKETS",
+    "STATUS_CLASSES",
+    "TOKEN_BUCKETS",
+    "UNCLASSIFIED",
+    "Histogram",
+    "RouterMetrics",
+    "status_class",
+]

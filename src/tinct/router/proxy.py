@@ -21,6 +21,11 @@ retried — the client has already seen part of an answer — so the proxy cuts 
 connection, which a client sees as a truncated stream, and counts an ``upstream_error``
 towards ejection.
 
+While the router measures tokens, each classified answer passes a
+:class:`~tinct.router.tokens.Meter` *after* every chunk went to the client's transport: the
+time to first token, the gaps between tokens, the output tokens and the API contract are
+read off the bytes already sent, never holding one back.
+
 Requests are sent with ``X-Scheduler-Version`` of the chosen side; answers carry
 ``X-Scheduler-Active`` (the version that answered) and ``X-Fallback-Reason`` after a
 fallback. Hop-by-hop headers are dropped both ways; bodies pass unchanged (no
@@ -57,6 +62,15 @@ FALLBACK_REASON = "X-Fallback-Reason"
 _DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", b"x-scheduler-version"}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
+_SSE = b"text/event-stream"
+
+
+def _event_stream(resp: Response) -> bool:
+    """The answer says it is Server-Sent Events."""
+    for n, _, value in resp.headers:
+        if n == b"content-type":
+            return value[:17].lower() == _SSE
+    return False
 
 
 def forward_headers(fields: Fields, hops: frozenset[bytes], remote: str | None) -> bytes:
@@ -98,9 +112,18 @@ def _answer_headers(resp: Response) -> tuple[RawHeaders, bool]:
 class Proxy:
     """Sends requests upstream over one keep-alive connection pool and streams answers back."""
 
-    def __init__(self, pool: UpstreamPool, metrics: RouterMetrics, *, head_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        metrics: RouterMetrics,
+        *,
+        head_timeout: float = 300.0,
+        measure_tokens: bool = True,
+    ) -> None:
         self.pool = pool
         self.metrics = metrics
+        #: Read tokens, their timing and the contract off classified answers.
+        self.measure_tokens = measure_tokens
         #: Seconds until stable's response head must be in (the candidate has latencyMs).
         self.head_timeout = head_timeout
         self._health: dict[tuple[str, str, str, str, int, float], CandidateHealth] = {}
@@ -258,15 +281,29 @@ class Proxy:
         if reason is not None:
             headers.append((b"X-Fallback-Reason", reason.encode()))
         ex.status = resp.status
+        meter = None
+        if self.measure_tokens and ex.body is not None:
+            meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+        complete = False
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ex.ttfb = time.perf_counter() - since
             conn.source = resp
-            done = resp.stream(conn.write, table.idle_timeout)
+            if meter is None:
+                sink = conn.write
+            else:
+                write, feed = conn.write, meter.feed
+
+                def sink(data: bytes) -> None:
+                    write(data)  # to the client first: measuring never holds a byte back
+                    feed(data)
+
+            done = resp.stream(sink, table.idle_timeout)
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
                 await done
             conn.end_response()
+            complete = True
         except UpstreamError as e:
             # Bytes may already be with the client: no retry. Cut the connection so the
             # client sees a truncated answer instead of a well-formed short one.
@@ -279,6 +316,8 @@ class Proxy:
         finally:
             conn.source = None
             resp.close()
+            if meter is not None:
+                meter.finish(complete)
             self.metrics.request(ex)
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.autoscaling import Autoscaling, Keda, KedaSide, ScaleMetric
+from tinct.api.v1alpha1.autoscaling import LABEL_NAME, Autoscaling, Keda, KedaSide, ScaleMetric
 from tinct.api.v1alpha1.common import DNS_NAME, Model, Resource, defaulted
 from tinct.api.v1alpha1.dye import (
     CELL_RULES,
@@ -52,8 +52,11 @@ from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
 __all__ = [
     "CELL_RULES",
+    "ENGINE_METRICS",
     "MIN_INTERVAL_SECONDS",
+    "QUANTILE_METRICS",
     "READABLE_DIGITS",
+    "ROUTER_METRICS",
     "ActionRecord",
     "ActionResult",
     "Analysis",
@@ -79,6 +82,7 @@ __all__ = [
     "KedaSide",
     "LatencyDye",
     "Metric",
+    "MetricName",
     "MetricResult",
     "NotifyRef",
     "PrometheusRef",
@@ -119,12 +123,23 @@ def parse_duration(text: str) -> float:
 ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
 
 
-#: The serving engines whose metrics tinct knows by name.
+#: The serving engines whose metrics tinct knows by name (release analysis, KEDA scaling).
 Engine = Literal["vllm", "sglang", "tgi"]
 
 
 class Backend(Model):
     """One side of the release: a scheduler behind a Service."""
+
+    model_config = cel(
+        Rule(
+            cel=f"!has(self.metricsSelector) || self.metricsSelector.all(k, k.matches('{LABEL_NAME}'))",
+            holds=lambda s: (
+                s.metrics_selector is None or all(re.match(LABEL_NAME, k) for k in s.metrics_selector)
+            ),
+            message="metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+            field_path=".metricsSelector",
+        )
+    )
 
     model_version: Name = Field(description="Name of the ModelVersion served by this backend.")
     service: Name = Field(description="Service the router sends this side's traffic to.")
@@ -146,9 +161,55 @@ class Backend(Model):
     )
     engine: Engine | None = Field(
         default=None,
-        description="The serving engine behind this side (vllm, sglang or tgi), whose own metrics "
-        "(e.g. its queue depth) Prometheus scrapes from it; none: no engine metrics.",
+        description="The serving engine behind this side, whose own /metrics Prometheus scrapes: "
+        "the engine metrics of the analysis and KEDA scaling (autoscaling.keda) read its series "
+        "under its names: vllm (vllm:num_requests_waiting, vllm:kv_cache_usage_perc or before 0.9 "
+        "vllm:gpu_cache_usage_perc, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total "
+        "or vllm:gpu_prefix_cache_*), sglang (sglang:num_queue_reqs, sglang:token_usage, "
+        "sglang:cached_tokens_total / sglang:prompt_tokens_total or sglang:cache_hit_rate; or "
+        "their sglang_ forms), tgi (tgi_queue_size; no KV-cache or prefix-cache metric). None: "
+        "no engine metrics.",
     )
+    metrics_selector: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=8,
+        description="Prometheus labels, exact values, that select this side's engine series "
+        "and no other's for the analysis' engine metrics (queue-depth, kv-cache-usage, "
+        "prefix-cache-hit-rate; on stable, for their maxStableDelta). Default: namespace (the "
+        "release's) and service (this side's Service), as autoscaling.keda's labels.",
+    )
+
+
+#: The built-in metrics read from the routers' metrics, per dye cell.
+ROUTER_METRICS = (
+    "success-rate",
+    "latency-p95",
+    "ttft-p95",
+    "itl-p95",
+    "throttle-rate",
+    "contract-violations",
+)
+#: The built-in metrics read from the engines' own metrics (``engine`` on each side).
+ENGINE_METRICS = ("queue-depth", "kv-cache-usage", "prefix-cache-hit-rate")
+#: The built-ins judged on a quantile of a histogram, in milliseconds.
+QUANTILE_METRICS = ("latency-p95", "ttft-p95", "itl-p95")
+MetricName = Literal[
+    "success-rate",
+    "latency-p95",
+    "ttft-p95",
+    "itl-p95",
+    "throttle-rate",
+    "contract-violations",
+    "queue-depth",
+    "kv-cache-usage",
+    "prefix-cache-hit-rate",
+    "custom",
+]
+
+
+def _cel_list(names: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
 
 
 class Metric(Model):
@@ -170,19 +231,52 @@ class Metric(Model):
             holds=lambda s: s.min is not None or s.max is not None or s.max_ms is not None,
             message="give a threshold: min, max or maxMs",
         ),
+        Rule(
+            cel=f"!has(self.maxMs) || self.name in {_cel_list(QUANTILE_METRICS)}",
+            holds=lambda s: s.max_ms is None or s.name in QUANTILE_METRICS,
+            message="maxMs is for latency-p95, ttft-p95 and itl-p95; give others min or max",
+        ),
+        Rule(
+            cel=f"!has(self.quantile) || self.name in {_cel_list(QUANTILE_METRICS)}",
+            holds=lambda s: s.quantile is None or s.name in QUANTILE_METRICS,
+            message="quantile is for latency-p95, ttft-p95 and itl-p95",
+        ),
     )
 
-    name: Literal["success-rate", "latency-p95", "custom"] = Field(
-        description="success-rate (percent of the candidate's requests answered whole and without a "
-        "5xx) and latency-p95 (milliseconds to the first byte) come from the routers' metrics of "
-        "this release; custom runs query."
+    name: MetricName = Field(
+        description="What is judged, for the candidate. From the routers' metrics of this release "
+        "(per dye cell with perCell): success-rate (percent of the requests the candidate got "
+        "answered whole and without a 5xx; fallbacks count against it, a 429 does not), "
+        "latency-p95 (ms, time to first byte, tinct_router_time_to_first_byte_seconds), ttft-p95 "
+        "(ms, time to first token: to the first SSE event carrying content, or to the whole "
+        "answer when not streamed, tinct_router_time_to_first_token_seconds), itl-p95 (ms, "
+        "inter-token latency, tinct_router_inter_token_latency_seconds), throttle-rate (percent "
+        "of the candidate's requests answered 429, tinct_router_requests_total), "
+        "contract-violations (OpenAI API contract violations per 100 answers of the candidate, "
+        "tinct_router_contract_violations_total). From the engines' own metrics through "
+        "Prometheus (spec.candidate.engine, and its metricsSelector): queue-depth (requests waiting "
+        "in the engine's queue, mean over the window and the candidate's engines), "
+        "kv-cache-usage (percent of the KV cache in use, mean over the window and engines), "
+        "prefix-cache-hit-rate (percent of prompt tokens found in the prefix cache over the "
+        "window). custom: the PromQL in query.",
     )
     min: float | None = Field(
-        default=None, description="Fail when the value is below (success-rate: percent, e.g. 99)."
+        default=None,
+        description="Fail when the value is below (in the metric's unit: percent, ms, requests).",
     )
-    max: float | None = Field(default=None, description="Fail when the value is above.")
+    max: float | None = Field(
+        default=None,
+        description="Fail when the value is above (in the metric's unit: percent, ms, requests).",
+    )
     max_ms: float | None = Field(
-        default=None, gt=0, description="latency-p95: fail above this many milliseconds."
+        default=None, gt=0, description="latency-p95, ttft-p95, itl-p95: fail above this many milliseconds."
+    )
+    quantile: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="latency-p95, ttft-p95, itl-p95: the quantile judged instead of 0.95 "
+        "(e.g. 0.99), interpolated within the histogram's buckets as histogram_quantile does.",
     )
     query: str | None = Field(
         default=None,
@@ -193,8 +287,11 @@ class Metric(Model):
     max_stable_delta: float | None = Field(
         default=None,
         ge=0,
-        description="success-rate / latency-p95: also fail when the candidate is worse than stable over "
-        "the same window by more than this (percentage points / milliseconds).",
+        description="Built-ins: also fail when the candidate is worse than stable over the same "
+        "window by more than this, in the metric's unit: percentage points (success-rate, "
+        "throttle-rate, contract-violations, kv-cache-usage, prefix-cache-hit-rate), "
+        "milliseconds (latency-p95, ttft-p95, itl-p95), requests (queue-depth). Router metrics "
+        "are compared cell by cell; engine metrics need stable's engine.",
     )
 
 
@@ -245,8 +342,9 @@ class Analysis(Model):
     )
     per_cell: bool = Field(
         default=False,
-        description="Judge success-rate and latency-p95 per dye cell: every cell with minRequests must "
-        "pass (default false).",
+        description="Judge the built-ins read from the routers (success-rate, latency-p95, ttft-p95, "
+        "itl-p95, throttle-rate, contract-violations) per dye cell: every cell with minRequests "
+        "must pass (default false).",
     )
 
 
@@ -400,6 +498,18 @@ class GrayReleaseSpec(Model):
                 f"stable and candidate are both ModelVersion {s.stable.model_version}: "
                 "a release moves traffic from one version of a model to another"
             ),
+        ),
+        Rule(
+            cel="!has(self.analysis) || !has(self.analysis.metrics) || "
+            f"!self.analysis.metrics.exists(m, m.name in {_cel_list(ENGINE_METRICS)}) "
+            "|| has(self.candidate.engine)",
+            holds=lambda s: (
+                s.analysis is None
+                or not any(m.name in ENGINE_METRICS for m in s.analysis.metrics)
+                or s.candidate.engine is not None
+            ),
+            message="engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need "
+            "spec.candidate.engine",
         ),
         *(_keda_signal(side) for side in ("stable", "candidate")),
         Rule(

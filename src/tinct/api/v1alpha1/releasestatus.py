@@ -59,6 +59,11 @@ class MetricResult(Model):
     verdict: Verdict = Field(description="Pass, Fail, Inconclusive (too little data) or Error.")
     message: str | None = Field(default=None, description="Why the verdict, when it is not Pass.")
     stable_value: Readable | None = Field(default=None, description="The same metric of stable, if compared.")
+    series: str | None = Field(
+        default=None,
+        description="Engine metrics: the engine series the value was read from, of the names "
+        "the engine is known by (e.g. vllm:gpu_cache_usage_perc for a vLLM before 0.9).",
+    )
 
 
 class CellResult(Model):

@@ -7,8 +7,10 @@ One package, so the safety rules live where a reader can check them:
 - :mod:`~tinct.operator.release.preconditions`: what keeps a release from progressing, and
   whose problem it is.
 - :mod:`~tinct.operator.release.analysis`: the verdict of one analysis window, from the
-  router metrics in Prometheus; :mod:`~tinct.operator.release.prometheus`: the bounded
-  client that reads them, and which Prometheus a release may read.
+  router metrics (:mod:`~tinct.operator.release.samples`) and the engines' own
+  (:mod:`~tinct.operator.release.engine`) in Prometheus;
+  :mod:`~tinct.operator.release.prometheus`: the bounded client that reads them, and which
+  Prometheus a release may read.
 - :mod:`~tinct.operator.release.scaling`: the HorizontalPodAutoscalers of both sides.
 - :mod:`~tinct.operator.release.tables`: the routing table a recorded status calls for.
 - :mod:`~tinct.operator.release.kube`: the Kubernetes writes.

@@ -1,10 +1,11 @@
-"""Analysis of a release's candidate from the router's metrics in Prometheus.
+"""Analysis of a release's candidate: the routers' metrics and the engines' own, in Prometheus.
 
-Four PromQL queries per analysis read what the routers export for one release, selected by
-its namespace and name, over the last interval, grouped by side and dye tag
-(``tinct_router_requests_total``, the fallbacks, the truncated answers, the time-to-first-byte
-histogram); the verdicts are computed here, so the same numbers judge the whole candidate
-and, with ``analysis.perCell``, every dye cell.
+The built-ins read from the routers (:mod:`tinct.operator.release.samples`: a few PromQL
+queries per analysis, only those the release's metrics need, selected by the release's
+namespace and name, over the last interval, grouped by side and dye tag) are computed here,
+so the same numbers judge the whole candidate and, with ``analysis.perCell``, every dye cell.
+The engine metrics (:mod:`tinct.operator.release.engine`) read each side's own engine through
+the labels its ``metricsSelector`` names: one query per metric and side.
 
 What counts is what users saw:
 
@@ -16,14 +17,23 @@ What counts is what users saw:
   ``ejected`` fallback went to stable while the candidate sat out its cooldown, untried: it
   counts neither for nor against the candidate, but towards ``minRequests`` (the candidate's
   share was there; a candidate failing hard is tried a few times per cooldown only, and
-  those few tries are what judges it).
-- ``latency-p95`` is in milliseconds, from the TTFB histogram, interpolated within buckets as
-  ``histogram_quantile`` does; a ``latency_too_high`` fallback counts as an observation above
-  every bucket, and a p95 among them as at least the routers' latency limit.
+  those few tries are what judges it). A 429 is an answer, not a failure: ``throttle-rate``
+  judges it.
+- ``latency-p95``, ``ttft-p95`` and ``itl-p95`` are in milliseconds, the ``quantile`` (0.95
+  unless given) of the time-to-first-byte, time-to-first-token and inter-token-latency
+  histograms, interpolated within buckets as ``histogram_quantile`` does; a
+  ``latency_too_high`` fallback counts as an observation above every bucket of the first two
+  (no head, so no token, came within the limit), and a quantile among them as at least the
+  routers' latency limit.
+- ``throttle-rate`` is the percent of the candidate's requests answered 429;
+  ``contract-violations`` the OpenAI contract violations per 100 answers it served.
+- ``queue-depth`` (requests), ``kv-cache-usage`` and ``prefix-cache-hit-rate`` (percent)
+  come from the engines; an engine without the metric, or no series, is inconclusive.
 - ``maxStableDelta`` compares like with like: with cells of different weights the candidate
-  and stable serve different mixes of cells, so the difference is taken in each cell (each dye
-  tag when no cells are given) where both sides have data, and the cells' differences are
-  averaged weighted by the candidate's requests in each; no such cell is inconclusive.
+  and stable serve different mixes of cells, so for router metrics the difference is taken in
+  each cell (each dye tag when no cells are given) where both sides have data, and the
+  cells' differences are averaged weighted by the candidate's requests in each; no such
+  cell is inconclusive. Engine metrics compare the two sides' engines as a whole.
 - Custom metrics run their PromQL as written, with ``$namespace``, ``$release`` and
   ``$interval`` replaced; the query must return one number.
 - Fewer candidate requests than ``minRequests``, no data, NaN or an infinity, more than one
@@ -40,17 +50,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 
-from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult, CellResult, Metric, MetricResult, Verdict
-from tinct.operator.release.prometheus import PrometheusError, PrometheusTarget, querying, selector
+from tinct.api.v1alpha1.grayrelease import (
+    ENGINE_METRICS,
+    Analysis,
+    AnalysisResult,
+    Backend,
+    CellResult,
+    Metric,
+    MetricResult,
+    Verdict,
+)
+from tinct.operator.release.engine import Reading, engine_query, no_metric, reading_from
+from tinct.operator.release.prometheus import PrometheusError, PrometheusTarget, querying
+from tinct.operator.release.samples import (
+    EJECTED,
+    TOO_SLOW,
+    Buckets,
+    Group,
+    Samples,
+    Side,
+    group,
+    prom_number,
+    quantile,
+    queries,
+    samples_from,
+    value_of,
+)
 
 __all__ = [
+    "EJECTED",
+    "TOO_SLOW",
+    "EngineReadings",
     "Samples",
+    "Side",
     "analyse",
     "custom_query",
     "evaluate",
@@ -59,176 +97,18 @@ __all__ = [
     "samples_from",
 ]
 
-Buckets = dict[float, float]  # upper bound -> cumulative count
-
-#: The fallback reason of a request the candidate never got (it was in its cooldown).
-EJECTED = "ejected"
-#: The fallback reason of a candidate answer slower than the routers' latency limit.
-TOO_SLOW = "latency_too_high"
-
-
-@dataclass
-class Side:
-    """What one side served for one dye tag over the window."""
-
-    served: float = 0.0
-    errors: float = 0.0  # answered 5xx
-    truncated: float = 0.0  # cut after their headers; ``served`` counted them with their status
-    ttfb: Buckets = field(default_factory=dict)
-
-    @property
-    def ok(self) -> float:
-        """Answers the client got whole and without a 5xx."""
-        return self.served - min(self.served, self.errors + self.truncated)
-
-
-@dataclass
-class Samples:
-    """Everything the built-in metrics need, per dye tag."""
-
-    #: (side, dye_tag) -> Side
-    sides: dict[tuple[str, str], Side] = field(default_factory=dict)
-    #: (dye_tag, reason) -> candidate requests answered by stable instead
-    fallbacks: dict[tuple[str, str], float] = field(default_factory=dict)
-    #: query -> the non-finite value (or unparsable bucket bound) it answered, as written in
-    #: messages; any makes the built-in metrics inconclusive.
-    non_finite: dict[str, str] = field(default_factory=dict)
-
-    def side(self, side: str, tag: str) -> Side:
-        return self.sides.setdefault((side, tag), Side())
-
-
-def queries(namespace: str, release: str, window: str) -> dict[str, str]:
-    """The PromQL reading the router metrics of the release ``namespace/release`` over
-    ``window`` (e.g. ``1m``); a release of the same name in another namespace is not read."""
-    sel = selector(namespace=namespace, release=release)
-    return {
-        "requests": f"sum by (side, dye_tag, code) (increase(tinct_router_requests_total{{{sel}}}[{window}]))",
-        "fallbacks": f"sum by (dye_tag, reason) (increase(tinct_router_fallbacks_total{{{sel}}}[{window}]))",
-        "truncated": "sum by (side, dye_tag) "
-        f"(increase(tinct_router_truncated_responses_total{{{sel}}}[{window}]))",
-        "ttfb": "sum by (side, dye_tag, le) "
-        f"(increase(tinct_router_time_to_first_byte_seconds_bucket{{{sel}}}[{window}]))",
-    }
-
-
-def _prom(value: float) -> str:
-    """A non-finite float as Prometheus writes it."""
-    if math.isnan(value):
-        return "NaN"
-    return "+Inf" if value > 0 else "-Inf"
-
-
-def _value(sample: Mapping[str, Any]) -> float:
-    try:
-        return float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return math.nan
-
-
-def samples_from(results: Mapping[str, list[dict[str, Any]]]) -> Samples:
-    """Fold the vectors answered for :func:`queries` into :class:`Samples`."""
-    out = Samples()
-
-    def rows(query: str) -> Iterable[tuple[Mapping[str, Any], float]]:
-        for s in results.get(query, []):
-            v = _value(s)
-            if math.isfinite(v):
-                yield s.get("metric", {}), v
-            else:
-                out.non_finite.setdefault(query, _prom(v))
-
-    for m, v in rows("requests"):
-        side = out.side(m.get("side", ""), m.get("dye_tag", ""))
-        side.served += v
-        if str(m.get("code", "")).startswith("5"):
-            side.errors += v
-    for m, v in rows("fallbacks"):
-        key = (m.get("dye_tag", ""), m.get("reason", ""))
-        out.fallbacks[key] = out.fallbacks.get(key, 0.0) + v
-    for m, v in rows("truncated"):
-        out.side(m.get("side", ""), m.get("dye_tag", "")).truncated += v
-    for m, v in rows("ttfb"):
-        try:
-            le = float(m.get("le", "+Inf"))
-        except (TypeError, ValueError):
-            le = math.nan
-        if math.isnan(le):
-            out.non_finite.setdefault("ttfb", "a bucket bound that is not a number")
-            continue
-        b = out.side(m.get("side", ""), m.get("dye_tag", "")).ttfb
-        b[le] = b.get(le, 0.0) + v
-    return out
-
-
-def quantile(q: float, buckets: Buckets) -> float | None:
-    """The ``q`` quantile of a cumulative histogram, as Prometheus's ``histogram_quantile``."""
-    if not buckets:
-        return None
-    bounds = sorted(buckets)
-    total = buckets[bounds[-1]]
-    if total <= 0 or math.isnan(total) or not any(not math.isinf(le) for le in bounds):
-        return None
-    rank = q * total
-    lower, below = 0.0, 0.0
-    for le in bounds:
-        count = buckets[le]
-        if count >= rank:
-            if math.isinf(le):
-                return lower
-            if count == below:
-                return le
-            return lower + (le - lower) * (rank - below) / (count - below)
-        lower, below = le, count
-    return lower
-
-
-@dataclass
-class _Group:
-    requests: float = 0.0  # the candidate got: served there or fallen back after trying it
-    #: chosen for the candidate while it sat out an ejection: they count towards minRequests
-    #: (the candidate's share was there) but neither for nor against it
-    ejected: float = 0.0
-    cand_ok: float = 0.0
-    cand_ttfb: Buckets = field(default_factory=dict)
-    slow: float = 0.0
-    stable_served: float = 0.0
-    stable_ok: float = 0.0
-    stable_ttfb: Buckets = field(default_factory=dict)
-
-
-def _add(dst: Buckets, src: Buckets) -> None:
-    for le, n in src.items():
-        dst[le] = dst.get(le, 0.0) + n
-
-
-def _group(samples: Samples, tags: Iterable[str] | None) -> _Group:
-    wanted = None if tags is None else set(tags)
-    g = _Group()
-    for (side, tag), s in samples.sides.items():
-        if wanted is not None and tag not in wanted:
-            continue
-        if side == "candidate":
-            g.requests += s.served
-            g.cand_ok += s.ok
-            _add(g.cand_ttfb, s.ttfb)
-        elif side == "stable":
-            g.stable_served += s.served
-            g.stable_ok += s.ok
-            _add(g.stable_ttfb, s.ttfb)
-    for (tag, reason), n in samples.fallbacks.items():
-        if wanted is not None and tag not in wanted:
-            continue
-        if reason == EJECTED:
-            g.ejected += n
-            continue
-        g.requests += n
-        if reason == TOO_SLOW:
-            g.slow += n
-    if g.slow:
-        inf = math.inf
-        g.cand_ttfb[inf] = g.cand_ttfb.get(inf, 0.0) + g.slow
-    return g
+#: Engine metric readings: index in ``spec.metrics`` -> (candidate's, stable's or None).
+EngineReadings = Mapping[int, tuple[Reading, Reading | None]]
+#: Built-ins where a higher value is better (the others: lower is better).
+_HIGHER_IS_BETTER = frozenset({"success-rate", "prefix-cache-hit-rate"})
+_UNIT = {
+    "latency-p95": " ms",
+    "ttft-p95": " ms",
+    "itl-p95": " ms",
+    "queue-depth": " requests",
+}
+#: Quantile built-in -> the histogram of a side it reads.
+_HISTOGRAM = {"latency-p95": "ttfb", "ttft-p95": "ttft", "itl-p95": "itl"}
 
 
 def _partition(samples: Samples, cells: Mapping[str, list[str]] | None) -> list[list[str]]:
@@ -243,15 +123,17 @@ def _partition(samples: Samples, cells: Mapping[str, list[str]] | None) -> list[
 
 def _threshold(m: Metric) -> str:
     parts = []
+    unit = _UNIT.get(m.name, "")
     if m.min is not None:
-        parts.append(f">= {m.min:g}")
+        parts.append(f">= {m.min:g}{unit}")
     if m.max is not None:
-        parts.append(f"<= {m.max:g}")
+        parts.append(f"<= {m.max:g}{unit}")
     if m.max_ms is not None:
         parts.append(f"<= {m.max_ms:g} ms")
     if m.max_stable_delta is not None:
-        unit = " ms" if m.name == "latency-p95" else " pp"
-        parts.append(f"within {m.max_stable_delta:g}{unit} of stable")
+        parts.append(f"within {m.max_stable_delta:g}{unit or ' pp'} of stable")
+    if m.quantile is not None:
+        parts.append(f"q{m.quantile:g}")
     return ", ".join(parts)
 
 
@@ -264,24 +146,39 @@ class _Versus:
     cells: int  # the cells compared
 
 
-def _sides(m: Metric, g: _Group, cutoff_ms: float | None) -> tuple[float | None, float | None, bool]:
-    """The candidate's and stable's value of built-in ``m`` in ``g``, and whether the
+def _percent(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole else None
+
+
+def _sides(m: Metric, g: Group, cutoff_ms: float | None) -> tuple[float | None, float | None, bool]:
+    """The candidate's and stable's value of router built-in ``m`` in ``g``, and whether the
     candidate's was raised to the routers' latency limit."""
+    cand, stable = g.candidate, g.stable
     if m.name == "success-rate":
-        value = 100.0 * g.cand_ok / g.requests if g.requests else None
-        stable = 100.0 * g.stable_ok / g.stable_served if g.stable_served else None
-        return value, stable, False
-    q = quantile(0.95, g.cand_ttfb)
-    sq = quantile(0.95, g.stable_ttfb)
-    value = None if q is None else q * 1000.0
-    cut = bool(g.slow) and cutoff_ms is not None and _beyond_buckets(0.95, g.cand_ttfb)
+        return _percent(cand.ok, g.requests), _percent(stable.ok, stable.served), False
+    if m.name == "throttle-rate":
+        return _percent(cand.throttled, g.requests), _percent(stable.throttled, stable.served), False
+    if m.name == "contract-violations":
+        return _percent(cand.violations, cand.served), _percent(stable.violations, stable.served), False
+    q = m.quantile or 0.95
+    histogram = _HISTOGRAM[m.name]
+    buckets: Buckets = getattr(cand, histogram)
+    cq = quantile(q, buckets)
+    sq = quantile(q, getattr(stable, histogram))
+    value = None if cq is None else cq * 1000.0
+    cut = histogram != "itl" and bool(g.slow) and cutoff_ms is not None and _beyond_buckets(q, buckets)
     if cut and cutoff_ms is not None:
-        # The p95 request was cut off by the router's latency limit: it took longer than that.
+        # The quantile's request was cut off by the router's latency limit: it took longer than that.
         value = max(value or 0.0, cutoff_ms)
     return value, None if sq is None else sq * 1000.0, cut
 
 
-def _versus(m: Metric, parts: Sequence[_Group], cutoff_ms: float | None) -> _Versus | None:
+def _worse(m: Metric, value: float, stable: float) -> float:
+    """How much worse ``value`` is than stable's, in the metric's unit."""
+    return stable - value if m.name in _HIGHER_IS_BETTER else value - stable
+
+
+def _versus(m: Metric, parts: Sequence[Group], cutoff_ms: float | None) -> _Versus | None:
     """Stable against the candidate in each part where both have data, weighted by the
     candidate's requests there; None when no part has both."""
     weight = worse = stable = 0.0
@@ -290,9 +187,8 @@ def _versus(m: Metric, parts: Sequence[_Group], cutoff_ms: float | None) -> _Ver
         value, sv, _ = _sides(m, g, cutoff_ms)
         if value is None or sv is None or not g.requests > 0:
             continue
-        delta = sv - value if m.name == "success-rate" else value - sv
         weight += g.requests
-        worse += g.requests * delta
+        worse += g.requests * _worse(m, value, sv)
         stable += g.requests * sv
         cells += 1
     if not cells:
@@ -300,15 +196,19 @@ def _versus(m: Metric, parts: Sequence[_Group], cutoff_ms: float | None) -> _Ver
     return _Versus(worse=worse / weight, stable=stable / weight, cells=cells)
 
 
-def _unjudged(m: Metric, why: str) -> MetricResult:
-    return MetricResult(name=m.name, threshold=_threshold(m), verdict="Inconclusive", message=why)
+def _unjudged(m: Metric, why: str, series: str | None = None) -> MetricResult:
+    return MetricResult(
+        name=m.name, threshold=_threshold(m), verdict="Inconclusive", message=why, series=series
+    )
 
 
-def _judge(m: Metric, value: float | None, versus: _Versus | None = None) -> MetricResult:
+def _judge(
+    m: Metric, value: float | None, versus: _Versus | None = None, *, no_stable: str | None = None
+) -> MetricResult:
     if value is None:
         return _unjudged(m, "no data")
     if not math.isfinite(value):
-        return _unjudged(m, f"the value is {_prom(value)}, not a finite number")
+        return _unjudged(m, f"the value is {prom_number(value)}, not a finite number")
     msgs = []
     if m.min is not None and value < m.min:
         msgs.append(f"{value:.4g} < {m.min:g}")
@@ -323,7 +223,7 @@ def _judge(m: Metric, value: float | None, versus: _Versus | None = None) -> Met
             if verdict == "Pass":
                 verdict = "Inconclusive"
             if versus is None:
-                msgs.append("no stable data to compare with")
+                msgs.append(no_stable or "no stable data to compare with")
             else:
                 msgs.append("the comparison with stable is not a finite number")
         else:
@@ -352,19 +252,40 @@ def _beyond_buckets(q: float, buckets: Buckets) -> bool:
     return total > 0 and below < q * total
 
 
-def _builtin(m: Metric, g: _Group, cutoff_ms: float | None, parts: Sequence[_Group]) -> MetricResult:
-    """Judge built-in ``m`` on ``g``; ``parts`` are the cells stable is compared in."""
+def _builtin(m: Metric, g: Group, cutoff_ms: float | None, parts: Sequence[Group]) -> MetricResult:
+    """Judge router built-in ``m`` on ``g``; ``parts`` are the cells stable is compared in."""
     value, _, cut = _sides(m, g, cutoff_ms)
     if cut and m.max_ms is not None and value is not None and math.isfinite(value) and value >= m.max_ms:
+        q = m.quantile or 0.95
         return MetricResult(
             name=m.name,
             value=value,
             threshold=_threshold(m),
             verdict="Fail",
-            message=f"p95 > {cutoff_ms:g} ms: requests fell back at the latency limit",
+            message=f"p{100 * q:g} > {cutoff_ms:g} ms: requests fell back at the latency limit",
         )
     versus = _versus(m, parts, cutoff_ms) if m.max_stable_delta is not None else None
     return _judge(m, value, versus)
+
+
+def _engine(m: Metric, readings: tuple[Reading, Reading | None] | None) -> MetricResult:
+    """Judge engine metric ``m`` on the candidate's reading (and stable's, for maxStableDelta)."""
+    if readings is None:
+        return _unjudged(m, "not queried")
+    cand, stable = readings
+    if cand.value is None:
+        return _unjudged(m, cand.why or "no data", cand.series)
+    versus = None
+    no_stable = None
+    if m.max_stable_delta is not None:
+        if stable is None:
+            no_stable = "no stable data to compare with: spec.stable names no engine"
+        elif stable.value is None:
+            no_stable = f"no stable data to compare with: {stable.why or 'no data'}"
+        else:
+            versus = _Versus(worse=_worse(m, cand.value, stable.value), stable=stable.value, cells=1)
+    r = _judge(m, cand.value, versus, no_stable=no_stable)
+    return r.model_copy(update={"series": cand.series})
 
 
 def _combine(verdicts: Iterable[Verdict]) -> Verdict:
@@ -379,7 +300,7 @@ def _combine(verdicts: Iterable[Verdict]) -> Verdict:
 def _too_few(requests: float, min_requests: int) -> str | None:
     """Why ``requests`` candidate requests give no verdict, if they do not."""
     if not math.isfinite(requests):
-        return f"the candidate's request count is {_prom(requests)}, not a finite number"
+        return f"the candidate's request count is {prom_number(requests)}, not a finite number"
     if requests < min_requests:
         return f"{requests:.0f} candidate requests < minRequests {min_requests}"
     return None
@@ -392,6 +313,7 @@ def evaluate(
     now: datetime,
     cells: Mapping[str, list[str]] | None = None,
     cutoff_ms: float | None = None,
+    engines: EngineReadings | None = None,
 ) -> AnalysisResult:
     """Judge one window.
 
@@ -405,9 +327,11 @@ def evaluate(
             the cells ``maxStableDelta`` compares the sides in (without them: each dye tag).
         cutoff_ms: the routers' fallback latency limit; a request that fell back for being
             slower took at least this long.
+        engines: index in ``spec.metrics`` of each engine metric -> the candidate's and
+            stable's readings (:func:`~tinct.operator.release.engine.reading_from`).
     """
-    overall = _group(samples, None)
-    parts = [_group(samples, tags) for tags in _partition(samples, cells)]
+    overall = group(samples, None)
+    parts = [group(samples, tags) for tags in _partition(samples, cells)]
     unusable = None
     if samples.non_finite:
         answered = ", ".join(f"{v} for {q}" for q, v in samples.non_finite.items())
@@ -422,15 +346,18 @@ def evaluate(
         if unusable:
             results.append(_unjudged(m, unusable))
             continue
-        r = _builtin(m, overall, cutoff_ms, parts)
+        if m.name in ENGINE_METRICS:
+            r = _engine(m, (engines or {}).get(i))
+        else:
+            r = _builtin(m, overall, cutoff_ms, parts)
         if few and r.verdict != "Inconclusive":
             r = r.model_copy(update={"verdict": "Inconclusive", "message": few})
         results.append(r)
     cell_results: list[CellResult] = []
     if spec.per_cell and cells:
-        builtins = [m for m in spec.metrics if m.name != "custom"]
+        builtins = [m for m in spec.metrics if m.name != "custom" and m.name not in ENGINE_METRICS]
         for name, tags in cells.items():
-            g = _group(samples, tags)
+            g = group(samples, tags)
             counted = g.requests if math.isfinite(g.requests) else 0.0
             if unusable or _too_few(g.requests + g.ejected, spec.min_requests):
                 cell_results.append(CellResult(cell=name, requests=counted, verdict="Inconclusive"))
@@ -474,15 +401,47 @@ def _custom_value(rows: list[dict[str, Any]]) -> float | str:
         return "the query returned no data"
     if len(rows) > 1:
         return f"the query returned {len(rows)} series; aggregate it to one number (e.g. sum(...))"
-    v = _value(rows[0])
+    v = value_of(rows[0])
     if not math.isfinite(v):
-        return f"the query returned {_prom(v)}, not a finite number"
+        return f"the query returned {prom_number(v)}, not a finite number"
     return v
 
 
 def custom_query(query: str, namespace: str, release: str, window: str) -> str:
     """A custom metric's PromQL with ``$namespace``, ``$release`` and ``$interval`` replaced."""
     return query.replace("$namespace", namespace).replace("$release", release).replace("$interval", window)
+
+
+async def _engine_readings(
+    query: Any, spec: Analysis, sides: Mapping[str, Backend], namespace: str, window: str
+) -> dict[int, tuple[Reading, Reading | None]]:
+    """Each engine metric of ``spec``: the candidate's reading, and stable's when compared.
+    A side's series are those its ``metricsSelector`` selects, by default the release's
+    ``namespace`` and the side's ``service`` (as KEDA scaling selects them)."""
+    out: dict[int, tuple[Reading, Reading | None]] = {}
+
+    async def read(metric: str, backend: Backend | None, i: int) -> Reading | None:
+        if backend is None or backend.engine is None:
+            return None
+        labels = backend.metrics_selector or {"namespace": namespace, "service": backend.service}
+        promql = engine_query(metric, backend.engine, labels, window)
+        if promql is None:
+            return Reading(why=no_metric(metric, backend.engine))
+        try:
+            rows = await query(promql)
+        except PrometheusError as exc:
+            raise PrometheusError(exc.target, f"{exc.problem} (the query of metrics[{i}])") from None
+        return reading_from(metric, backend.engine, labels, rows)
+
+    for i, m in enumerate(spec.metrics):
+        if m.name not in ENGINE_METRICS:
+            continue
+        cand = await read(m.name, sides.get("candidate"), i)
+        if cand is None:
+            cand = Reading(why="spec.candidate names no engine")
+        stable = await read(m.name, sides.get("stable"), i) if m.max_stable_delta is not None else None
+        out[i] = (cand, stable)
+    return out
 
 
 async def analyse(
@@ -494,6 +453,7 @@ async def analyse(
     prometheus: PrometheusTarget,
     cells: Mapping[str, list[str]] | None = None,
     cutoff_ms: float | None = None,
+    sides: Mapping[str, Backend] | None = None,
     session: aiohttp.ClientSession | None = None,
 ) -> AnalysisResult:
     """Query Prometheus for the ``spec.interval`` up to ``now`` of the release and judge it.
@@ -514,17 +474,24 @@ async def analyse(
             give them with or without ``spec.perCell``: ``maxStableDelta`` compares the sides
             cell by cell.
         cutoff_ms: the routers' fallback latency limit (``spec.fallback.latencyMs``).
+        sides: ``candidate`` and ``stable`` backends, whose ``engine`` and
+            ``metricsSelector`` (default: ``namespace`` and their ``service``) the engine
+            metrics read.
         session: the session to query through
             (:func:`~tinct.operator.release.prometheus.client_session`); None: one of its own.
     """
     window = spec.interval
     results: dict[str, list[dict[str, Any]]] = {}
     custom: dict[int, float | str] = {}
+    engines: dict[int, tuple[Reading, Reading | None]] = {}
+    builtins = {m.name for m in spec.metrics if m.name != "custom"}
     try:
         async with querying(prometheus, session=session, at=now) as query:
-            if any(m.name != "custom" for m in spec.metrics):
-                for key, promql in queries(namespace, release, window).items():
+            if builtins:
+                for key, promql in queries(namespace, release, window, builtins).items():
                     results[key] = await query(promql)
+            if builtins & set(ENGINE_METRICS):
+                engines = await _engine_readings(query, spec, sides or {}, namespace, window)
             for i, m in enumerate(spec.metrics):
                 if m.name == "custom" and m.query:
                     try:
@@ -537,4 +504,4 @@ async def analyse(
                         ) from None
     except PrometheusError as exc:
         return _inconclusive(spec, now, str(exc))
-    return evaluate(spec, samples_from(results), custom, now, cells, cutoff_ms)
+    return evaluate(spec, samples_from(results), custom, now, cells, cutoff_ms, engines)

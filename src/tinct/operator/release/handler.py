@@ -329,6 +329,7 @@ async def _analyse(gr: GrayRelease, rt: Runtime, now: datetime) -> AnalysisResul
         prometheus=target,
         cells=cells,
         cutoff_ms=float(spec.fallback.latency_ms),
+        sides={"candidate": spec.candidate, "stable": spec.stable},
         session=rt.session,
     )
 

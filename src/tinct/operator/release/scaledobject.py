@@ -33,6 +33,7 @@ from typing import Any
 
 from tinct.api.routing import RELEASE_LABEL
 from tinct.api.v1alpha1.grayrelease import Backend, GrayRelease, Keda
+from tinct.operator.release.engine import QUEUE_METRICS  # one table of the engines' names
 from tinct.operator.release.prometheus import selector
 
 __all__ = [
@@ -52,13 +53,6 @@ API_VERSION = f"{GROUP}/v1alpha1"
 PLURAL = "scaledobjects"
 #: KEDA uses a ScaledObject's name as a label value: at most 63 characters.
 _MAX_NAME = 63
-
-#: Queue depth of each engine, in the names its releases have used (the first found wins).
-QUEUE_METRICS: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm:num_requests_waiting",),
-    "sglang": ("sglang:num_queue_reqs", "sglang_num_queue_reqs"),
-    "tgi": ("tgi_queue_size",),
-}
 
 
 def scaled_object_name(release: str, side: str) -> str:

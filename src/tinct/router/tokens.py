@@ -1,0 +1,246 @@
+"""What an LLM answer says as it passes through: tokens, their timing, and the API contract.
+
+A :class:`Meter` sees the body of one classified answer, chunk by chunk, *after* each chunk
+was handed to the client's transport (so measuring never delays a byte), and keeps only what
+the router's token metrics need:
+
+- **Streams** (``Content-Type: text/event-stream``): the Server-Sent Events are split at
+  their blank-line boundaries; an event carries content when its data has a non-empty
+  ``content``, ``text``, ``reasoning_content`` or ``arguments`` string, found by one regular
+  expression over the event's bytes, never by parsing its JSON. The first such event is the
+  **time to first token**, the gaps between such events are the **inter-token latencies**,
+  their number is the output token count unless a ``usage`` event says
+  ``completion_tokens`` (read by a regular expression from an event that names it: in a JSON
+  string a quote is escaped, so only a real key matches).
+- **Whole answers**: the time to first token is the time to the whole answer; the body is
+  kept up to :data:`MAX_WHOLE` bytes and, after its last byte went to the client, scanned
+  for its ``choices`` list and ``usage`` the same way (an error answer is parsed, to check
+  its shape).
+
+**Contract violations** (the gaps OpenAI-compatible servers are known to have), at most one
+of each kind per answer, never changing what the client receives:
+
+- ``sse_framing``: an event whose lines are not SSE fields, with no ``data:`` line, or whose
+  data is neither a JSON object nor ``[DONE]``; or an event longer than :data:`MAX_EVENT`
+  (the rest of that stream is then not looked at);
+- ``sse_no_done``: a stream that ended whole without ``data: [DONE]``;
+- ``no_choices``: a successful answer (or a stream event) without ``choices``;
+- ``error_body``: a 4xx/5xx answer (a 429 included) whose body is not an OpenAI error
+  object, ``{"error": {"message": "...", ...}}``;
+- ``not_sse``: a request that asked to stream, answered 2xx without an event stream.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tinct.router.metrics import Histogram
+
+__all__ = ["KINDS", "MAX_EVENT", "MAX_WHOLE", "Meter"]
+
+#: Contract violation kinds, the values of the ``kind`` label.
+KINDS = ("sse_framing", "sse_no_done", "no_choices", "error_body", "not_sse")
+#: Longest SSE event looked at; a longer one is a framing violation and ends the looking.
+MAX_EVENT = 256 * 1024
+#: Largest whole answer parsed for its usage and contract; a longer one is not parsed.
+MAX_WHOLE = 1024 * 1024
+
+_CONTENT = re.compile(rb'"(?:content|text|reasoning_content|arguments)"\s*:\s*"[^"]')
+#: The same keys as written compactly (``content":"`` ends ``reasoning_content`` too): found
+#: with ``bytes.find``, the regular expression runs only for JSON written with spaces.
+_COMPACT = (b'content":"', b'text":"', b'arguments":"')
+
+
+def _has_content(payload: bytes) -> bool:
+    """The event's data has a non-empty content string (see the module)."""
+    for key in _COMPACT:
+        i = payload.find(key)
+        while i >= 0:
+            after = i + len(key)
+            if payload[after : after + 1] != b'"':
+                return True
+            i = payload.find(key, after)
+    return b'": "' in payload and _CONTENT.search(payload) is not None
+
+
+_USAGE = re.compile(rb'"completion_tokens"\s*:\s*([0-9]{1,9})')
+_CHOICES = re.compile(rb'"choices"\s*:\s*\[')
+#: SSE field names (a line ``name`` or ``name:value``; ``""`` is a comment line ``:...``).
+_FIELDS = frozenset({b"data", b"event", b"id", b"retry", b""})
+
+
+class Meter:
+    """The token timing, output tokens and contract of one answer (see the module)."""
+
+    __slots__ = (
+        "_body",
+        "_body_size",
+        "_itl",
+        "_last",
+        "_pending",
+        "done",
+        "events",
+        "first",
+        "looking",
+        "started",
+        "status",
+        "stream",
+        "usage",
+        "violations",
+    )
+
+    def __init__(self, started: float, status: int, stream: bool, asked_stream: bool, itl: Histogram) -> None:
+        self.started = started
+        self.status = status
+        #: The answer is an event stream.
+        self.stream = stream
+        self._itl = itl
+        #: ``perf_counter()`` of the first content event (streams) or the whole answer.
+        self.first: float | None = None
+        self._last = 0.0
+        #: Content events seen.
+        self.events = 0
+        #: ``completion_tokens`` from the answer's usage, if it said.
+        self.usage: int | None = None
+        self.done = False
+        self.violations: set[str] = set()
+        #: Still reading the stream (not after an event too long to look at).
+        self.looking = True
+        self._pending = b""
+        self._body: list[bytes] = []
+        self._body_size = 0
+        if asked_stream and 200 <= status < 300 and not stream:
+            self.violations.add("not_sse")
+
+    def feed(self, data: bytes) -> None:
+        """A chunk of the body, already passed on to the client."""
+        if not self.stream:
+            if self._body_size <= MAX_WHOLE:
+                self._body_size += len(data)
+                self._body.append(data)
+            return
+        if not self.looking:
+            return
+        now = time.perf_counter()
+        buf = self._pending + data if self._pending else data
+        tail = b""
+        if b"\r" in buf:
+            if buf[-1:] == b"\r":  # maybe half of a CRLF: wait for the next byte
+                buf, tail = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        end = buf.find(b"\n\n")
+        if end < 0:
+            self._pending = buf + tail
+            if len(buf) > MAX_EVENT:
+                self._too_long()
+            return
+        if end == len(buf) - 2:  # one whole event: what engines send, one token at a time
+            self._pending = tail
+            self._event(buf[:end], now)
+            return
+        events = buf.split(b"\n\n")
+        self._pending = events.pop() + tail
+        for ev in events:
+            if ev:
+                self._event(ev, now)
+        if len(self._pending) > MAX_EVENT:
+            self._too_long()
+
+    def _too_long(self) -> None:
+        self.violations.add("sse_framing")
+        self.looking = False
+        self._pending = b""
+
+    def _event(self, ev: bytes, now: float) -> None:
+        payload: bytes | None
+        if ev[:5] == b"data:" and b"\n" not in ev:
+            payload = ev[6:] if ev[5:6] == b" " else ev[5:]
+        else:
+            payload = self._fields(ev)
+            if payload is None:
+                return
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        if payload[:1] != b"{":
+            self.violations.add("sse_framing")
+            return
+        if b'"choices"' not in payload and b'"error"' not in payload:
+            self.violations.add("no_choices")
+        if _has_content(payload):
+            if self.first is None:
+                self.first = now
+            else:
+                self._itl.observe(now - self._last)
+            self._last = now
+            self.events += 1
+        if b'"completion_tokens"' in payload:
+            m = _USAGE.search(payload)
+            if m is not None:
+                self.usage = int(m.group(1))
+
+    def _fields(self, ev: bytes) -> bytes | None:
+        """The data of a multi-line event (None: a comment, or no data); framing checked."""
+        data: list[bytes] = []
+        for line in ev.split(b"\n"):
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line.partition(b":")[0] not in _FIELDS:
+                self.violations.add("sse_framing")
+                return None
+        if not data:
+            if not ev.startswith(b":"):
+                self.violations.add("sse_framing")
+            return None
+        return b"\n".join(data)
+
+    def finish(self, complete: bool) -> None:
+        """The answer ended (``complete``: whole, not cut); settles what only the end tells."""
+        if self.stream:
+            if complete and self.looking:
+                if self._pending.strip():
+                    self._event(self._pending.strip(b"\n"), time.perf_counter())
+                if not self.done and 200 <= self.status < 300:
+                    self.violations.add("sse_no_done")
+            return
+        if not complete:
+            return
+        if 200 <= self.status < 300:
+            self.first = time.perf_counter()
+        if self._body_size > MAX_WHOLE:
+            return
+        body = b"".join(self._body)
+        if self.status >= 400:  # rare: parsed, to tell an OpenAI error object from anything else
+            try:
+                doc = json.loads(body) if body else None
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                doc = None
+            err = doc.get("error") if isinstance(doc, dict) else None
+            if not (isinstance(err, dict) and isinstance(err.get("message"), str)):
+                self.violations.add("error_body")
+            return
+        if not (200 <= self.status < 300):
+            return
+        # The common case costs two scans of the bytes, no parse: the same checks as for a
+        # stream's events.
+        if body[:1] != b"{" or _CHOICES.search(body) is None:
+            self.violations.add("no_choices")
+        m = _USAGE.search(body)
+        if m is not None:
+            self.usage = int(m.group(1))
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from the request to its first token (None: no token came)."""
+        return None if self.first is None else self.first - self.started
+
+    @property
+    def output_tokens(self) -> int | None:
+        """Tokens of the answer: its usage, else (streams) its content events; None: unknown."""
+        if self.usage is not None:
+            return self.usage
+        return self.events if self.stream and self.events else None

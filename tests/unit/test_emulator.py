@@ -1,0 +1,311 @@
+"""The engine emulator over real HTTP: the OpenAI client against it, its queue, its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.harness import free_port
+from tinct.emulator import EMULATOR_HEADER, Behaviour, BehaviourError, serving
+from tinct.emulator.behaviour import from_env
+from tinct.emulator.server import Emulator
+
+CHAT = [{"role": "user", "content": "tell me about dye tags " * 40}]
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[Emulator]:
+    async with serving(Behaviour(model="m1", ttft_ms=0, itl_ms=0, output_tokens=7), control=True) as e:
+        yield e
+
+
+def client(e: Emulator) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{e.url}/v1", api_key="x", max_retries=0)
+
+
+async def metrics(e: Emulator) -> dict[str, float]:
+    """sample name (with labels) -> value, as a scraper reads them."""
+    async with aiohttp.ClientSession() as http, http.get(f"{e.url}/metrics") as r:
+        text = await r.text()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            extra = {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")}
+            key = s.name + (json.dumps(extra, sort_keys=True) if extra else "")
+            out[key] = s.value
+    return out
+
+
+async def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_streams_chat_to_the_openai_client_and_says_it_emulates(emu: Emulator) -> None:
+    async with client(emu) as c:
+        stream = await c.chat.completions.create(
+            model="m1",
+            messages=CHAT,
+            stream=True,
+            stream_options={"include_usage": True},  # type: ignore[arg-type]
+        )
+        chunks = [chunk async for chunk in stream]
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert text == "Emulated answer from m1. Emulated answer"
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
+        assert chunks[-1].usage is not None
+        assert (chunks[-1].usage.completion_tokens, chunks[-1].choices) == (7, [])
+        assert chunks[-1].usage.prompt_tokens == len(CHAT[0]["content"]) // 4
+        models = await c.models.with_raw_response.list()
+        assert "no model runs" in models.headers[EMULATOR_HEADER.lower()]
+        (model,) = models.parse().data
+        assert model.id == "m1"
+        assert "emulated" in model.owned_by
+
+
+async def test_answers_whole_chat_and_completions_capped_by_max_tokens(emu: Emulator) -> None:
+    async with client(emu) as c:
+        chat = await c.chat.completions.create(model="m1", messages=CHAT, max_tokens=3)  # type: ignore[arg-type]
+        assert chat.choices[0].message.content == "Emulated answer from"
+        assert chat.usage is not None
+        assert chat.usage.completion_tokens == 3
+        done = await c.completions.create(model="m1", prompt="hello " * 100)
+        assert done.choices[0].text == "Emulated answer from m1. Emulated answer"
+        assert done.usage is not None
+        assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (150, 7)
+        streamed = await c.completions.create(model="m1", prompt="hi", stream=True, max_tokens=2)
+        assert "".join([ch.choices[0].text async for ch in streamed]) == "Emulated answer"
+
+
+async def test_error_and_throttle_shares_are_exact_and_shaped_like_openai(emu: Emulator) -> None:
+    emu.set(error_rate=0.25, throttle_rate=0.5, error_status=502)
+    async with client(emu) as c:
+        seen: dict[str, int] = {}
+        for _ in range(8):
+            kind = "ok"
+            try:
+                await c.chat.completions.create(model="m1", messages=CHAT)  # type: ignore[arg-type]
+            except openai.APIStatusError as e:
+                failed = e
+                kind = str(e.status_code)
+                if e.status_code == 429:
+                    body = failed.body
+                    assert isinstance(body, dict)
+                    assert body["code"] == "rate_limit_exceeded", "an OpenAI error object"
+            seen[kind] = seen.get(kind, 0) + 1
+        assert seen == {"502": 2, "429": 3, "ok": 3}, "a quarter fail, half the rest are throttled"
+
+
+async def test_contract_breaks_are_what_they_say(emu: Emulator) -> None:
+    body = {"model": "m1", "messages": CHAT, "stream": True}
+    async with aiohttp.ClientSession() as http:
+
+        async def raw(**changes: object) -> tuple[int, str, str]:
+            emu.set(**changes)
+            async with http.post(f"{emu.url}/v1/chat/completions", json=body) as r:
+                return r.status, r.headers.get("Content-Type", ""), await r.text()
+
+        status, _, ok = await raw(contract="ok")
+        assert ok.endswith("data: [DONE]\n\n")
+        _, _, unframed = await raw(contract="sse-unframed")
+        events = [e for e in unframed.split("\n\n") if e]
+        assert all(json.loads(e)["object"] == "chat.completion.chunk" for e in events), "bare JSON"
+        assert "data:" not in unframed
+        _, _, no_done = await raw(contract="sse-no-done")
+        assert no_done.startswith("data: {")
+        assert "[DONE]" not in no_done
+        _, _, no_choices = await raw(contract="no-choices")
+        assert '"choices"' not in no_choices
+        assert no_choices.endswith("data: [DONE]\n\n")
+        status, ctype, text = await raw(contract="error-body", throttle_rate=1.0)
+        assert (status, ctype.split(";")[0]) == (429, "text/plain")
+        assert not text.lstrip().startswith("{"), text
+        emu.set(contract="ok", throttle_rate=0, accept_versions=["v2"])
+        async with http.post(
+            f"{emu.url}/v1/chat/completions", json=body, headers={"X-Scheduler-Version": "v1"}
+        ) as r:
+            assert r.status == 426
+            assert (await r.json())["error"]["code"] == "version_mismatch"
+
+
+async def test_a_stream_cut_after_tokens_ends_without_its_end(emu: Emulator) -> None:
+    emu.set(cut_after_tokens=2)
+    body = {"model": "m1", "messages": CHAT, "stream": True}
+    got = bytearray()
+    async with aiohttp.ClientSession() as http, http.post(f"{emu.url}/v1/chat/completions", json=body) as r:
+        cut = False
+        try:
+            async for data in r.content.iter_any():
+                got += data
+        except aiohttp.ClientPayloadError:
+            cut = True
+    assert cut, "the answer ended before its end"
+    assert got.count(b'"content":"') == 3  # the role's empty content, then two tokens
+    assert b"[DONE]" not in got
+
+
+async def test_queue_depth_and_kv_cache_move_with_load_and_clients_that_leave(emu: Emulator) -> None:
+    """One slot, a long prefill: the first request runs, the others wait; requests whose
+    clients leave give their slot and queue place back."""
+    emu.set(slots=1, ttft_ms=60_000, kv_capacity_tokens=1000)
+    body = {"model": "m1", "messages": CHAT, "stream": True}
+    async with aiohttp.ClientSession() as http:
+
+        async def one() -> None:
+            async with http.post(f"{emu.url}/v1/chat/completions", json=body) as r:
+                await r.read()
+
+        tasks = [asyncio.create_task(one()) for _ in range(3)]
+
+        async def loaded() -> bool:
+            m = await metrics(emu)
+            return m["vllm:num_requests_waiting"] == 2 and m["vllm:num_requests_running"] == 1
+
+        await wait_for("one running, two waiting", loaded)
+        m = await metrics(emu)
+        assert m["vllm:kv_cache_usage_perc"] == pytest.approx(len(CHAT[0]["content"]) // 4 / 1000)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+        async def idle() -> bool:
+            m = await metrics(emu)
+            return (m["vllm:num_requests_waiting"], m["vllm:num_requests_running"]) == (0, 0)
+
+        await wait_for("the queue emptied by the clients leaving", idle)
+        assert (await metrics(emu))["vllm:kv_cache_usage_perc"] == 0
+        emu.set(ttft_ms=0)
+        await one()  # the slot is free again
+
+
+async def test_metric_names_follow_the_engine(emu: Emulator) -> None:
+    async with client(emu) as c:
+        for _ in range(4):
+            await c.chat.completions.create(model="m1", messages=CHAT)  # type: ignore[arg-type]
+        m = await metrics(emu)
+        assert m["vllm:request_success_total" + json.dumps({"finished_reason": "stop"})] == 4
+        assert m["vllm:prefix_cache_hits_total"] / m["vllm:prefix_cache_queries_total"] == pytest.approx(0.5)
+        assert m["vllm:time_to_first_token_seconds_count"] == 4
+        assert m["vllm:inter_token_latency_seconds_count"] == 4 * 6
+        assert m["vllm:generation_tokens_total"] == 28
+        assert "vllm:gpu_cache_usage_perc" not in m
+
+        emu.set(alt_names=True)
+        m = await metrics(emu)
+        assert {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total"} <= set(m)
+        assert "vllm:time_per_output_token_seconds_count" in m
+        assert not {"vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total"} & set(m)
+
+        emu.set(engine="sglang", alt_names=False)
+        m = await metrics(emu)
+        assert {"sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage"} <= set(m)
+        assert m["sglang:cache_hit_rate"] == pytest.approx(0.5)
+        assert not any(k.startswith("vllm:") for k in m)
+        emu.set(alt_names=True)
+        assert "sglang_num_queue_reqs" in await metrics(emu)
+
+        emu.set(engine="tgi")
+        m = await metrics(emu)
+        assert {"tgi_queue_size", "tgi_batch_current_size", "tgi_request_count_total"} <= set(m)
+        assert not any("cache" in k for k in m), "TGI exports no cache figure"
+
+
+async def test_control_is_bounded_validated_and_off_by_default(emu: Emulator) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{emu.url}/emulator/config", json={"ttft_ms": 5, "slots": 2}) as r:
+            assert r.status == 200
+            assert (await r.json())["slots"] == 2
+        async with http.get(f"{emu.url}/emulator/config") as r:
+            assert (await r.json())["ttft_ms"] == 5
+        for bad in ({"slots": 0}, {"error_rate": 2}, {"engine": "llama.cpp"}, {"nope": 1}):
+            async with http.post(f"{emu.url}/emulator/config", json=bad) as r:
+                assert r.status == 422, bad
+                assert next(iter(bad)) in (await r.json())["error"]
+        async with http.post(f"{emu.url}/emulator/config", data=b"{" + b" " * 70_000 + b"}") as r:
+            assert r.status == 413
+        async with http.post(f"{emu.url}/emulator/config", data=b"[1]") as r:
+            assert r.status == 400
+        async with http.post(f"{emu.url}/v1/chat/completions", data=b"not json") as r:
+            assert r.status == 400
+            assert (await r.json())["error"]["code"] == "invalid_json"
+        assert emu.state.behaviour.slots == 2, "refused changes change nothing"
+    async with serving() as plain, aiohttp.ClientSession() as http:
+        async with http.post(f"{plain.url}/emulator/config", json={"slots": 3}) as r:
+            assert r.status in (404, 405)
+        assert plain.state.behaviour.slots == 8
+
+
+def test_settings_from_environment_and_flags() -> None:
+    env = {
+        "TINCT_EMULATOR_ENGINE": "sglang",
+        "TINCT_EMULATOR_TTFT_MS": "250",
+        "TINCT_EMULATOR_ACCEPT_VERSIONS": "v1,v2",
+    }
+    b = from_env(env, ttft_ms=40.0, alt_names=None)
+    assert (b.engine, b.ttft_ms, b.accept_versions) == ("sglang", 40.0, ["v1", "v2"])
+    assert from_env({"TINCT_EMULATOR_ALT_NAMES": "true"}).alt_names is True
+    with pytest.raises(BehaviourError, match=r"throttle_rate.*TINCT_EMULATOR"):
+        from_env({"TINCT_EMULATOR_THROTTLE_RATE": "1.5"})
+    with pytest.raises(BehaviourError, match="slots"):
+        from_env({}, slots=0)
+
+
+def test_the_command_serves_and_its_help_says_it_emulates() -> None:
+    helped = subprocess.run(
+        [sys.executable, "-m", "tinct.cli", "emulator", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "no model runs" in helped
+    assert "--ttft-ms" in helped
+    assert "TINCT_EMULATOR_TTFT_MS" in helped
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinct.cli", "emulator", "--host", "127.0.0.1", "--port", str(port),
+         "--engine", "tgi", "--log-level", "warning"],
+        env={**__import__("os").environ, "TINCT_EMULATOR_MODEL": "from-env"},
+    )  # fmt: skip
+    try:
+
+        async def check() -> None:
+            async with aiohttp.ClientSession() as http:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while True:
+                    try:
+                        async with http.get(f"http://127.0.0.1:{port}/v1/models") as r:
+                            doc = await r.json()
+                            break
+                    except aiohttp.ClientConnectionError:
+                        assert loop.time() < deadline, "the emulator did not start"
+                        await asyncio.sleep(0.1)
+                assert doc["data"][0]["id"] == "from-env"
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                    assert "tgi_queue_size" in await r.text()
+
+        asyncio.run(check())
+        bad = subprocess.run(
+            [sys.executable, "-m", "tinct.cli", "emulator", "--slots", "0"], capture_output=True, text=True
+        )
+        assert bad.returncode == 2
+        assert "slots" in bad.stderr
+        assert "Traceback" not in bad.stderr
+    finally:
+        proc.terminate()
+        proc.wait(10)
