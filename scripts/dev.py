@@ -6,12 +6,13 @@ Starts, on this machine and all on loopback:
   playing the kubelet of one Node), with tinct's CRDs;
 - an S3-compatible object store (moto) holding the artifacts of the two ModelVersions of
   ``examples/``, under the very URIs the examples name (``s3://models/llama3-8b/...``);
-- two schedulers standing in for LLM serving engines (the project's test backends: no model
-  runs here), their Services ``sched-v1``/``sched-v2`` (port 8000) and Deployments in the
-  ``default`` namespace, as ``examples/grayrelease.yaml`` names them;
-- Prometheus, scraping the router and the operator every second;
+- two engine emulators (``tinct emulator``: vLLM's API and metric names, no model runs),
+  behind the Services ``sched-v1``/``sched-v2`` (port 8000) and Deployments in the ``default``
+  namespace, as ``examples/grayrelease.yaml`` names them;
+- Prometheus, scraping the router, the operator and both engines every second (each engine's
+  series labelled with the ``namespace`` and ``service`` the example selects them by);
 - ``tinct operator`` (routing tables in ``tinct-system``, the lineage under ``--dir``);
-- ``tinct router --watch``, reaching the Services' DNS names at the schedulers through
+- ``tinct router --watch``, reaching the Services' DNS names at the engines through
   ``--resolve``, with OpenAI clients sending it a steady mix of dye cells, so analyses have
   requests to judge.
 
@@ -46,17 +47,17 @@ from interface_artifacts import make_version  # noqa: E402
 from lineage_artifacts import make_checkpoint, moto_process  # noqa: E402
 from release_cluster import deployment, service  # noqa: E402
 from release_traffic import CellTraffic, ask  # noqa: E402
-from router_fakes import BackgroundSchedulers  # noqa: E402
 
 BIN = Path(sys.executable).parent
 TINCT = str(BIN / "tinct")
 TABLES = "tinct-system"
 #: The dye cells the clients send, weighted toward the cell with the largest candidate share,
 #: so a window of the example's analysis holds its minRequests candidate requests.
+#: The long cell streams (SSE), so every window has tokens for time to first token and between.
 MIX = [
-    CellTraffic("admin", "high", 1200),  # long prompt, admin, high: 5 % to the candidate at step 1/4
-    CellTraffic("admin", "high", 1200),
-    CellTraffic("admin", "high", 1200),
+    CellTraffic("admin", "high", 1200, stream=True),  # long, admin, high: 5 % to the candidate at 1/4
+    CellTraffic("admin", "high", 1200, stream=True),
+    CellTraffic("admin", "high", 1200, stream=True),
     CellTraffic("user", "low", 5),  # short, user, low: 0.1 %
     CellTraffic("audit", "low", 300),  # medium, audit, low: the default cell, 1 %
 ]
@@ -124,22 +125,25 @@ def _boto_keys() -> dict[str, str]:
 
 
 class Clients:
-    """OpenAI-style requests through the router from a few threads, ``rps`` per second in all."""
+    """OpenAI-style requests through the router from a few threads, ``rps`` per second in all
+    (each thread paced to its share: a slow answer does not lower the rate)."""
 
-    def __init__(self, port: int, rps: float) -> None:
+    def __init__(self, port: int, rps: float, threads: int = 8) -> None:
         self.port, self.rps = port, rps
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(4)]
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
 
     def _run(self, n: int) -> None:
         i = 0
-        pause = len(self.threads) / self.rps
+        period = len(self.threads) / self.rps
+        due = time.monotonic()
         while not self.stop.is_set():
             cell = MIX[(i + n) % len(MIX)]
             with contextlib.suppress(OSError, Exception):
                 ask(self.port, cell, f"dev-{n}-{i}")
             i += 1
-            self.stop.wait(pause)
+            due = max(due + period, time.monotonic() - period)
+            self.stop.wait(max(0.0, due - time.monotonic()))
 
     def __enter__(self) -> Clients:
         if self.rps > 0:
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--router-port", type=int, default=8080, help="the router's port (default: %(default)s)")
     p.add_argument(
-        "--rps", type=float, default=30.0, help="client requests per second (default: %(default)s)"
+        "--rps", type=float, default=40.0, help="client requests per second (default: %(default)s)"
     )
     args = p.parse_args(argv)
 
@@ -199,18 +203,38 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = stack.enter_context(moto_process(free_port()))
         upload_artifacts(endpoint, work)
 
-        say("two schedulers, their Services sched-v1, sched-v2 (port 8000) and Deployments in default")
-        schedulers = BackgroundSchedulers()
-        stack.callback(schedulers.stop)
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), **S3_ENV)
+        env.pop("TINCT_CONTEXT", None)
+        say(
+            "two engine emulators (tinct emulator, vLLM), Services sched-v1, sched-v2 (port 8000), Deployments"
+        )
+        engines: dict[str, int] = {}
+        for name, model in (("sched-v1", "v1"), ("sched-v2", "v2")):
+            port = engines[name] = free_port()
+            log = work / f"{name}.log"
+            proc = stack.enter_context(
+                process(
+                    [TINCT, "emulator", "--host", "127.0.0.1", "--port", str(port), "--model", model],
+                    log,
+                    env,
+                )
+            )
+            wait_http(f"http://127.0.0.1:{port}/healthz", f"the {name} emulator", proc, log)
         objs: list[dict[str, Any]] = [service("sched-v1"), service("sched-v2")]
         objs += [deployment("sched-v1"), deployment("sched-v2")]
         cp.kubectl("apply", "-n", "default", "-f", "-", input=yaml.safe_dump_all(objs))
 
         router_metrics, operator_metrics = free_port(), free_port()
         prom = stack.enter_context(Prometheus(build.ensure_prometheus(), work / "prometheus"))
-        prom.set_targets([f"127.0.0.1:{router_metrics}", f"127.0.0.1:{operator_metrics}"])
-        env = dict(os.environ, KUBECONFIG=str(kubeconfig), **S3_ENV)
-        env.pop("TINCT_CONTEXT", None)
+        prom.set_target_groups(
+            [
+                ([f"127.0.0.1:{router_metrics}", f"127.0.0.1:{operator_metrics}"], {}),
+                *(
+                    ([f"127.0.0.1:{port}"], {"namespace": "default", "service": name})
+                    for name, port in engines.items()
+                ),
+            ]
+        )
 
         say("tinct operator")
         op_log = work / "operator.log"
@@ -240,11 +264,8 @@ def main(argv: list[str] | None = None) -> int:
 
         say(f"tinct router on 127.0.0.1:{args.router_port}")
         resolve: list[str] = []
-        for name, backend in (("sched-v1", schedulers.v1), ("sched-v2", schedulers.v2)):
-            resolve += [
-                "--resolve",
-                f"{name}.default.svc.cluster.local:8000={backend.url.removeprefix('http://')}",
-            ]
+        for name, port in engines.items():
+            resolve += ["--resolve", f"{name}.default.svc.cluster.local:8000=127.0.0.1:{port}"]
         router_log = work / "router.log"
         router = stack.enter_context(
             process(

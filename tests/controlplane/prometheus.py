@@ -96,13 +96,25 @@ class Prometheus:
         passes discovery changes on at most every 5 s, so the change takes effect within
         a few seconds; ``wait=True`` returns only once every target was scraped and is up.
         """
+        self.set_target_groups([(targets, labels or {})] if targets else [], wait=wait, timeout=timeout)
+
+    def set_target_groups(
+        self,
+        groups: Sequence[tuple[Sequence[str], Mapping[str, str]]],
+        *,
+        wait: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """:meth:`set_targets` with labels of their own for each group of targets (e.g. the
+        ``namespace`` and ``service`` an engine's series are selected by)."""
+        targets = [t for ts, _ in groups for t in ts]
         for t in targets:
             host, sep, port = t.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"a target is host:port, got {t!r}")
-        groups = [{"targets": list(targets), "labels": dict(labels or {})}] if targets else []
+        doc = [{"targets": list(ts), "labels": dict(labels)} for ts, labels in groups if ts]
         tmp = self.targets_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(groups))
+        tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.targets_file)
         if wait:
             self.wait_for_targets(targets, timeout)

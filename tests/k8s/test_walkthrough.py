@@ -56,7 +56,8 @@ _VOLATILE = [
     (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?"), "<time>"),
     (re.compile(r"(?<=\s)\d+[smhd](\d+[smhd])?(?=\s|$)"), "<age>"),  # AGE columns
     (re.compile(r"@a(\d+)-[0-9a-f]{8}\b"), r"@a\1-<nonce>"),
-    (re.compile(r"\b(latency-p95)(=|\s+)[0-9.]+"), r"\1\2<ms>"),  # measured here, not decided
+    # Measured here, not decided: latencies and the engines' queues.
+    (re.compile(r"\b(latency-p95|ttft-p95|itl-p95|queue-depth)(=|\s+)[0-9.]+"), r"\1\2<measured>"),
     (re.compile(r"[ \t]+"), " "),  # column widths follow the values
 ]
 
@@ -68,8 +69,8 @@ def normalized(text: str) -> str:
 
 
 def test_normalization_keeps_what_is_decided() -> None:
-    a = "chat  1.4.0  Ready   5s\n  latency-p95   4.664  <= 800 ms  Pass\nat 2026-12-03T07:59:59Z"
-    b = "chat 1.4.0 Ready 2m3s\n  latency-p95 12.1  <= 800 ms  Pass\nat 2027-01-01T00:00:00Z"
+    a = "chat  1.4.0  Ready   5s\n  latency-p95   4.664  <= 800 ms  Pass\nat 2026-12-03T07:59:59Z ttft-p95=41"
+    b = "chat 1.4.0 Ready 2m3s\n  latency-p95 12.1  <= 800 ms  Pass\nat 2027-01-01T00:00:00Z ttft-p95=52.5"
     assert normalized(a) == normalized(b)
     assert normalized("success-rate 100 >= 99") != normalized("success-rate 99 >= 99")
 
