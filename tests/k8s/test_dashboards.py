@@ -17,9 +17,9 @@ import yaml
 from chart_helpers import CHART
 from controlplane.harness import Cluster, free_port
 from controlplane.prometheus import Prometheus
+from engines import Engines
 from release_cluster import apply, backends, example, operator, wait, wait_release
-from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, router
-from router_fakes import BackgroundSchedulers
+from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -62,7 +62,7 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
 ) -> None:
     ns = namespace
     backends(cluster, ns, tmp_path)
-    schedulers = BackgroundSchedulers()
+    schedulers = Engines()  # emulated engines: streamed answers give the token timings
     metrics_port = free_port()
     try:
         with router(ns, tmp_path / "router.log") as r:
@@ -79,7 +79,7 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                     TINCT_NOTIFY_ATTEMPTS="2",
                     TINCT_NOTIFY_BACKOFF="0.1",
                 ),
-                Background(r.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]),
+                Background(r.port, [LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW]),
             ):
                 doc = example(
                     analysis={
@@ -100,7 +100,7 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                 # Healthy: the candidate serves its share and the analysis passes a step.
                 wait_release(cluster, ns, lambda s: s.get("step", 0) >= 1, "step 2/4", timeout=180)
                 # Then failing: fallbacks, ejections, failed analyses, the rollback.
-                schedulers.set_mode(schedulers.v2, "error")
+                schedulers.set(schedulers.v2, error_rate=1.0)
                 wait_release(cluster, ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180)
                 prom.wait_for(f'tinct_release_phase{{namespace="{ns}",phase="RolledBack"}} == 1', timeout=60)
                 prom.wait_for(f'tinct_router_candidate_ejections_total{{namespace="{ns}"}}', timeout=60)
