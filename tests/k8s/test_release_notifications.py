@@ -13,10 +13,10 @@ import pytest
 
 from controlplane.harness import Cluster, free_port
 from controlplane.prometheus import Prometheus
+from engines import Engines
 from notify_receiver import Receiver, receiver
 from release_cluster import apply, backends, example, operator, wait, wait_release
 from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, router
-from router_fakes import BackgroundSchedulers
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -39,7 +39,7 @@ def test_webhooks_hear_a_promoted_and_a_rolled_back_release(
 ) -> None:
     ns = namespace
     backends(cluster, ns, tmp_path)
-    schedulers = BackgroundSchedulers()
+    schedulers = Engines()
     metrics_port = free_port()
     hooks = ",".join(
         [
@@ -107,9 +107,9 @@ def _promoted(cluster: Cluster, ns: str, rec: Receiver, metrics_port: int) -> No
 
 
 def _rolled_back(
-    cluster: Cluster, ns: str, rec: Receiver, r: Router, schedulers: BackgroundSchedulers, prom: Prometheus
+    cluster: Cluster, ns: str, rec: Receiver, r: Router, schedulers: Engines, prom: Prometheus
 ) -> None:
-    schedulers.set_mode(schedulers.v2, "error")
+    schedulers.set(schedulers.v2, error_rate=1.0)
     doc = example(
         analysis={
             "interval": "6s",
