@@ -6,7 +6,9 @@
 #     and KEDA's operator and metrics API server, built from Go modules into
 #     ~/.cache/tinct, each rebuilt only when what it is built from changes
 #     (tests/controlplane/build.py);
-#   - a Java runtime for the Spark test when none is on PATH (apt-get, as root).
+#   - a Java runtime for the Spark test when none is on PATH (apt-get, as root);
+#   - the Debian packages of the end-to-end tier's node and images (runc, the CNI plugins,
+#     iptables, conntrack, buildah, debootstrap), when missing (apt-get, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,21 @@ if ! command -v java >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
   else
     echo "the Spark test needs Java >= 17 on PATH (e.g. apt-get install openjdk-17-jre-headless)" >&2
+  fi
+fi
+
+# The e2e tier runs a real node (tests/controlplane/node.py) and builds its images here.
+node_packages="runc containernetworking-plugins iptables conntrack buildah debootstrap"
+missing=""
+for pkg in $node_packages; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing the e2e tier's Debian packages:$missing"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  else
+    echo "the e2e tier needs root and the Debian packages:$missing" >&2
   fi
 fi
 

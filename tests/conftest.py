@@ -4,11 +4,23 @@ Tests under ``tests/k8s/`` are marked ``k8s`` automatically; they run against th
 kube-apiserver + etcd + kube-controller-manager that ``tests/controlplane`` builds and
 starts (or the cluster ``TINCT_TEST_KUBECONFIG`` names). If the control plane cannot
 start, those tests error: they are never skipped silently.
+
+Tests under ``tests/e2e/`` are marked ``e2e``: they run the chart, from the image built
+here, on a real node (``tests/controlplane/node.py``; fixtures ``node``, ``node_cluster``,
+``node_helm``, ``node_prometheus``, ``tinct_image``). That node has a control plane of its
+own: one that serves Pods differs from the ``k8s`` tier's on purpose -- there Pods stay
+Pending, or become Ready on kwok's fake node, without a scheduler, and a Pod made right
+after its namespace must not race the ServiceAccount controller -- so each tier keeps
+its own, each started at most once per session and only when a test of that tier runs.
+The tier needs root and Debian packages (``scripts/bootstrap.sh`` installs them); without
+them its tests fail saying what is missing.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -16,11 +28,12 @@ from typing import Any
 
 import pytest
 
-from controlplane import build
+from controlplane import build, images
 from controlplane.environ import patched_environ
 from controlplane.harness import Cluster, ControlPlane, cluster_from_env
 from controlplane.helm import Helm
 from controlplane.keda import InstalledKeda, Keda
+from controlplane.node import Node, NodeParts, ensure_parts
 from controlplane.prometheus import Prometheus
 from router_fakes import FakeScheduler
 
@@ -31,10 +44,21 @@ CRD_NAMES = ("modelversions.tinct.io", "grayreleases.tinct.io")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    k8s_dir = Path(__file__).parent / "k8s"
+    here = Path(__file__).parent
     for item in items:
-        if k8s_dir in Path(str(item.fspath)).parents:
+        parents = Path(str(item.fspath)).parents
+        if here / "k8s" in parents:
             item.add_marker(pytest.mark.k8s)
+        elif here / "e2e" in parents:
+            item.add_marker(pytest.mark.e2e)
+    # The e2e tier runs last, so that on a cold machine its node's parts and images build
+    # while the other tiers run (pytest_collection_finish starts that build).
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly and any(i.get_closest_marker("e2e") for i in session.items):
+        _NODE_BUILD.start()
 
 
 @pytest.fixture(scope="session")
@@ -144,3 +168,95 @@ async def v2() -> AsyncIterator[FakeScheduler]:
 @pytest.fixture
 def backends(v1: FakeScheduler, v2: FakeScheduler) -> tuple[FakeScheduler, FakeScheduler]:
     return v1, v2
+
+
+# -- the end-to-end tier's node ---------------------------------------------------------
+
+
+class _Background:
+    """The e2e node's parts and the tinct image, built in a thread from the session's start.
+
+    Cold, that is many minutes of go builds, debootstrap and pip; the other tiers run
+    meanwhile, and the image builds beside the Go parts (the one waits on the network as
+    much as the other on the CPU). A daemon thread: a session that ends early does not wait.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: tuple[NodeParts, images.Image] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                image = pool.submit(images.ensure_image, False)
+                parts = ensure_parts(verbose=False)
+                self._result = (parts, image.result())
+        except BaseException as e:
+            self._error = e
+        finally:
+            self._done.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="e2e-node-build", daemon=True)
+            self._thread.start()
+
+    def result(self) -> tuple[NodeParts, images.Image]:
+        self.start()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+_NODE_BUILD = _Background()
+
+
+@pytest.fixture(scope="session")
+def node() -> Iterator[Node]:
+    """A real node with its control plane, the tinct image imported; torn down at the end."""
+    parts, tinct = _NODE_BUILD.result()
+    n = Node([tinct], parts=parts).start()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+@pytest.fixture(scope="session")
+def tinct_image(node: Node) -> images.Image:
+    """The image built from the Dockerfile on the local Python base, in the node's containerd."""
+    return node.images[-1]
+
+
+@pytest.fixture(scope="session")
+def node_cluster(node: Node) -> ControlPlane:
+    return node.cluster
+
+
+@pytest.fixture(scope="session")
+def node_helm(helm_bin: Path, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm as the node cluster's admin."""
+    return Helm(helm_bin, tmp_path_factory.mktemp("node-helm-home"), node.cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def node_prometheus(
+    prometheus_bin: Path, node: Node, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    """A Prometheus listening on the node's address, so that Pods (the operator) can query it."""
+    prom = Prometheus(prometheus_bin, tmp_path_factory.mktemp("node-prometheus"), host=node.ip).start()
+    try:
+        yield prom
+    finally:
+        prom.close()
+
+
+def node_namespace(cluster: ControlPlane, prefix: str) -> str:
+    """A fresh namespace on the node's cluster (the caller deletes it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    return name

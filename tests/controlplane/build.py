@@ -1,7 +1,10 @@
-"""Build the test control plane and its tools from Go modules.
+"""Build the test control plane, its tools and the end-to-end node from Go modules.
 
 The control plane is kube-apiserver, kube-controller-manager, kubectl and etcd; the
 tools are Prometheus, helm and kwok (fake nodes whose Pods become Running and Ready).
+The node (``node.py``, built only when a test asks for one) is kubelet, kube-proxy and
+kube-scheduler from the same wrapper module, containerd with ctr and its runc shim,
+CoreDNS, metrics-server, and the sandbox's ``pause`` from its own small module.
 
 There is no Docker engine and no download site for prebuilt Kubernetes binaries on the
 machines tinct is developed on, so the binaries are built with the ordinary ``go``
@@ -21,18 +24,22 @@ command from the published modules:
   (v0.36.x), independent of the control plane's.
 * Prometheus, helm and kwok are single mains whose modules have no ``replace``
   directives, so they are built with ``go install <module>/cmd/<name>@<version>`` (see
-  ``TOOLS``).
+  ``TOOLS``); so are the node's containerd, CoreDNS and metrics-server (``NODE_TOOLS``).
+* ``pause/`` is the node's sandbox process, a module of its own without dependencies.
 
 Binaries land in ``$TINCT_CACHE_DIR`` (default ``~/.cache/tinct``) under
-``controlplane/<versions>-<key>/bin``, ``keda/<version>-<key>/bin`` and, for each tool,
-``<tool>/<version>-<key>/bin``.
-Each component's key hashes what it is built from (its wrapper modules' files or its
+``controlplane/<versions>-<key>/bin``, ``node/<version>-<key>/bin``, ``pause/<key>/bin``,
+``keda/<version>-<key>/bin`` and, for each tool, ``<tool>/<version>-<key>/bin``. Each
+component's key hashes what it is built from (the files of its mains and its wrapper
+module's go.mod/go.sum, or its
 module version, the build recipe and the Go version), so changing one component does not
-rebuild the others, and a second build with the same inputs is a no-op.  A lock per component makes concurrent test runs wait for one build.
+rebuild the others, and a second build with the same inputs is a no-op.  A lock per
+component makes concurrent test runs wait for one build.
 
 Usage::
 
     python tests/controlplane/build.py            # build (or reuse) all, print the bin dirs
+    python tests/controlplane/build.py node       # the same for the end-to-end node's parts
     python tests/controlplane/build.py generate --kube v1.37.2 --etcd v3.7.3
     python tests/controlplane/build.py generate-keda --version v2.21.0
 """
@@ -51,23 +58,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 KUBE_MODULE = HERE / "kube"
 ETCD_MODULE = HERE / "etcd"
+PAUSE_MODULE = HERE / "pause"
 KEDA_MODULE = HERE / "keda"
 KEDA = "github.com/kedacore/keda/v2"
 #: KEDA's mains (the wrapper's ``tool`` packages) and the names their binaries get.
 KEDA_MAINS = {"keda-operator": f"{KEDA}/cmd/operator", "keda-adapter": f"{KEDA}/cmd/adapter"}
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl", "etcd")
+# The mains of the kube wrapper module: the control plane's, and the node's.
+CONTROLPLANE_MAINS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+NODE_MAINS = ("kubelet", "kube-proxy", "kube-scheduler")
+BINARIES = (*CONTROLPLANE_MAINS, "etcd")
 # How the control plane is built (see ensure_built); part of its cache key.
 CONTROLPLANE_RECIPE = (
-    "kube: go build -trimpath -ldflags '-s -w' + hack/lib/version.sh -X values ./cmd/...; "
+    "kube: go build -trimpath -ldflags '-s -w' + hack/lib/version.sh -X values "
+    "./cmd/{kube-apiserver,kube-controller-manager,kubectl}; "
     "etcd: go build -trimpath -ldflags '-s -w' .; CGO_ENABLED=0"
 )
+# How the node's kube binaries are built (see ensure_node_built); part of their key.
+NODE_RECIPE = (
+    "kube: go build -trimpath -ldflags '-s -w' + hack/lib/version.sh -X values "
+    "./cmd/{kubelet,kube-proxy,kube-scheduler}; CGO_ENABLED=0"
+)
+PAUSE_RECIPE = "go build -trimpath -ldflags '-s -w' .; CGO_ENABLED=0"
 
 # How KEDA is built (see ensure_keda); part of its cache key. The -X values are the ones
 # KEDA's Makefile sets (version without the "v", as its release workflow passes it).
@@ -197,25 +216,48 @@ def _go_version() -> str:
     ).stdout.strip()
 
 
+def _module_files(module: Path, mains: tuple[str, ...] | None = None) -> list[Path]:
+    """The files of ``module`` a build of ``mains`` reads (all of them for ``None``)."""
+    files = sorted(p for p in module.rglob("*") if p.is_file())
+    if mains is None:
+        return files
+    dirs = [module / "cmd" / m for m in mains]
+    return [f for f in files if f.parent == module or any(f.is_relative_to(d) for d in dirs)]
+
+
+def _hash_files(h: Any, module: Path, files: list[Path]) -> None:
+    for f in files:
+        h.update(f"{module.name}/{f.relative_to(module)}".encode())
+        h.update(f.read_bytes())
+
+
 def build_key() -> str:
     """Hash of everything the control-plane binaries are built from."""
-    return _module_key(KUBE_MODULE, ETCD_MODULE, recipe=CONTROLPLANE_RECIPE)
+    return _module_key((KUBE_MODULE, CONTROLPLANE_MAINS), (ETCD_MODULE, None), recipe=CONTROLPLANE_RECIPE)
 
 
-def _module_key(*modules: Path, recipe: str) -> str:
+def _module_key(*modules: tuple[Path, tuple[str, ...] | None], recipe: str) -> str:
+    """Hash of the Go version, ``recipe`` and each module's files that build its ``mains``."""
     h = hashlib.sha256()
     h.update(_go_version().encode())
     h.update(recipe.encode())
-    for module in modules:
-        for f in sorted(p for p in module.rglob("*") if p.is_file()):
-            h.update(f"{module.name}/{f.relative_to(module)}".encode())
-            h.update(f.read_bytes())
+    for module, mains in modules:
+        _hash_files(h, module, _module_files(module, mains))
     return h.hexdigest()[:16]
+
+
+def node_key() -> str:
+    """Hash of everything the node's kubelet, kube-proxy and kube-scheduler are built from."""
+    return _module_key((KUBE_MODULE, NODE_MAINS), recipe=NODE_RECIPE)
+
+
+def pause_key() -> str:
+    return _module_key((PAUSE_MODULE, None), recipe=PAUSE_RECIPE)
 
 
 def keda_key() -> str:
     """Hash of everything the KEDA binaries are built from."""
-    return _module_key(KEDA_MODULE, recipe=KEDA_RECIPE)
+    return _module_key((KEDA_MODULE, None), recipe=KEDA_RECIPE)
 
 
 def keda_bin_dir() -> Path:
@@ -224,6 +266,14 @@ def keda_bin_dir() -> Path:
 
 def bin_dir() -> Path:
     return cache_root() / "controlplane" / f"{kube_version()}-{etcd_version()}-{build_key()}" / "bin"
+
+
+def node_bin_dir() -> Path:
+    return cache_root() / "node" / f"{kube_version()}-{node_key()}" / "bin"
+
+
+def pause_bin_dir() -> Path:
+    return cache_root() / "pause" / pause_key() / "bin"
 
 
 def _release_time(module: str, version: str) -> str:
@@ -275,13 +325,16 @@ def _locked(target: Path) -> Iterator[None]:
 
 
 def _build_into(
-    target: Path, names: tuple[str, ...], what: str, verbose: bool, build: dict[str, str]
+    target: Path, names: tuple[str, ...], what: str, verbose: bool, build: dict[str, str], needs: str = "go"
 ) -> Path:
-    """Run ``build[...]`` steps into a staging dir and move it to ``target`` when all succeed."""
+    """Run ``build[...]`` steps into a staging dir and move it to ``target`` when all succeed.
+
+    ``needs`` is the command the build runs, checked first so that its absence says so.
+    """
     if all((target / b).is_file() for b in names):
         return target
-    if shutil.which("go") is None:
-        raise RuntimeError(f"building {what} for the tests needs the go command on PATH")
+    if shutil.which(needs) is None:
+        raise RuntimeError(f"building {what} for the tests needs the {needs} command on PATH")
     with _locked(target):
         if all((target / b).is_file() for b in names):  # built meanwhile by another process
             return target
@@ -295,7 +348,11 @@ def _build_into(
         seconds = round(time.monotonic() - started, 1)
         (staging / "BUILD.json").write_text(
             json.dumps(
-                {**{k: v for k, v in build.items() if k != "kind"}, "go": _go_version(), "seconds": seconds}
+                {
+                    **{k: v for k, v in build.items() if k != "kind"},
+                    **({"go": _go_version()} if needs == "go" else {}),
+                    "seconds": seconds,
+                }
             )
         )
         shutil.rmtree(target, ignore_errors=True)
@@ -306,18 +363,30 @@ def _build_into(
     return target
 
 
-def _build_controlplane(staging: Path, build: dict[str, str]) -> None:
+def _build_kube_mains(staging: Path, kube: str, mains: tuple[str, ...]) -> None:
     _go(
         "build",
         "-trimpath",
         "-ldflags",
-        _ldflags(build["kube"]),
+        _ldflags(kube),
         "-o",
         str(staging) + "/",
-        "./cmd/...",
+        *(f"./cmd/{m}" for m in mains),
         cwd=KUBE_MODULE,
     )
+
+
+def _build_controlplane(staging: Path, build: dict[str, str]) -> None:
+    _build_kube_mains(staging, build["kube"], CONTROLPLANE_MAINS)
     _go("build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / "etcd"), ".", cwd=ETCD_MODULE)
+
+
+def _build_node(staging: Path, build: dict[str, str]) -> None:
+    _build_kube_mains(staging, build["kube"], NODE_MAINS)
+
+
+def _build_pause(staging: Path, build: dict[str, str]) -> None:
+    _go("build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / "pause"), ".", cwd=PAUSE_MODULE)
 
 
 def ensure_built(verbose: bool = True) -> Path:
@@ -337,6 +406,24 @@ def ensure_built(verbose: bool = True) -> Path:
         verbose,
         {"kind": "controlplane", "kube": kube, "etcd": etcd},
     )
+
+
+def ensure_node_built(verbose: bool = True) -> Path:
+    """The directory holding kubelet, kube-proxy and kube-scheduler, built when needed."""
+    kube = kube_version()
+    return _build_into(
+        node_bin_dir(),
+        NODE_MAINS,
+        f"kubelet, kube-proxy and kube-scheduler {kube}",
+        verbose,
+        {"kind": "node", "kube": kube},
+    )
+
+
+def ensure_pause(verbose: bool = True) -> Path:
+    """The node's sandbox process (``pause/``), built when needed."""
+    target = _build_into(pause_bin_dir(), ("pause",), "pause", verbose, {"kind": "pause"})
+    return target / "pause"
 
 
 def _build_keda(staging: Path, build: dict[str, str]) -> None:
@@ -376,6 +463,15 @@ class GoTool:
     tags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ("-s", "-w")
 
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return (self.package,)
+
+    @property
+    def binaries(self) -> tuple[str, ...]:
+        """The names ``go install`` gives the binaries (the last element of each package)."""
+        return tuple(p.rsplit("/", 1)[-1] for p in self.packages)
+
     def key(self) -> str:
         h = hashlib.sha256()
         h.update(_go_version().encode())
@@ -384,6 +480,17 @@ class GoTool:
 
     def bin_dir(self) -> Path:
         return cache_root() / self.name / f"{self.version}-{self.key()}" / "bin"
+
+
+@dataclass(frozen=True)
+class GoToolSet(GoTool):
+    """Several mains of one module at one version, installed together (``more``: the others)."""
+
+    more: tuple[str, ...] = ()
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return (self.package, *self.more)
 
 
 def _prometheus_release(module_version: str) -> str:
@@ -429,15 +536,51 @@ TOOLS = {
 }
 
 
+CONTAINERD_VERSION = "v2.4.2"
+COREDNS_VERSION = "v1.15.0"
+METRICS_SERVER_VERSION = "v0.8.0"
+# The end-to-end node's parts with modules of their own; built only when a node is asked for.
+NODE_TOOLS = {
+    "containerd": GoToolSet(
+        name="containerd",
+        package="github.com/containerd/containerd/v2/cmd/containerd",
+        more=(
+            "github.com/containerd/containerd/v2/cmd/ctr",
+            "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        ),
+        version=CONTAINERD_VERSION,
+        # The snapshotters the node does not use and that need cgo or extra libraries.
+        tags=("no_btrfs", "no_devmapper", "no_zfs"),
+        # What containerd's Makefile sets; the CRI reports it as the runtime version.
+        ldflags=(
+            "-s",
+            "-w",
+            f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",
+        ),
+    ),
+    # The module's root package is CoreDNS's main, with its default plugin set.
+    "coredns": GoTool(name="coredns", package="github.com/coredns/coredns", version=COREDNS_VERSION),
+    "metrics-server": GoTool(
+        name="metrics-server",
+        package="sigs.k8s.io/metrics-server/cmd/metrics-server",
+        version=METRICS_SERVER_VERSION,
+    ),
+}
+
+
+def _any_tool(name: str) -> GoTool:
+    return TOOLS.get(name) or NODE_TOOLS[name]
+
+
 def _build_tool(staging: Path, build: dict[str, str]) -> None:
-    tool = TOOLS[build["tool"]]
+    tool = _any_tool(build["tool"])
     args = ["install", "-trimpath", "-ldflags", " ".join(tool.ldflags)]
     if tool.tags:
         args += ["-tags", ",".join(tool.tags)]
     with tempfile.TemporaryDirectory() as outside_any_module:
         _go(
             *args,
-            f"{tool.package}@{tool.version}",
+            *(f"{p}@{tool.version}" for p in tool.packages),
             cwd=Path(outside_any_module),
             goflags="-buildvcs=false",
             GOBIN=str(staging),
@@ -445,18 +588,27 @@ def _build_tool(staging: Path, build: dict[str, str]) -> None:
         )
 
 
-_BUILDERS = {"controlplane": _build_controlplane, "keda": _build_keda, "tool": _build_tool}
+_BUILDERS: dict[str, Callable[[Path, dict[str, str]], None]] = {
+    "controlplane": _build_controlplane,
+    "keda": _build_keda,
+    "node": _build_node,
+    "pause": _build_pause,
+    "tool": _build_tool,
+}
 
 
 def ensure_tool(name: str, verbose: bool = True) -> Path:
-    """Return the path of tool ``name`` (a key of ``TOOLS``), building it when needed."""
-    tool = TOOLS[name]
+    """Return the path of tool ``name`` (a key of ``TOOLS`` or ``NODE_TOOLS``), building it when needed.
+
+    A tool of several binaries (``GoToolSet``) puts them all beside the one returned.
+    """
+    tool = _any_tool(name)
     target = _build_into(
         tool.bin_dir(),
-        (tool.name,),
+        tool.binaries,
         f"{tool.name} {tool.version}",
         verbose,
-        {"kind": "tool", "tool": tool.name, "package": tool.package, "version": tool.version},
+        {"kind": "tool", "tool": tool.name, "package": " ".join(tool.packages), "version": tool.version},
     )
     return target / tool.name
 
@@ -482,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     gen_keda = sub.add_parser("generate-keda", help="rewrite the KEDA wrapper go.mod for a new release")
     gen_keda.add_argument("--version", default=None, help="github.com/kedacore/keda/v2 release, e.g. v2.21.0")
     sub.add_parser("key", help="print the cache keys")
+    sub.add_parser("node", help="build (or reuse) the end-to-end node's parts, print their bin dirs")
     args = parser.parse_args(argv)
     if args.cmd == "generate":
         generate(args.kube or kube_version(), args.etcd or etcd_version())
@@ -489,9 +642,16 @@ def main(argv: list[str] | None = None) -> int:
         generate_keda(args.version or keda_version())
     elif args.cmd == "key":
         print(f"controlplane {build_key()}")
+        print(f"node {node_key()}")
+        print(f"pause {pause_key()}")
         print(f"keda {keda_key()}")
-        for tool in TOOLS.values():
+        for tool in (*TOOLS.values(), *NODE_TOOLS.values()):
             print(f"{tool.name} {tool.key()}")
+    elif args.cmd == "node":
+        print(ensure_node_built())
+        print(ensure_pause().parent)
+        for name in NODE_TOOLS:
+            print(ensure_tool(name).parent)
     else:
         print(ensure_built())
         for name in TOOLS:

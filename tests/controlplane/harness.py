@@ -12,6 +12,14 @@ kubelet: Pods are created but stay Pending, except on the fake Node ``kwok-node-
 kwok manages (``controlplane/kwok.py``): Pods naming it in ``spec.nodeName`` become
 Running and Ready, so Deployments there get available replicas.
 
+``ControlPlane(pods=PodNetwork(node_ip))`` is the control plane of a real node
+(``node.py``): Pods reach it through the ``kubernetes`` Service, so it listens on every
+address and advertises the node's, its certificate names the Service's IP and the node's,
+ServiceAccount tokens are mounted (the ServiceAccount admission plugin), kubelets are
+authorized by the Node authorizer, aggregated APIs (metrics-server) are reachable, and
+the controller-manager also runs the controllers of Services, Nodes and volumes
+(``NODE_CONTROLLERS``). The tiers without a node keep the narrower control plane.
+
 ``TINCT_TEST_KUBECONFIG`` points the tests at an existing cluster instead; then nothing
 is started and teardown only deletes what the tests created.
 """
@@ -35,6 +43,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +67,30 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "clusterrole-aggregation-controller",
 )
+# With a real node: Services' EndpointSlices (kube-proxy and CoreDNS read them), slices
+# mirrored from the Endpoints of Services served outside Pods, Node health (and the
+# not-ready taint lifted once the kubelet reports Ready), Pods of deleted Nodes, PVC binding.
+NODE_CONTROLLERS = (
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    "node-lifecycle-controller",
+    "pod-garbage-collector-controller",
+    "persistentvolume-binder-controller",
+)
 # How often the HPA controller evaluates each HPA (Kubernetes' default is 15 s).
 HPA_SYNC_PERIOD = "1s"
+# The harness's Service range; the first address is the kubernetes Service's.
+SERVICE_CIDR = "10.0.0.0/24"
+
+
+@dataclass(frozen=True)
+class PodNetwork:
+    """What a control plane needs to serve Pods running on a real node (``node.py``)."""
+
+    #: The node's address: the API server advertises it as the kubernetes Service's endpoint.
+    node_ip: str
+    #: The kubernetes Service's ClusterIP (the first of ``SERVICE_CIDR``).
+    service_ip: str = "10.0.0.1"
 
 
 class ControlPlaneError(RuntimeError):
@@ -207,8 +238,10 @@ class ControlPlane(_Clients):
         *,
         with_kwok: bool = True,
         kwok_bin: Path | None = None,
+        pods: PodNetwork | None = None,
     ) -> None:
         self.bin_dir: Path = bin_dir or build.ensure_built()
+        self.pods = pods
         self.kwok_bin = (kwok_bin or kwok.default_binary()) if with_kwok else None
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-cp-"))
@@ -253,7 +286,8 @@ class ControlPlane(_Clients):
 
     def _start(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        self.pki = pki = make_pki(self.workdir / "pki")
+        serving_ips = (self.pods.service_ip, self.pods.node_ip) if self.pods else ()
+        self.pki = pki = make_pki(self.workdir / "pki", serving_ips)
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._etcd = _Process(
@@ -283,29 +317,19 @@ class ControlPlane(_Clients):
             [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
                 f"--secure-port={api_port}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
                 f"--client-ca-file={pki.ca_cert}",
-                "--authorization-mode=RBAC",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
-                # The kubernetes Service endpoint may not be loopback; tests do not use it.
-                "--endpoint-reconciler-type=none",
-                # Pods never run here (no kubelet). Without this plugin a Pod needs no
-                # ServiceAccount to exist when it is created, so a test that makes one right
-                # after its namespace does not race the ServiceAccount controller.
-                "--disable-admission-plugins=ServiceAccount",
+                *(self._node_flags() if self.pods else self._no_node_flags()),
                 # The aggregation layer (extension API servers such as KEDA's metrics API
-                # server, controlplane/keda.py): requests are proxied with the front-proxy
-                # client cert and the user in X-Remote-* headers. Aggregator routing stays off:
-                # it resolves a Service through its EndpointSlices, which may not hold loopback
-                # addresses; an ExternalName Service naming localhost routes there instead.
+                # server, controlplane/keda.py, or the node's metrics-server): requests are
+                # proxied with the front-proxy client cert and the user in X-Remote-* headers.
                 f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
                 f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
                 "--requestheader-username-headers=X-Remote-User",
@@ -337,6 +361,44 @@ class ControlPlane(_Clients):
             self._start_controller_manager(deadline)
         if kwok_started is not None:
             self._wait_kwok_node(kwok_started, deadline)
+
+    @staticmethod
+    def _no_node_flags() -> list[str]:
+        return [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--authorization-mode=RBAC",
+            # The kubernetes Service endpoint may not be loopback; tests do not use it.
+            "--endpoint-reconciler-type=none",
+            # Pods never run here (no kubelet). Without this plugin a Pod needs no
+            # ServiceAccount to exist when it is created, so a test that makes one right
+            # after its namespace does not race the ServiceAccount controller.
+            "--disable-admission-plugins=ServiceAccount",
+            # Aggregator routing stays off: it resolves a Service through its EndpointSlices,
+            # which may not hold loopback addresses; an ExternalName Service naming localhost
+            # routes there instead (controlplane/keda.py).
+        ]
+
+    def _node_flags(self) -> list[str]:
+        """Flags for a control plane whose Pods run on a real node and talk to it."""
+        assert self.pods is not None
+        assert self.pki is not None
+        pki = self.pki
+        return [
+            # Pods reach it through the kubernetes Service, whose endpoint is the node's IP
+            # (kept by the default "lease" endpoint reconciler); tests still use 127.0.0.1.
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.pods.node_ip}",
+            # Kubelets may read only what their Pods use; everyone else as RBAC says.
+            "--authorization-mode=Node,RBAC",
+            # Logs and exec go to the kubelet at the node's IP (its host name is loopback here).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki.admin_cert}",
+            f"--kubelet-client-key={pki.admin_key}",
+            # Aggregated APIs (metrics.k8s.io) are called at their EndpointSlices' address
+            # (the node's), not through the Service's ClusterIP.
+            "--enable-aggregator-routing=true",
+        ]
 
     def _apply_before_controllers(self) -> None:
         for manifest in self.preapply:
@@ -380,7 +442,7 @@ class ControlPlane(_Clients):
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={pki.sa_key}",
                 f"--root-ca-file={pki.ca_cert}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if self.pods else ()))}",
                 f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
                 # A test session deletes hundreds of namespaces; client-side throttling at the
                 # default 20 qps would leave them Terminating for minutes.

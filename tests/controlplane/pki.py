@@ -3,7 +3,11 @@
 :func:`make_pki`: the cluster CA, the API server's serving cert, the admin and
 controller-manager client certs, the ServiceAccount signing key, and the aggregation
 layer's front-proxy CA with the client cert the API server presents to extension API
-servers (which trust requests from it, with the user in ``X-Remote-User``).
+servers (which trust requests from it, with the user in ``X-Remote-User``). For a control
+plane that serves Pods on a real node (``node.py``), ``serving_ips`` adds the addresses
+Pods reach it at (the ``kubernetes`` Service's IP, the node's) and the Service's names.
+
+:func:`client_cert`: a client cert of the cluster CA, the node's components' identities.
 
 :func:`make_keda_certs`: KEDA's own CA and the one cert its operator and metrics API server
 share, as KEDA's cert rotation makes it: the operator's gRPC metrics service and the
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +96,7 @@ def _issue(
     server: bool = False,
     client: bool | None = None,
     dns_names: tuple[str, ...] = ("localhost", "kubernetes.default.svc"),
+    san_ips: Sequence[str] = (),
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -130,6 +136,7 @@ def _issue(
                 [
                     *(x509.DNSName(n) for n in dns_names),
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in san_ips),
                 ]
             ),
             critical=False,
@@ -137,8 +144,22 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def make_pki(directory: Path) -> Pki:
-    """Create every key and certificate the control plane needs under ``directory``."""
+# What Pods call the API server by: the names of the kubernetes Service.
+SERVICE_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+def make_pki(directory: Path, serving_ips: Sequence[str] = ()) -> Pki:
+    """Create every key and certificate the control plane needs under ``directory``.
+
+    ``serving_ips``: more addresses the API server is reached at (for Pods: the kubernetes
+    Service's IP and the node's); its certificate then names the Service's DNS names too.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     p = Pki(
         ca_cert=directory / "ca.crt",
@@ -174,7 +195,12 @@ def make_pki(directory: Path) -> Pki:
         ),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(subject, key, ca_name, ca_key, server=server)
+        if server and serving_ips:
+            cert = _issue(
+                subject, key, ca_name, ca_key, server=True, dns_names=SERVICE_NAMES, san_ips=serving_ips
+            )
+        else:
+            cert = _issue(subject, key, ca_name, ca_key, server=server)
         _write_key(key_path, key)
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
@@ -201,6 +227,24 @@ def make_pki(directory: Path) -> Pki:
         )
     )
     return p
+
+
+def client_cert(pki: Pki, directory: Path, name: str, cn: str, org: str | None = None) -> tuple[Path, Path]:
+    """Issue a client certificate of the cluster CA for ``cn`` (in group ``org``): (cert, key).
+
+    The bootstrap RBAC policy knows ``system:kube-proxy`` and ``system:kube-scheduler``; the
+    Node authorizer knows ``system:node:<name>`` in ``system:nodes``.
+    """
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(cn, org), key, ca.subject, ca_key)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
 
 
 def make_keda_certs(directory: Path, dns_names: tuple[str, ...]) -> KedaCerts:

@@ -42,13 +42,16 @@ class Prometheus:
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
         rule_files: Sequence[Path] = (),
+        host: str = "127.0.0.1",
     ) -> None:
+        """``host``: the address to listen on; a node's IP makes it reachable from its Pods."""
         self.binary = binary
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-prom-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = host
+        self.url = f"http://{host}:{self.port}"
         self.targets_file = self.workdir / "targets.json"
         self.config_file = self.workdir / "prometheus.yml"
         self.data_dir = self.workdir / "data"
@@ -146,7 +149,7 @@ class Prometheus:
                 str(self.binary),
                 f"--config.file={self.config_file}",
                 f"--storage.tsdb.path={self.data_dir}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--web.listen-address={self.host}:{self.port}",
                 "--storage.tsdb.retention.time=2h",
                 # Apply discovered target changes within 1 s of discovery passing them on
                 # (default 5 s), so set_targets takes effect in seconds.

@@ -84,6 +84,29 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
         assert await side(http, base) == "v1"
 
 
+async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_503(
+    cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
+) -> None:
+    """A fresh install has no release yet: its routers must still become Ready (helm --wait)."""
+    v1, v2 = backends
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
+    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
+        holder = app.state.holder
+        await eventually(lambda: holder.synced, "the first listing of routing tables")
+        async with http.get(f"{base}/readyz") as r:
+            assert r.status == 200, await r.text()
+            assert "no routing table exists yet" in await r.text()
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        async with http.post(f"{base}/v1/chat/completions", json=body) as r:
+            assert r.status == 503
+            assert (await r.json())["error"]["code"] == "no_routing_table"
+        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
+        await eventually(lambda: holder.current is not None, "the first table")
+        async with http.get(f"{base}/readyz") as r:
+            assert "table version 1" in await r.text()
+        assert await side(http, base) == "v1"
+
+
 async def test_router_with_least_privilege_service_account(
     cluster: Any,
     namespace: str,

@@ -123,6 +123,9 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
     assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in rc["ports"]
     assert rc["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert rc["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # Kept in the Service while kube-proxy drops it, then the drain: a rollout loses nothing.
+    assert rc["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 30 + 5 + 5
     hpa = one(docs, "HorizontalPodAutoscaler", "t-tinct-router")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "t-tinct-router"
     pdb = one(docs, "PodDisruptionBudget", "t-tinct-router")
@@ -222,6 +225,12 @@ def test_every_pod_runs_restricted(helm: Helm, values: dict[str, Any]) -> None:
         assert c["resources"]["requests"]["cpu"]
         assert c["resources"]["limits"]["memory"]
         assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], "a writable /tmp"
+
+
+def test_router_pre_stop_sleep_can_be_turned_off(helm: Helm) -> None:
+    router = one(template(helm, {"router.preStopSleepSeconds": 0}), "Deployment", "t-tinct-router")
+    assert "lifecycle" not in container(router)
+    assert router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 35
 
 
 def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> None:

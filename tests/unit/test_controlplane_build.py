@@ -112,6 +112,51 @@ def test_concurrent_builds_of_one_component_build_once(
     assert json.loads((target / "BUILD.json").read_text())["tool"] == "fake"
 
 
+def _copy_kube_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    module = tmp_path / "kube"
+    for f in build.KUBE_MODULE.rglob("*"):
+        if f.is_file():
+            target = module / f.relative_to(build.KUBE_MODULE)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(f.read_bytes())
+    monkeypatch.setattr(build, "KUBE_MODULE", module)
+    return module
+
+
+def test_node_and_control_plane_keys_hash_only_their_own_mains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = _copy_kube_module(tmp_path, monkeypatch)
+    controlplane, node = build.build_key(), build.node_key()
+    assert controlplane != node
+    (module / "cmd" / "kubelet" / "main.go").write_text("package main\n")
+    assert build.node_key() != node
+    assert build.build_key() == controlplane, "a node main does not rebuild the control plane"
+    (module / "cmd" / "kube-apiserver" / "main.go").write_text("package main\n")
+    assert build.build_key() != controlplane
+    # Both are built from the module's go.mod and go.sum.
+    node, controlplane = build.node_key(), build.build_key()
+    (module / "go.sum").write_text((module / "go.sum").read_text() + "\n")
+    assert build.node_key() != node
+    assert build.build_key() != controlplane
+
+
+def test_every_main_of_the_kube_module_is_built_by_one_component() -> None:
+    mains = {d.name for d in (build.KUBE_MODULE / "cmd").iterdir() if d.is_dir()}
+    assert mains == set(build.CONTROLPLANE_MAINS) | set(build.NODE_MAINS)
+    assert not set(build.CONTROLPLANE_MAINS) & set(build.NODE_MAINS)
+
+
+def test_a_tool_set_installs_several_mains_of_one_module_under_one_key() -> None:
+    containerd = build.NODE_TOOLS["containerd"]
+    assert containerd.binaries == ("containerd", "ctr", "containerd-shim-runc-v2")
+    assert {p.rsplit("/cmd/", 1)[0] for p in containerd.packages} == {"github.com/containerd/containerd/v2"}
+    assert dataclasses.replace(containerd, more=containerd.more[:1]).key() != containerd.key()
+    # The node's tools never join the ones every bootstrap builds.
+    assert not set(build.NODE_TOOLS) & set(build.TOOLS)
+    assert build.TOOLS["helm"].binaries == ("helm",)
+
+
 def test_keda_wrapper_carries_every_replace_and_exclude_of_its_module() -> None:
     version = build.keda_version()
     info = subprocess.run(

@@ -8,7 +8,8 @@ Endpoints:
   the endpoint's shape gets a 400, one over ``max_body_bytes`` a 413, a model no table
   serves a 404, all as OpenAI-style JSON errors and without reaching a backend.
 - ``GET``/``HEAD`` ``/healthz``: the process serves. ``/readyz``: a routing table is in
-  force and the router is not draining. ``/metrics``: Prometheus text.
+  force (or, when following ConfigMaps, the first listing found none) and the router is
+  not draining. ``/metrics``: Prometheus text.
 - anything else: passed to the default table's stable unclassified (request body
   streamed), dye tag ``none``.
 
@@ -51,6 +52,10 @@ def _readyz(st: RouterState) -> Answer:
     if st.draining:
         return text_response(503, "draining\n")
     if table is None:
+        if st.holder.synced:
+            # Tables are followed and none exists yet (a fresh install): waiting would
+            # keep the router out of its Service until the first release, for nothing.
+            return text_response(200, "ready: no routing table exists yet\n")
         return text_response(503, "no routing table loaded\n")
     n = len(st.holder.tables)
     if n > 1:

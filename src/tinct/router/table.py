@@ -172,6 +172,9 @@ class TableHolder:
     #: :func:`release_identity` -> the table of the highest version seen for it; kept when
     #: its table leaves force, so a deleted and recreated source cannot go back either.
     seen: dict[str, RoutingTable] = field(default_factory=dict)
+    #: The source listed every table there is once (the watch's first listing): a router
+    #: with no table then has none to wait for, and is ready (it answers 503 until one comes).
+    synced: bool = False
 
     def swap(self, table: RoutingTable, source: str) -> CompiledTable:
         """Put ``table`` in force as the only table.

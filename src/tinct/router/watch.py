@@ -115,6 +115,7 @@ class ConfigMapWatch:
     def _sync(self, keys: set[str]) -> None:
         for gone in set(self.tables) - keys:
             self._delete(gone)
+        self.holder.synced = True
 
     # --- in the thread -----------------------------------------------------------------
 

@@ -1,0 +1,3 @@
+module tinct.io/testenv/pause
+
+go 1.26.0
