@@ -3,10 +3,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help bootstrap test unit k8s e2e lint format crds demo bench clean
+.PHONY: help bootstrap test unit k8s e2e lint format crds demo dev bench clean
 
 help:
 	@echo "make demo   run tinct end to end on a local control plane"
+	@echo "make dev    a local tinct that stays up (control plane, Prometheus, operator, router, schedulers)"
 	@echo "make test   lint, type-check and run every test (unit + real kube-apiserver)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    the chart from the image on a real node (root; see README)"
@@ -42,6 +43,10 @@ crds: bootstrap
 
 demo: bootstrap
 	$(BIN)/python scripts/demo.py
+
+# Stays up until Ctrl-C; prints the KUBECONFIG to export. See the README's walk-through.
+dev: bootstrap
+	$(BIN)/python scripts/dev.py
 
 # Each benchmark prints progress on stderr and a last line of JSON; they take minutes.
 bench: bootstrap

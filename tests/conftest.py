@@ -24,6 +24,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,7 +110,7 @@ def prometheus(prometheus_bin: Path, tmp_path: Path) -> Iterator[Callable[..., P
     """
     started: list[Prometheus] = []
 
-    def make(**options: str) -> Prometheus:
+    def make(**options: Any) -> Prometheus:
         prom = Prometheus(prometheus_bin, tmp_path / f"prometheus-{len(started)}", **options)
         started.append(prom)
         return prom.start()

@@ -36,6 +36,20 @@ class Case:
     mutate: Callable[[Doc], None]
     message: str | None
     table: str | None = None
+    #: The rule's own message when ``message`` is built from the input (the cell, the value).
+    rule: str | None = None
+    #: The same for the routing table's rule; default: ``rule`` when ``table`` is ``message``.
+    table_rule: str | None = None
+
+    @property
+    def rule_message(self) -> str | None:
+        return self.rule or self.message
+
+    @property
+    def table_rule_message(self) -> str | None:
+        if self.table is None:
+            return None
+        return self.table_rule or (self.rule if self.table == self.message else None) or self.table
 
 
 def _buckets(*bounds: tuple[str, int | None]) -> Callable[[Doc], None]:
@@ -104,9 +118,24 @@ ONLY_LAST = "only the last bucket may leave maxTokens out"
 INCREASING = "bucket maxTokens must strictly increase from one bucket to the next"
 DEFAULT_LISTED = "default must be one of values"
 ONE_DEFAULT = "exactly one default cell (match: {}) is required"
-KNOWN_BUCKET = "a cell's match.promptLength must name a bucket of dye.promptLength"
+KNOWN_BUCKET = "a cell's match.promptLength must be a bucket of dye.promptLength"
 KNOWN_ROLE = "a cell's match.role must be one of dye.role.values"
 KNOWN_LATENCY = "a cell's match.latency must be one of dye.latency.values"
+OWN_MATCH = "each cell needs its own match"
+UNEVEN = "every cell needs the same number of weights (one per step)"
+SAME_BACKEND = "stable and candidate must be different backends"
+SAME_MV = "stable and candidate must be different ModelVersions"
+NO_ANALYSIS = (
+    "give spec.analysis: metrics that judge the candidate at each step, or analysis: {} to step "
+    "forward every interval (1m) without judging it"
+)
+
+
+def _dyn(message: str, rule: str, *, table: bool = True) -> dict[str, Any]:
+    """A case's keywords for a message built from the input, shared by the table or not."""
+    return {"message": message, "rule": rule, "table": message if table else None}
+
+
 ENGINE_NEEDED = (
     "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine"
 )
@@ -148,20 +177,78 @@ CASES = [
     Case("flat-weights", _spec("cells.1.weights", [10, 10, 10, 100]), None),
     Case("two-default-cells", _spec("cells.0.match", {"promptLength": "*"}), ONE_DEFAULT, ONE_DEFAULT),
     Case("no-default-cell", _spec("cells.2.match", {"role": "audit"}), ONE_DEFAULT, ONE_DEFAULT),
-    Case("unknown-bucket", _spec("cells.0.match.promptLength", "huge"), KNOWN_BUCKET, KNOWN_BUCKET),
-    Case("unknown-role", _spec("cells.0.match.role", "root"), KNOWN_ROLE, KNOWN_ROLE),
-    Case("unknown-latency", _spec("cells.0.match.latency", "mid"), KNOWN_LATENCY, KNOWN_LATENCY),
+    Case(
+        "unknown-bucket",
+        _spec("cells.0.match.promptLength", "huge"),
+        **_dyn(
+            'cells[0].match.promptLength "huge" is not a bucket of dye.promptLength ["short", "medium", "long"]',
+            KNOWN_BUCKET,
+        ),
+    ),
+    Case(
+        "unknown-role",
+        _spec("cells.1.match.role", "admn"),
+        **_dyn(
+            'cells[1].match.role "admn" is not one of dye.role.values ["user", "admin", "audit"]', KNOWN_ROLE
+        ),
+    ),
+    Case(
+        "unknown-latency",
+        _spec("cells.0.match.latency", "mid"),
+        **_dyn(
+            'cells[0].match.latency "mid" is not one of dye.latency.values ["low", "high"]', KNOWN_LATENCY
+        ),
+    ),
+    Case(
+        "duplicate-match",
+        _spec("cells.1.match", {"promptLength": "long", "role": "admin", "latency": "high"}),
+        **_dyn(
+            "cells[1] has the same match as an earlier cell (len:long+role:admin+latency:high): the "
+            "router would follow one of them only; give each cell its own match",
+            OWN_MATCH,
+        ),
+    ),
+    Case(
+        "duplicate-match-by-wildcard",
+        _all(
+            _spec("cells.0.match", {"promptLength": "long", "role": "*"}),
+            _spec("cells.1.match", {"promptLength": "long"}),
+        ),
+        **_dyn(
+            "cells[1] has the same match as an earlier cell (len:long+role:*+latency:*): the "
+            "router would follow one of them only; give each cell its own match",
+            OWN_MATCH,
+        ),
+    ),
     Case(
         "uneven-steps",
         _spec("cells.2.weights", [1, 100]),
-        "every cell needs the same number of weights (one per step)",
+        **_dyn(
+            "cells[2] has 2 weights but cells[0] has 4: give every cell one weight per step",
+            UNEVEN,
+            table=False,
+        ),
     ),
     Case(
         "same-backend",
         _spec("candidate.service", "sched-v1"),
-        "stable and candidate must be different backends",
+        "stable and candidate are both Service sched-v1 port 8000: a release moves traffic between two "
+        "different backends",
         "stable and candidate must be different endpoints",
+        rule=SAME_BACKEND,
     ),
+    Case(
+        "same-modelversion",
+        _spec("candidate.modelVersion", "llama3-8b-1-4-0"),
+        **_dyn(
+            "stable and candidate are both ModelVersion llama3-8b-1-4-0: a release moves traffic from one "
+            "version of a model to another",
+            SAME_MV,
+            table=False,
+        ),
+    ),
+    Case("no-analysis", _drop("analysis"), NO_ANALYSIS),
+    Case("analysis-opt-out", _spec("analysis", {}), None),
     Case(
         "same-service-other-port",
         _all(_spec("candidate.service", "sched-v1"), _spec("candidate.port", 8001)),

@@ -59,6 +59,7 @@ def round_(
     capacity: Capacity | None = None,
     target: str | None = None,
     routers: int | None = None,
+    conflict: str | None = None,
 ) -> Decision:
     """One decision with its table planned into the status, as the controller records it."""
     d = decide(
@@ -71,6 +72,7 @@ def round_(
             capacity=capacity or Capacity(),
             target=target,
             routers=routers,
+            conflict=conflict,
         ),
     )
     plan(gr, d.status, table_namespace=TABLES, models=["llama3-8b"])

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ class Prometheus:
         *,
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
+        rule_files: Sequence[Path] = (),
         host: str = "127.0.0.1",
     ) -> None:
         """``host``: the address to listen on; a node's IP makes it reachable from its Pods."""
@@ -67,6 +69,7 @@ class Prometheus:
                         "scrape_timeout": scrape_interval,
                         "evaluation_interval": evaluation_interval,
                     },
+                    **({"rule_files": [str(f) for f in rule_files]} if rule_files else {}),
                     "scrape_configs": [
                         {
                             "job_name": JOB,
@@ -96,13 +99,25 @@ class Prometheus:
         passes discovery changes on at most every 5 s, so the change takes effect within
         a few seconds; ``wait=True`` returns only once every target was scraped and is up.
         """
+        self.set_target_groups([(targets, labels or {})] if targets else [], wait=wait, timeout=timeout)
+
+    def set_target_groups(
+        self,
+        groups: Sequence[tuple[Sequence[str], Mapping[str, str]]],
+        *,
+        wait: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """:meth:`set_targets` with labels of their own for each group of targets (e.g. the
+        ``namespace`` and ``service`` an engine's series are selected by)."""
+        targets = [t for ts, _ in groups for t in ts]
         for t in targets:
             host, sep, port = t.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"a target is host:port, got {t!r}")
-        groups = [{"targets": list(targets), "labels": dict(labels or {})}] if targets else []
+        doc = [{"targets": list(ts), "labels": dict(labels)} for ts, labels in groups if ts]
         tmp = self.targets_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(groups))
+        tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.targets_file)
         if wait:
             self.wait_for_targets(targets, timeout)
@@ -212,6 +227,23 @@ class Prometheus:
         raise AssertionError(
             f"{promql!r} returned nothing within {timeout}s; targets: {self.active_targets()}"
         )
+
+    def parse(self, promql: str) -> dict[str, Any]:
+        """The syntax tree Prometheus parses ``promql`` into (``/api/v1/parse_query``);
+        ``ValueError`` with its message when it does not parse."""
+        url = f"{self.url}/api/v1/parse_query?" + urllib.parse.urlencode({"query": promql})
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                tree: dict[str, Any] = json.load(r)["data"]
+                return tree
+        except urllib.error.HTTPError as e:
+            raise ValueError(json.load(e).get("error", str(e))) from None
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The loaded rule groups with each rule's health and last error (``/api/v1/rules``)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=10) as r:
+            groups: list[dict[str, Any]] = json.load(r)["data"]["groups"]
+            return groups
 
     def active_targets(self) -> list[dict[str, Any]]:
         """The scrape targets with their health and last error, from ``/api/v1/targets``."""

@@ -77,8 +77,22 @@ def _set(path: str, value: Any) -> Mutation:
 
 
 INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
-    ("bad-semver", "modelversion.yaml", _set("spec.version", "2.0"), ("spec.version", "should match")),
-    ("v-prefixed-semver", "modelversion.yaml", _set("spec.version", "v2.0.0"), ("spec.version",)),
+    # A person reads what to write, not a 200-character regular expression.
+    (
+        "bad-semver",
+        "modelversion.yaml",
+        _set("spec.version", "v1.2"),
+        (
+            "spec.version: Invalid value: 'v1.2' is not a semantic version: write MAJOR.MINOR.PATCH such as "
+            "2.0.0, optionally with -rc.1 or +build.5 (no leading v)",
+        ),
+    ),
+    (
+        "two-part-semver",
+        "modelversion.yaml",
+        _set("spec.version", "2.0"),
+        ("'2.0' is not a semantic version",),
+    ),
     (
         "unknown-artifact-format",
         "modelversion.yaml",
@@ -132,13 +146,17 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
         "uneven-steps",
         "grayrelease.yaml",
         _set("spec.cells.2.weights", [1, 100]),
-        ("spec.cells", "same number of weights"),
+        (
+            "spec.cells: Invalid value: cells[2] has 2 weights but cells[0] has 4: give every cell one weight per step",
+        ),
     ),
     (
         "unknown-role-in-match",
         "grayrelease.yaml",
-        _set("spec.cells.0.match.role", "root"),
-        ("spec.cells", "dye.role.values"),
+        _set("spec.cells.0.match.role", "admn"),
+        (
+            'spec.cells: Invalid value: cells[0].match.role "admn" is not one of dye.role.values ["user", "admin", "audit"]',
+        ),
     ),
     (
         "unknown-bucket-in-match",
@@ -178,7 +196,21 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
         "same-backend",
         "grayrelease.yaml",
         _set("spec.candidate.service", "sched-v1"),
-        ("stable and candidate must be different backends",),
+        ("spec: Invalid value: stable and candidate are both Service sched-v1 port 8000",),
+    ),
+    (
+        "same-modelversion",
+        "grayrelease.yaml",
+        _set("spec.candidate.modelVersion", "llama3-8b-1-4-0"),
+        ("stable and candidate are both ModelVersion llama3-8b-1-4-0",),
+    ),
+    (
+        "duplicate-match",
+        "grayrelease.yaml",
+        _set("spec.cells.1.match", {"promptLength": "long", "role": "admin", "latency": "high"}),
+        (
+            "spec.cells: Invalid value: cells[1] has the same match as an earlier cell (len:long+role:admin+latency:high)",
+        ),
     ),
 ]
 
@@ -211,7 +243,17 @@ def test_kubectl_get_shows_printer_columns(cluster: Cluster, namespace: str) -> 
     mv_header = next(line for line in lines if line.startswith("NAME") and "MODEL" in line)
     assert mv_header.split() == ["NAME", "MODEL", "VERSION", "PHASE", "AGE"]
     gr_header = next(line for line in lines if line.startswith("NAME") and "CANDIDATE" in line)
-    assert gr_header.split() == ["NAME", "STABLE", "CANDIDATE", "STEP", "WEIGHT", "TABLE", "PHASE", "AGE"]
+    assert gr_header.split() == [
+        "NAME",
+        "STABLE",
+        "CANDIDATE",
+        "STEP",
+        "WEIGHT",
+        "ANALYSIS",
+        "TABLE",
+        "PHASE",
+        "AGE",
+    ]
     mv_row = next(line for line in lines if line.startswith("modelversion.tinct.io/llama3-8b-2-0-0"))
     assert mv_row.split()[1:3] == ["llama3-8b", "2.0.0"]
     gr_row = next(line for line in lines if line.startswith("grayrelease.tinct.io/chat"))

@@ -241,7 +241,7 @@ def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, 
         missing = _tinct("release", "status", "nope", "-n", ns)
         wait_history_written(cluster, ns)
     data = json.loads(status.stdout)
-    assert (data["phase"], data["step"], data["steps"]) == ("Promoted", 3, 4)
+    assert (data["phase"], data["step"], data["steps"]) == ("Promoted", "4/4", 4)
     assert [c["inForce"] for c in data["cells"]] == [100, 100, 100]
     assert text.stdout.startswith(f"GrayRelease {ns}/chat  phase Promoted")
     assert "\033[" not in text.stdout

@@ -523,12 +523,26 @@ def test_a_change_of_port_starts_over_and_kubectl_tells_the_story(
         )
         assert done.returncode == 0, done.stderr
         cols = cluster.kubectl("get", "gr", "chat", "-n", ns).stdout.splitlines()
+        # The candidate's Service gets the new port too (a port it lacks is a failed
+        # precondition, ServicePortMissing), and the release moves to it.
+        ports = [{"name": "a", "port": 8000}, {"name": "b", "port": 8001}]
+        apply(cluster, ns, service("sched-v2") | {"spec": {"selector": {"app": "sched-v2"}, "ports": ports}})
         doc = example(analysis=HOLD)
         doc["spec"]["candidate"]["port"] = 8001
         apply(cluster, ns, doc)
         st = wait_release(cluster, ns, lambda s: s.get("attempt") == 2, "a new attempt")
         restarted = weights(cluster, ns)
-    assert cols[0].split() == ["NAME", "STABLE", "CANDIDATE", "STEP", "WEIGHT", "TABLE", "PHASE", "AGE"]
+    assert cols[0].split() == [
+        "NAME",
+        "STABLE",
+        "CANDIDATE",
+        "STEP",
+        "WEIGHT",
+        "ANALYSIS",
+        "TABLE",
+        "PHASE",
+        "AGE",
+    ]
     assert cols[1].split()[3:5] == ["4/4", "100"]
     assert (st["phase"], st["step"]) == ("Progressing", 0)
     assert restarted == [5, 0.1, 1]

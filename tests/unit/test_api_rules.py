@@ -34,8 +34,8 @@ def test_routing_table_refuses_the_same_inputs(case: Case) -> None:
 def test_every_rule_has_a_case() -> None:
     release = {r.message for _, r in walk_rules(GrayReleaseSpec)}
     table = {r.message for _, r in walk_rules(RoutingTable)}
-    assert release == {c.message for c in CASES if c.message}
-    assert table == {c.table for c in CASES if c.table}
+    assert release == {c.rule_message for c in CASES if c.message}
+    assert table == {c.table_rule_message for c in CASES if c.table}
 
 
 def test_crd_carries_every_rule_as_cel() -> None:

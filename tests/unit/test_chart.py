@@ -10,7 +10,7 @@ import yaml
 
 from chart_helpers import CHART, by_kind, container, one, sets, template
 from conftest import CRDS
-from controlplane.helm import Helm
+from controlplane.helm import Helm, HelmError
 
 
 @pytest.fixture(scope="module")
@@ -302,6 +302,47 @@ def test_prometheus_servers_reach_the_operator_configuration(helm: Helm) -> None
     assert OperatorConfig.from_env(defaults).prometheus_timeout == 5
 
 
+def test_notifiers_reach_the_operator_with_secret_urls_kept_in_their_secret(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tinct.operator.settings import OperatorConfig
+
+    c = container(
+        one(
+            template(
+                helm,
+                {
+                    "operator.notifiers": {
+                        "audit": {"type": "cloudevents", "url": "http://broker.knative-eventing/ns/default"},
+                        "team-chat": {"type": "slack", "urlSecret": {"name": "team-hooks", "key": "url"}},
+                    }
+                },
+            ),
+            "Deployment",
+            "t-tinct-operator",
+        )
+    )
+    env = {e["name"]: e for e in c["env"]}
+    assert env["TINCT_NOTIFIERS"]["value"] == (
+        "audit=cloudevents:http://broker.knative-eventing/ns/default,team-chat=slack:env:TINCT_NOTIFIER_URL_TEAM_CHAT"
+    )
+    assert env["TINCT_NOTIFIER_URL_TEAM_CHAT"]["valueFrom"] == {
+        "secretKeyRef": {"name": "team-hooks", "key": "url"}
+    }
+    # What the kubelet hands the operator parses to the same two webhooks.
+    monkeypatch.setenv("TINCT_NOTIFIER_URL_TEAM_CHAT", "https://hooks/x")  # what the kubelet sets
+    config = OperatorConfig.from_env({"TINCT_NOTIFIERS": env["TINCT_NOTIFIERS"]["value"]})
+    assert [(n.name, n.kind, n.url) for n in config.notifiers] == [
+        ("audit", "cloudevents", "http://broker.knative-eventing/ns/default"),
+        ("team-chat", "slack", "https://hooks/x"),
+    ]
+    with pytest.raises(HelmError, match="value must be one of 'json', 'slack', 'cloudevents'"):
+        template(helm, {"operator.notifiers": {"bad": {"type": "teams", "url": "http://x"}}})
+    assert "TINCT_NOTIFIERS" not in {
+        e["name"] for e in container(one(template(helm, {}), "Deployment", "t-tinct-operator"))["env"]
+    }
+
+
 def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     docs = template(
         helm,
@@ -335,6 +376,54 @@ def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     assert proxy_rule["from"] == [{"namespaceSelector": {"matchLabels": {"gateway": "true"}}}]
     assert metrics_rule == {"ports": [{"port": "metrics", "protocol": "TCP"}]}, "probes and Prometheus"
     assert one(docs, "NetworkPolicy", "t-tinct-operator")["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_dashboard_alerts_and_operator_scraping_are_optional(helm: Helm) -> None:
+    import json
+
+    off = template(helm, {})
+    assert not [d for d in off if d["kind"] in ("PrometheusRule", "ServiceMonitor")]
+    assert not [
+        d for d in by_kind(off, "ConfigMap") if "grafana_dashboard" in d["metadata"].get("labels", {})
+    ]
+    docs = template(
+        helm,
+        {
+            "grafanaDashboard.enabled": True,
+            "grafanaDashboard.annotations": {"grafana_folder": "tinct"},
+            "prometheusRule.enabled": True,
+            "prometheusRule.labels": {"release": "prom"},
+            "serviceMonitor.enabled": True,
+        },
+    )
+    cm = one(docs, "ConfigMap", "t-tinct-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "tinct"}
+    assert json.loads(cm["data"]["tinct-releases.json"]) == json.loads(
+        (CHART / "dashboards" / "tinct.json").read_text()
+    )
+    rule = one(docs, "PrometheusRule", "t-tinct")
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["spec"] == yaml.safe_load((CHART / "dashboards" / "rules.yaml").read_text())
+    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} >= {
+        "TinctReleaseRolledBack",
+        "TinctReleaseStuck",
+        "TinctRouterStaleTable",
+    }
+    # The operator is scraped too: a ServiceMonitor picking a metrics Service of the operator's Pods.
+    sm = one(docs, "ServiceMonitor", "t-tinct-operator")
+    selected = [
+        d
+        for d in by_kind(docs, "Service")
+        if sm["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()
+    ]
+    assert [d["metadata"]["name"] for d in selected] == ["t-tinct-operator-metrics"]
+    operator = one(docs, "Deployment", "t-tinct-operator")
+    assert selected[0]["spec"]["selector"] == operator["spec"]["selector"]["matchLabels"]
+    assert selected[0]["spec"]["ports"] == [
+        {"name": "metrics", "port": 9100, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in container(operator)["ports"]
 
 
 def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from lineage_artifacts import lineage_event as _event
 from tinct.cli import main
-from tinct.lineage.sql import NotAQueryError, history, query
+from tinct.lineage.sql import NotAQueryError, OutsideHistoryError, history, query
 from tinct.lineage.store import LineageStore
 
 
@@ -104,7 +104,15 @@ def test_time_travel(tmp_path: Path) -> None:
     # artifacts at model_versions@v1's time: written later, so none yet
     arts = "SELECT count(*) AS n FROM artifacts"
     assert query(arts, str(tmp_path), as_of_version=v1).column("n")[0].as_py() == 0
-    assert query(count, str(tmp_path), as_of=datetime(2000, 1, 1, tzinfo=UTC)).column("n")[0].as_py() == 0
+    # Before every table's history, or a version model_versions never had: said, not an empty answer.
+    with pytest.raises(
+        OutsideHistoryError, match=r"--as-of 2000-01-01T00:00:00\+00:00 is before the lineage"
+    ):
+        query(count, str(tmp_path), as_of=datetime(2000, 1, 1, tzinfo=UTC))
+    with pytest.raises(
+        OutsideHistoryError, match=r"model_versions has versions 0 to 2; --as-of-version 57 is"
+    ):
+        query(count, str(tmp_path), as_of_version=57)
 
 
 def test_history_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,8 +143,10 @@ def test_history_and_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     )
     assert main(["lineage", "sql", "SELECT * FROM nowhere", "--root", str(tmp_path)]) == 1
     assert "nowhere" in capsys.readouterr().err
-    assert main(["lineage", "sql", "SELECT 1", "--as-of", "yesterday", "--root", str(tmp_path)]) == 1
-    assert "yesterday" in capsys.readouterr().err
+    assert main(["lineage", "sql", "SELECT 1", "--as-of", "yesterday", "--root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "tinct lineage sql: --as-of 'yesterday' is not an ISO-8601 time (e.g. 2026-01-01 or 2026-01-01T12:00:00Z)\n"
+    )
     assert main(["lineage", "show", "model-2", "--root", str(tmp_path), "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("recorded_at,event,version")

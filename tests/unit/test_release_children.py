@@ -174,7 +174,7 @@ def test_candidate_bounds_follow_the_share_it_is_about_to_take() -> None:
 
 
 def test_stable_keeps_its_floor_until_promotion_then_steps_down() -> None:
-    spec = release(autoscaling={"minReplicas": 2, "maxReplicas": 12}, analysis=None).spec
+    spec = release(autoscaling={"minReplicas": 2, "maxReplicas": 12}, analysis={}).spec
     assert stable_bounds(spec, _status(phase="Progressing", stable_floor=6), T0) == (6, 12)
     assert stable_bounds(spec, _status(phase="RolledBack", stable_floor=6), T0) == (6, 12)
     assert stable_bounds(spec, _status(phase="Progressing"), T0) == (2, 12)

@@ -12,9 +12,10 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
     gr = step(release(), T0)
     gr = step(gr, T0 + timedelta(minutes=1), result("Pass", T0 + timedelta(minutes=1)))
     data = matrix(gr)
-    assert (data["phase"], data["step"], data["steps"]) == ("Progressing", 1, 4)
+    assert (data["phase"], data["step"], data["steps"]) == ("Progressing", "2/4", 4)
     assert data["cells"][0] == {"cell": LONG, "weights": [5, 20, 50, 100], "inForce": 20}
     assert data["lastAnalysis"]["verdict"] == "Pass"
+    assert data["lastAnalysis"]["step"] == "1/4"  # the step it judged, numbered as everywhere else
 
     plain = render(data)
     lines = plain.splitlines()
@@ -25,6 +26,7 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
     row = next(ln for ln in lines if ln.startswith(LONG))
     assert row.split() == [LONG, "5", "20", "50", "100", "20"]
     assert any(ln.strip().startswith("success-rate") and ln.rstrip().endswith("Pass") for ln in lines)
+    assert any(ln.startswith("last analysis 2026-01-01T00:01:00Z (step 1/4): Pass") for ln in lines), plain
 
     colored = render(data, color=True)
     assert "\033[36m" in colored  # the current step's column
@@ -40,6 +42,18 @@ def test_rolled_back_matrix_shows_zero_in_force_and_no_marked_step() -> None:
     assert "phase RolledBack" in text
     assert "Degraded=True Aborted" in text
     assert "last action abort@a1-x: Done" in text
+
+
+def test_measured_numbers_in_status_are_readable() -> None:
+    from tinct.api.v1alpha1.grayrelease import AnalysisResult, MetricResult
+
+    m = MetricResult(name="latency-p95", value=3.1578947368421053, threshold="<= 800 ms", verdict="Pass")
+    r = AnalysisResult(time=T0, verdict="Pass", metrics=[m], requests=1234.5678901)
+    wire = r.wire()
+    assert wire["metrics"][0]["value"] == 3.15789  # what kubectl describe shows
+    assert wire["requests"] == 1234.57
+    assert MetricResult(name="x", value=99.995, threshold="t", verdict="Pass").value == 99.995
+    assert MetricResult(name="x", value=0.000123456789, threshold="t", verdict="Pass").value == 0.000123457
 
 
 def test_llm_metrics_show_their_units_and_the_engine_series_read() -> None:

@@ -21,6 +21,7 @@ from tinct.operator.release.decide import (
     preconditions,
     weights_for,
 )
+from tinct.operator.release.preconditions import Claim, model_conflict
 
 MINUTE = timedelta(minutes=1)
 CANDIDATE_FAILED = Problem(
@@ -75,6 +76,42 @@ def test_preconditions_name_what_is_missing_and_whose_it_is() -> None:
         release(allowMajorUpgrade=False).spec, {**mvs, "llama3-8b-2-0-0": mv(version="2.0.0")}, svcs, deps
     )
     assert [p.reason for p in major] == ["MajorUpgradeNotAllowed"]
+
+
+def test_a_port_the_service_does_not_have_is_a_failed_precondition_naming_it() -> None:
+    gr = release()
+    mvs, svcs, deps = ok_objects(gr)
+    ports = {"sched-v1": (8000,), "sched-v2": (80, 9000)}
+    problems = preconditions(gr.spec, mvs, svcs, deps, service_ports=ports)
+    assert [(p.condition, p.reason, p.side, p.message) for p in problems] == [
+        (
+            "BackendsAvailable",
+            "ServicePortMissing",
+            "candidate",
+            "candidate Service sched-v2 has no port 8000 (its ports: 80, 9000); fix spec.candidate.port or "
+            "the Service",
+        )
+    ]
+    # A side reached by its url does not go through the Service's port.
+    by_url = release(candidate={**gr.spec.candidate.wire(), "url": "http://10.0.0.7:8000"})
+    assert preconditions(by_url.spec, mvs, svcs, deps, service_ports=ports) == []
+    # The candidate loses nothing it never had: the release waits, saying why.
+    d = round_(gr, T0, problems=problems)
+    assert d.status.phase == "Pending"
+    assert d.status.message == problems[0].message
+    assert cond(d.status, "BackendsAvailable") == ("False", "ServicePortMissing")
+    assert [(t.reason, t.warning) for t in d.transitions] == [("ServicePortMissing", True)]
+
+
+def test_a_release_with_analysis_but_no_metrics_says_so_in_its_conditions_and_messages() -> None:
+    gr = release(analysis={"interval": "30s"})
+    d = round_(gr, T0, capacity=Capacity(candidate_available=1, stable_replicas=1))
+    c = next(c for c in d.status.conditions if c.type == "AnalysisReady")
+    assert (c.status, c.reason, c.message) == (
+        "True",
+        "NoMetrics",
+        "analysis names no metrics: each step moves on after 30s without judging the candidate",
+    )
 
 
 def test_start_sets_step_one_weights_and_conditions() -> None:
@@ -258,8 +295,9 @@ def test_a_failing_candidate_loses_its_traffic_at_once_and_the_release_does_not_
 def test_a_stable_side_problem_holds_the_step() -> None:
     gr = advance(step(release(), T0), T0 + MINUTE)
     d = round_(gr, T0 + 2 * MINUTE, result("Pass", T0 + 2 * MINUTE), problems=[STABLE_GONE])
+    # The Event's reason is the problem's: what kubectl get events shows first.
     assert (d.transitions[-1].reason, d.status.phase, d.status.step, d.status.weights[LONG]) == (
-        "Waiting",
+        "ServiceMissing",
         "Pending",
         1,
         20,
@@ -320,7 +358,7 @@ def test_a_step_applies_only_with_the_replicas_its_share_needs() -> None:
 
 
 def test_without_analysis_steps_do_not_advance_over_zero_available_replicas() -> None:
-    gr = step(release(analysis=None), T0, capacity=Capacity(candidate_available=1, stable_replicas=1))
+    gr = step(release(analysis={}), T0, capacity=Capacity(candidate_available=1, stable_replicas=1))
     assert st(step(gr, T0 + timedelta(seconds=30))).step == 0
     assert st(step(gr, T0 + MINUTE)).step == 1
     none = Capacity(candidate_available=0, stable_replicas=1)
@@ -417,3 +455,34 @@ def test_weights_for_every_phase() -> None:
     assert set(weights_for(spec, GrayReleaseStatus(phase="Pending", step=1)).values()) == {0}
     assert set(weights_for(spec, s.model_copy(update={"phase": "RolledBack"})).values()) == {0}
     assert set(weights_for(spec, s.model_copy(update={"phase": "Promoted"})).values()) == {100}
+
+
+def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() -> None:
+    older = Claim("tinct-routing-llm.chat", 100.0, "llm", "chat", "uid-old", ("llama3-8b",))
+    other_model = Claim("tinct-routing-llm.code", 50.0, "llm", "code", "uid-code", ("coder-7b",))
+    # No table of its own yet, or a newer one: it loses.
+    for created in (None, 200.0):
+        problem = model_conflict(
+            "uid-1", "tinct-routing-llm.chat-2", created, ["llama3-8b"], [older, other_model]
+        )
+        assert problem is not None
+        assert problem.message == (
+            "model llama3-8b is served by GrayRelease llm/chat, an older release: routers serving both "
+            "tables follow that one until it is deleted; give this one other models (spec.models), or "
+            "routers of its own"
+        )
+    # Its own table is the older one, or the models differ: no conflict.
+    assert model_conflict("uid-1", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None
+    assert model_conflict("uid-1", "tinct-routing-llm.chat-2", None, ["mistral"], [older]) is None
+    # Said on the release that loses (condition, message, one Warning Event); not acted on:
+    # routers that select one release's table each serve both.
+    gr = release()
+    d = round_(gr, T0, conflict=problem.message)
+    assert cond(d.status, "RouteAvailable") == ("False", "ModelConflict")
+    assert [(t.reason, t.warning) for t in d.transitions] == [("ModelConflict", True), ("Started", False)]
+    assert d.status.phase == "Progressing"
+    gr = gr.model_copy(update={"status": d.status})
+    again = round_(gr, T0 + MINUTE, conflict=problem.message)
+    assert "ModelConflict" not in [t.reason for t in again.transitions], "said once"
+    free = round_(gr, T0 + MINUTE)
+    assert cond(free.status, "RouteAvailable") == ("True", "ModelFree")

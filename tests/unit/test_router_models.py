@@ -40,8 +40,19 @@ async def test_one_router_process_serves_two_releases_by_model_name(
             err = (await r.json())["error"]
         assert err["code"] == "model_not_found"
         assert err["type"] == "invalid_request_error"
-        assert "gpt-unknown" in err["message"]
-        assert len(v1.seen) + len(v2.seen) == seen  # no backend saw it
+        assert err["message"] == (
+            "the model 'gpt-unknown' is not served here (this router serves coder-7b, coder-7b-fast, llama3-8b)"
+        )
+        # A request naming no model, with several tables naming theirs: no table takes it,
+        # and the answer says what to send (not "the model None does not exist").
+        async with http.post(f"{rp.base}/v1/chat/completions", json={"messages": []}) as r:
+            assert r.status == 400
+            err = (await r.json())["error"]
+        assert err["code"] == "model_required"
+        assert err["message"] == (
+            'the request names no model: set "model" (this router serves coder-7b, coder-7b-fast, llama3-8b)'
+        )
+        assert len(v1.seen) + len(v2.seen) == seen  # no backend saw either
         async with http.get(f"{rp.base}/metrics") as r:
             text = await r.text()
         assert 'release="code"' in text

@@ -67,7 +67,7 @@ def test_configmap_round_trips_the_table() -> None:
         (lambda d: d["cells"].append({"match": {"role": "*"}, "weight": 1}), "exactly one default cell"),
         (
             lambda d: d["cells"].insert(0, {"match": {"promptLength": "huge"}, "weight": 1}),
-            "must name a bucket of dye.promptLength",
+            'cells[0].match.promptLength "huge" is not a bucket of dye.promptLength ["short", "medium", "long"]',
         ),
         (lambda d: d["cells"].insert(0, {"match": {"role": "root"}, "weight": 1}), "dye.role.values"),
         (lambda d: d["dye"]["promptLength"]["buckets"].reverse(), "catch-all"),

@@ -123,11 +123,23 @@ def crd(resource: CustomResource) -> dict[str, Any]:
         "description": (resource.spec.__doc__ or "").strip() or None,
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {
+                "type": "string",
+                "description": f"The versioned schema of this object: {resource.group}/{resource.version}.",
+            },
+            "kind": {"type": "string", "description": f"The kind of this object: {resource.kind}."},
+            # The API server allows nothing else here; kubectl explain shows ObjectMeta's own docs.
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            "spec": {**spec, "description": f"The {resource.kind} as its author wants it."}
+            if "description" not in spec
+            else spec,
+            "status": {
+                **status,
+                "description": f"The {resource.kind} as the operator last saw and recorded it; "
+                "written by the operator only.",
+            }
+            if "description" not in status
+            else status,
         },
     }
     if schema["description"] is None:

@@ -64,35 +64,79 @@ def _print(table: Any, fmt: str, out: TextIO) -> None:
 
 
 def _run(args: argparse.Namespace, produce: Callable[[], Any]) -> int:
-    """Print what ``produce`` returns; 2 for a refused query, 1 for any other failure."""
-    from tinct.lineage.sql import NotAQueryError
+    """Print what ``produce`` returns; 2 for a refused query or a time outside the history,
+    1 for any other failure."""
+    from tinct.lineage.sql import NotAQueryError, OutsideHistoryError
 
     try:
         table = produce()
-    except NotAQueryError as exc:
+    except (NotAQueryError, OutsideHistoryError, _UsageError) as exc:
         print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
+        print(f"tinct lineage {args.lineage_command}: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+    if table is None:
         return 1
     _print(table, args.format, sys.stdout)
     return 0
+
+
+class _UsageError(ValueError):
+    pass
+
+
+def _when(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise _UsageError(
+            f"--as-of {text!r} is not an ISO-8601 time (e.g. 2026-01-01 or 2026-01-01T12:00:00Z)"
+        ) from None
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
     from tinct.lineage.sql import query
 
     def produce() -> Any:
-        as_of = datetime.fromisoformat(args.as_of) if args.as_of else None
+        as_of = _when(args.as_of) if args.as_of else None
         return query(args.query, _root(args), as_of_version=args.as_of_version, as_of=as_of)
 
     return _run(args, produce)
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    from tinct.lineage.sql import history
+#: Digest columns of ``lineage show``, cut to this many hex digits in the table format.
+_SHORT = 12
 
-    return _run(args, lambda: history(args.model, _root(args)))
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from tinct.lineage.sql import history, query
+
+    def produce() -> Any:
+        root = _root(args)
+        table = history(args.model, root)
+        if table.num_rows == 0:
+            models = query("SELECT DISTINCT model FROM model_versions ORDER BY model LIMIT 21", root)
+            known = [str(m) for m in models.column("model").to_pylist()]
+            listed = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
+            print(
+                f"tinct lineage show: no recorded history of model {args.model!r} under {root} "
+                f"(models recorded: {listed or 'none yet'})",
+                file=sys.stderr,
+            )
+            return None
+        if args.format == "table":
+            import pyarrow as pa
+
+            for i, name in enumerate(table.column_names):
+                if name.endswith("_sha256"):
+                    short = pa.array(
+                        [v[:_SHORT] if v else v for v in table.column(i).to_pylist()], pa.string()
+                    )
+                    table = table.set_column(i, name.removesuffix("_sha256"), short)
+        return table
+
+    return _run(args, produce)
 
 
 def _diff_text(report: dict[str, Any], out: TextIO) -> None:
@@ -173,7 +217,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     when.add_argument("--as-of", metavar="TIMESTAMP", help="read every table as of an ISO-8601 time")
     q.set_defaults(func=_cmd_sql)
-    s = lsub.add_parser("show", help="print the recorded history of one model")
+    s = lsub.add_parser(
+        "show",
+        help="print the recorded history of one model",
+        description="Print every recorded event of one model, oldest first (digests cut to "
+        f"{_SHORT} hex digits in the table format; --format json or csv gives them whole).",
+    )
     s.add_argument("model", help="spec.model of the ModelVersions, e.g. llama3-8b")
     _common(s)
     s.set_defaults(func=_cmd_show)

@@ -17,7 +17,13 @@ written against that schema runs unchanged; it is defined by tinct, not by the q
 **Time travel.** ``as_of_version=N`` reads ``model_versions`` at Delta version ``N``
 (the number a ModelVersion's ``status.lineage.version`` carries) and the other tables as
 they were at that commit's time. ``as_of=<datetime>`` reads every table as of that time.
-A table that did not exist yet at that point is read at its first (empty) version.
+A table that did not exist yet at that point is read at its first (empty) version; a point
+before every table's history, or a version ``model_versions`` never had, is refused with
+:class:`OutsideHistoryError` saying where the history begins and ends.
+
+**Errors a person can act on**: a root without any lineage table raises
+:class:`NoTablesError` (naming the root and how to name another); a query naming a table
+that is not there says which tables are.
 """
 
 from __future__ import annotations
@@ -32,7 +38,15 @@ from deltalake import DeltaTable
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
 from tinct.lineage.schemas import SCHEMAS
 
-__all__ = ["MODEL_LINEAGE", "NotAQueryError", "history", "query"]
+__all__ = [
+    "MODEL_LINEAGE",
+    "LineageError",
+    "NoTablesError",
+    "NotAQueryError",
+    "OutsideHistoryError",
+    "history",
+    "query",
+]
 
 #: The ``model_lineage`` view: one row per model_versions row, under common lineage names.
 MODEL_LINEAGE = (
@@ -50,6 +64,32 @@ _REFUSED = re.compile(
     r"|(?P<many>only supports a single SQL statement)"
     r"|(?P<none>No SQL statements were provided)"
 )
+
+
+_MISSING_TABLE = re.compile(r"table '(?:[a-z_]+\.)*(?P<table>[^'.]+)' not found")
+
+
+class LineageError(ValueError):
+    """A lineage read that cannot be answered as asked; the message says why and what to do."""
+
+
+class NoTablesError(LineageError):
+    """The root holds no lineage table."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.root = root
+
+    def __str__(self) -> str:
+        return (
+            f"no lineage tables under {self.root}; set --root or TINCT_LINEAGE_ROOT to the operator's "
+            "--lineage-root (with the Helm chart's PVC: kubectl exec -n <namespace> "
+            "deploy/<release>-operator -- tinct lineage ...)"
+        )
+
+
+class OutsideHistoryError(LineageError):
+    """A version or time the tables' history does not cover."""
 
 
 class NotAQueryError(ValueError):
@@ -82,24 +122,41 @@ def _refusal(sql: str, error: Exception) -> NotAQueryError | None:
     return NotAQueryError(sql, f"{what} {kind} (use SELECT, WITH, VALUES, EXPLAIN, SHOW or DESCRIBE)")
 
 
-def _as_of_time(root: str, opts: dict[str, str], version: int) -> datetime:
-    dt = DeltaTable(f"{root}/model_versions", storage_options=opts, version=version)
-    for entry in dt.history():
-        if int(entry.get("version", -1)) == version:
-            return datetime.fromtimestamp(int(entry["timestamp"]) / 1000, tz=UTC)
-    raise ValueError(f"model_versions has no version {version}")
+def _commits(dt: DeltaTable) -> dict[int, datetime]:
+    """Version -> commit time of every version the table's log still holds."""
+    return {
+        int(e["version"]): datetime.fromtimestamp(int(e["timestamp"]) / 1000, tz=UTC)
+        for e in dt.history()
+        if "version" in e and "timestamp" in e
+    }
 
 
-def _load(uri: str, opts: dict[str, str], at: datetime | None) -> DeltaTable:
+def _at_version(uri: str, opts: dict[str, str], version: int) -> tuple[DeltaTable, datetime]:
+    """``model_versions`` at ``version`` and that commit's time, or :class:`OutsideHistoryError`."""
+    dt = DeltaTable(uri, storage_options=opts)
+    commits = _commits(dt)
+    if version not in commits:
+        span = f"versions {min(commits)} to {max(commits)}" if commits else "no versions"
+        raise OutsideHistoryError(
+            f"model_versions has {span}; --as-of-version {version} is outside its history "
+            "(a ModelVersion's status.lineage.version names a version it has)"
+        )
+    dt.load_as_version(version)
+    return dt, commits[version]
+
+
+def _load(uri: str, opts: dict[str, str], at: datetime | None) -> tuple[DeltaTable, datetime | None]:
+    """The table as of ``at`` (now when None), and the time of its first commit."""
     dt = DeltaTable(uri, storage_options=opts)
     if at is None:
-        return dt
-    try:
+        return dt, None
+    commits = _commits(dt)
+    first = min(commits.values()) if commits else None
+    if first is None or at < first:
+        dt.load_as_version(min(commits) if commits else 0)  # not written yet then: its first, empty version
+    else:
         dt.load_as_version(at)
-    except Exception:
-        # Before the table's first commit: its empty version 0.
-        dt.load_as_version(0)
-    return dt
+    return dt, first
 
 
 def query(
@@ -119,16 +176,20 @@ def query(
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
     ctx = SessionContext()
-    for name in SCHEMAS:
+    names = [n for n in SCHEMAS if DeltaTable.is_deltatable(f"{root}/{n}", storage_options=opts)]
+    if as_of_version is not None:
+        if "model_versions" not in names:
+            raise NoTablesError(root)
+        _, at = _at_version(f"{root}/model_versions", opts, as_of_version)
+    firsts: list[datetime] = []
+    for name in names:
         uri = f"{root}/{name}"
-        if not DeltaTable.is_deltatable(uri, storage_options=opts):
-            continue  # never written: querying it names a missing table
         if name == "model_versions" and as_of_version is not None:
-            dt = DeltaTable(uri, storage_options=opts, version=as_of_version)
+            dt, _ = _at_version(uri, opts, as_of_version)
         else:
-            if as_of_version is not None and at is None:
-                at = _as_of_time(root, opts, as_of_version)
-            dt = _load(uri, opts, at)
+            dt, first = _load(uri, opts, at)
+            if first is not None:
+                firsts.append(first)
         if "://" in uri:
             # delta-rs's DataFusion table provider cannot find its object store when scanning a
             # remote table from another DataFusion (delta-io/delta-rs#4623); its Arrow dataset can.
@@ -137,13 +198,26 @@ def query(
             ctx.register_table(name, dt)
         if name == "model_versions":
             ctx.register_view("model_lineage", ctx.sql(MODEL_LINEAGE))
+    if as_of is not None and at is not None and firsts and at < min(firsts):
+        raise OutsideHistoryError(
+            f"--as-of {at.isoformat()} is before the lineage history, which begins at "
+            f"{min(firsts).isoformat()}"
+        )
     try:
         frame = ctx.sql_with_options(sql, _read_only())
     except Exception as exc:
         refused = _refusal(sql, exc)
-        if refused is None:
-            raise
-        raise refused from None
+        if refused is not None:
+            raise refused from None
+        missing = _MISSING_TABLE.search(str(exc))
+        if missing is not None and not names:
+            raise NoTablesError(root) from None
+        if missing is not None:
+            views = " and the view model_lineage" if "model_versions" in names else ""
+            raise LineageError(
+                f"no table {missing['table']} under {root} (it has {', '.join(names)}{views})"
+            ) from None
+        raise
     return frame.to_arrow_table()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 __all__ = ["HANDLER_MODULES", "register"]
 
@@ -35,6 +36,14 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             config, storage=dataclasses.replace(config.storage, s3_endpoint=args.s3_endpoint)
         )
     namespaces = args.namespace or []
+    from tinct.kubeconfig import choose, preflight, use
+
+    use(args.kubeconfig, args.context)
+    # A kubeconfig or API server that cannot work is said once, and the process ends: kopf
+    # would otherwise retry its login every minute without a word a person reads.
+    version = preflight()
+    print(f"tinct operator: {choose()}: API server {version}", file=sys.stderr)
+    _check_prometheus(config)
     if config.peering:
         from tinct.operator.peering import PeeringError, ensure_peering
 
@@ -59,7 +68,30 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_prometheus(config: Any) -> None:
+    """Say at start which configured Prometheus does not answer; analyses wait for it."""
+    import urllib.error
+    import urllib.request
+
+    servers = ([("default", config.prometheus_url)] if config.prometheus_url else []) + list(
+        config.prometheus
+    )
+    for name, url in servers:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=3) as r:
+                r.read(256)
+        except (OSError, urllib.error.URLError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            print(
+                f"tinct operator: Prometheus {name} at {url} does not answer ({reason}); analyses "
+                "reading it are inconclusive until it does",
+                file=sys.stderr,
+            )
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.kubeconfig import add_flags
+
     p = sub.add_parser(
         "operator",
         help="run the operator (ModelVersion lifecycle and lineage, GrayRelease controller)",
@@ -71,6 +103,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         help="namespace to watch (repeatable; globs allowed); default: the whole cluster",
     )
+    add_flags(p)
     # Each dest is the name of an OperatorConfig field; parsing and checks live there.
     p.add_argument("--lineage-root", help="root URI of the lineage tables (TINCT_LINEAGE_ROOT)")
     p.add_argument("--hash-workers", help="threads hashing artifacts (TINCT_HASH_WORKERS)")
@@ -124,6 +157,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--prometheus-timeout",
         metavar="SECONDS",
         help="seconds one Prometheus query may take (TINCT_PROMETHEUS_TIMEOUT, 5)",
+    )
+    p.add_argument(
+        "--notifier",
+        dest="notifiers",
+        metavar="NAME=TYPE:URL",
+        action="append",
+        help="a webhook releases may name in spec.notify: TYPE json, slack or cloudevents; URL may be "
+        "env:VARIABLE (repeatable; TINCT_NOTIFIERS, ','-separated)",
+    )
+    p.add_argument("--notify-timeout", help="seconds one webhook post may take (TINCT_NOTIFY_TIMEOUT, 5)")
+    p.add_argument(
+        "--notify-attempts", help="posts of one notification before it is given up (TINCT_NOTIFY_ATTEMPTS, 6)"
+    )
+    p.add_argument(
+        "--notify-backoff",
+        help="seconds before the first retry of a post, doubling after each (TINCT_NOTIFY_BACKOFF, 1)",
     )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")

@@ -28,6 +28,12 @@ variable                       meaning                                          
 ``TINCT_PROMETHEUS_URL``       the Prometheus analyses read by default            unset
 ``TINCT_PROMETHEUS``           named ones, ``NAME=URL,NAME=URL``                  unset
 ``TINCT_PROMETHEUS_TIMEOUT``   seconds one Prometheus query may take              ``5``
+``TINCT_CONTEXT``              kubeconfig context (``--context``)                 the current-context
+``TINCT_NOTIFIERS``            webhooks, ``NAME=TYPE:URL,...`` (json, slack,       unset
+                               cloudevents; URL may be ``env:VARIABLE``)
+``TINCT_NOTIFY_TIMEOUT``       seconds one webhook post may take                  ``5``
+``TINCT_NOTIFY_ATTEMPTS``      posts of one notification before giving up         ``6``
+``TINCT_NOTIFY_BACKOFF``       seconds before the first retry (then doubling)     ``1``
 =============================  =================================================  ===========================
 
 **Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:
@@ -192,6 +198,19 @@ def _timeout(raw: str) -> float:
     return seconds
 
 
+def _notifiers(raw: str | Sequence[str]) -> tuple[Any, ...]:
+    from tinct.operator.release.notify import parse_notifiers
+
+    return parse_notifiers(raw)
+
+
+def _backoff(raw: str) -> float:
+    seconds = float(raw)
+    if not (math.isfinite(seconds) and 0 < seconds <= 60):
+        raise ValueError("must be more than 0 and at most 60 seconds")
+    return seconds
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     lineage_root: str = _env("TINCT_LINEAGE_ROOT", lineage_root, DEFAULT_ROOT)
@@ -218,6 +237,14 @@ class OperatorConfig:
     prometheus: tuple[tuple[str, str], ...] = _env("TINCT_PROMETHEUS", _prometheus_named, ())
     #: Seconds one Prometheus query may take (the analysis' total is a few times that).
     prometheus_timeout: float = _env("TINCT_PROMETHEUS_TIMEOUT", _timeout, 5.0)
+    #: The webhooks releases may name in spec.notify.
+    #: (Their URLs may hold secrets: an error about them does not repeat what was given.)
+    notifiers: tuple[Any, ...] = field(
+        default=(), metadata={"env": "TINCT_NOTIFIERS", "parse": _notifiers, "secret": True}
+    )
+    notify_timeout: float = _env("TINCT_NOTIFY_TIMEOUT", _timeout, 5.0)
+    notify_attempts: int = _env("TINCT_NOTIFY_ATTEMPTS", _at_least_one, 6)
+    notify_backoff: float = _env("TINCT_NOTIFY_BACKOFF", _backoff, 1.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -231,7 +258,8 @@ class OperatorConfig:
                 try:
                     values[f.name] = f.metadata["parse"](raw)
                 except ValueError as exc:
-                    raise ValueError(f"{variable}={raw!r}: {exc}") from exc
+                    shown = variable if f.metadata.get("secret") else f"{variable}={raw!r}"
+                    raise ValueError(f"{shown}: {exc}") from exc
         return cls(**values)
 
     def with_flags(self, flags: Mapping[str, Any]) -> OperatorConfig:
@@ -245,7 +273,8 @@ class OperatorConfig:
                     try:
                         value = parse(value)
                     except ValueError as exc:
-                        raise ValueError(f"{name.replace('_', '-')} {value!r}: {exc}") from exc
+                        shown = "" if names[name].metadata.get("secret") else f" {value!r}"
+                        raise ValueError(f"{name.replace('_', '-')}{shown}: {exc}") from exc
                 values[name] = value
         return dataclasses.replace(self, **values)
 

@@ -18,8 +18,6 @@ or kubectl::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 import time
 import uuid
@@ -27,25 +25,19 @@ from typing import Any
 
 __all__ = ["register"]
 
-_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-_VERBS = ("status", "pause", "resume", "promote", "abort", "retry")
+_VERBS = ("status", "list", "pause", "resume", "promote", "abort", "retry")
 
 
-def _clients(kubeconfig: str | None) -> tuple[Any, str]:
+def _clients(args: argparse.Namespace) -> tuple[Any, str]:
     """The API (through :mod:`tinct.kubeconfig`) and the namespace of the chosen context."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    from tinct.kubeconfig import api_client, choose
+    from tinct.kubeconfig import api_client, choose, namespace_of, use
 
-    access = choose(kubeconfig)
-    namespace = "default"
-    if access.in_cluster:
-        with contextlib.suppress(OSError), open(_SA_NAMESPACE) as fh:
-            namespace = fh.read().strip() or namespace
-    else:
-        _, active = config.list_kube_config_contexts(config_file=access.kubeconfig)  # type: ignore[no-untyped-call]
-        namespace = (active or {}).get("context", {}).get("namespace") or namespace
-    return client.CustomObjectsApi(api_client(kubeconfig)), namespace
+    use(args.kubeconfig, args.context)
+    access = choose()
+    namespace = namespace_of(access)
+    return client.CustomObjectsApi(api_client()), namespace
 
 
 def _get(api: Any, ns: str, name: str) -> dict[str, Any]:
@@ -63,20 +55,31 @@ def _patch(api: Any, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]
 
 
 def _status(api: Any, ns: str, name: str, args: argparse.Namespace) -> int:
-    from tinct.api.v1alpha1.grayrelease import GrayRelease
-    from tinct.release.matrix import matrix, render
+    from tinct.release.views import print_status, watch_status
 
-    obj = _get(api, ns, name)
-    release = GrayRelease.model_validate(
-        {"metadata": obj["metadata"], "spec": obj["spec"], "status": obj.get("status") or None}
-    )
-    data = matrix(release)
-    if args.output == "json":
-        json.dump(data, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    if args.watch:
+        return watch_status(api, ns, name, args.output, color)
+    print_status(_get(api, ns, name), args.output, color)
+    return 0
+
+
+def _list(api: Any, ns: str, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tinct.api.v1alpha1.common import GROUP, VERSION
+    from tinct.release.views import list_rows, print_list
+
+    if args.all_namespaces:
+        found = api.list_cluster_custom_object(GROUP, VERSION, "grayreleases")
     else:
-        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-        sys.stdout.write(render(data, color=color))
+        found = api.list_namespaced_custom_object(GROUP, VERSION, ns, "grayreleases")
+    rows = list_rows(found.get("items") or [], datetime.now(UTC))
+    if not rows and args.output == "text":
+        where = "any namespace" if args.all_namespaces else f"namespace {ns}"
+        print(f"no GrayReleases in {where}", file=sys.stderr)
+        return 0
+    print_list(rows, args.output, args.all_namespaces)
     return 0
 
 
@@ -138,9 +141,17 @@ def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
 def _cmd(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
 
-    api, default_ns = _clients(args.kubeconfig)
+    if args.verb != "list" and not args.name:
+        print(f"tinct release {args.verb}: give the GrayRelease's name", file=sys.stderr)
+        return 2
+    if args.watch and args.verb != "status":
+        print("tinct release: --watch goes with status", file=sys.stderr)
+        return 2
+    api, default_ns = _clients(args)
     ns = args.namespace or default_ns
     try:
+        if args.verb == "list":
+            return _list(api, ns, args)
         if args.verb == "status":
             return _status(api, ns, args.name, args)
         if args.verb == "pause":
@@ -162,18 +173,34 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.kubeconfig import add_flags
+
     p = sub.add_parser(
         "release",
-        help="show or steer a GrayRelease: status, pause, resume, promote, abort, retry",
-        description="Show a GrayRelease's dye matrix, or steer it through the Kubernetes API. "
-        "pause/resume set spec.paused; promote/abort/retry are requests in the tinct.io/action "
-        "annotation that the operator carries out once.",
+        help="show or steer a GrayRelease: status, list, pause, resume, promote, abort, retry",
+        description="Show a GrayRelease's dye matrix (status, live with --watch) or every release "
+        "(list), or steer one through the Kubernetes API. pause/resume set spec.paused; "
+        "promote/abort/retry are requests in the tinct.io/action annotation that the operator "
+        "carries out once. As a kubectl plugin: kubectl tinct status chat --watch.",
     )
-    p.add_argument("verb", choices=_VERBS)
-    p.add_argument("name", help="GrayRelease name")
+    p.add_argument("verb", choices=_VERBS, help="what to do: " + ", ".join(_VERBS))
+    p.add_argument("name", nargs="?", help="GrayRelease name (every verb but list)")
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
-    p.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster or $KUBECONFIG)")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text", help="status output format")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="list: every namespace")
+    p.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="status: redraw the matrix at every change of the release until it is deleted (Ctrl-C ends)",
+    )
+    add_flags(p)
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json", "yaml"],
+        default="text",
+        help="status and list output format",
+    )
     p.add_argument(
         "--color", choices=["auto", "always", "never"], default="auto", help="colour status on a terminal"
     )

@@ -1,15 +1,18 @@
 """The dye matrix of a GrayRelease: a row per cell, a column per step; pure rendering.
 
 :func:`matrix` turns the resource into a plain dict (what ``tinct release status -o json``
-prints); :func:`render` lays it out as text, with ANSI colours when asked.
+and ``-o yaml`` print); :func:`render` lays it out as text, with ANSI colours when asked.
+
+Steps are shown one way everywhere, as kubectl's STEP column and the status messages show
+them: ``2/4`` is the second step of four (``status.step``, the index into each cell's
+weights, is 1 there).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
-from tinct.operator.release.decide import cell_key
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, cell_key
 
 __all__ = ["matrix", "render"]
 
@@ -33,18 +36,28 @@ _PHASE_STYLE = {
 _VERDICT_STYLE = {"Pass": "green", "Fail": "red", "Inconclusive": "yellow", "Error": "red"}
 
 
+def step_label(index: int | None, steps: int) -> str | None:
+    """``2/4`` for step index 1 of 4; ``promotion`` past the last step."""
+    if index is None:
+        return None
+    return "promotion" if index >= steps else f"{index + 1}/{steps}"
+
+
 def matrix(release: GrayRelease) -> dict[str, Any]:
     """The release's matrix and last analysis as plain data."""
     st = release.status or GrayReleaseStatus()
     steps = len(release.spec.cells[0].weights)
+    last = st.last_analysis.wire() if st.last_analysis else None
+    if last is not None and st.last_analysis is not None:
+        last["step"] = step_label(st.last_analysis.step, steps)
     return {
         "name": release.metadata.name,
         "namespace": release.metadata.namespace,
         "phase": st.phase,
-        "step": st.step,
+        "step": st.progress or step_label(min(st.step, steps - 1), steps),
         "steps": steps,
-        "progress": st.progress or f"{min(st.step, steps - 1) + 1}/{steps}",
-        "nextStep": st.next_step,
+        "current": min(st.step, steps - 1),
+        "nextStep": step_label(st.next_step, steps),
         "lastAction": st.last_action.wire() if st.last_action else None,
         "message": st.message,
         "tableVersion": st.routing.version if st.routing else None,
@@ -58,10 +71,23 @@ def matrix(release: GrayRelease) -> dict[str, Any]:
         ],
         "failedAnalyses": st.failed_analyses,
         "inconclusiveAnalyses": st.inconclusive_analyses,
-        "lastAnalysis": st.last_analysis.wire() if st.last_analysis else None,
+        "lastAnalysis": last,
         "autoscaling": [s.wire() for s in st.autoscaling],
         "conditions": [c.wire() for c in st.conditions],
     }
+
+
+def _time(value: Any) -> str:
+    """An RFC 3339 time to the second, in UTC."""
+    text = str(value)
+    try:
+        from datetime import UTC, datetime
+
+        return (
+            datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+    except ValueError:
+        return text
 
 
 def _num(w: float | None) -> str:
@@ -78,11 +104,11 @@ def render(data: dict[str, Any], color: bool = False) -> str:
             return text
         return f"{_STYLE[style]}{text}{_RESET}"
 
-    phase, current, steps = data["phase"], data["step"], data["steps"]
+    phase, current, steps = data["phase"], data["current"], data["steps"]
     marked = phase in ("Progressing", "Paused", "Pending")
     head = (
         f"GrayRelease {data['namespace']}/{data['name']}  phase {paint(phase, _PHASE_STYLE.get(phase))}"
-        f"  step {data['progress']}  table v{data['tableVersion'] if data['tableVersion'] is not None else '-'}"
+        f"  step {data['step']}  table v{data['tableVersion'] if data['tableVersion'] is not None else '-'}"
     )
     lines = [head]
     if data.get("message"):
@@ -104,11 +130,12 @@ def render(data: dict[str, Any], color: bool = False) -> str:
     if la:
         verdict = la["verdict"]
         lines.append(
-            f"last analysis {la['time']} (step {la.get('step', '-')}): "
+            f"last analysis {_time(la['time'])} (step {la.get('step') or '-'}): "
             f"{paint(verdict, _VERDICT_STYLE.get(verdict))}"
             f"  failed {data['failedAnalyses']}, inconclusive in a row {data['inconclusiveAnalyses']}"
         )
         metrics = la.get("metrics", [])
+        tw = max([28, *(len(m["threshold"]) for m in metrics)])
         name_w = max([14] + [len(m["name"]) for m in metrics])
         for m in metrics:
             value = "n/a" if m.get("value") is None else f"{m['value']:.4g}"
@@ -116,7 +143,7 @@ def render(data: dict[str, Any], color: bool = False) -> str:
             if m.get("series"):  # an engine metric: which of the engine's names it was read from
                 note += f"  ({m['series']})"
             lines.append(
-                f"  {m['name']:<{name_w}} {value:>10}  {m['threshold']:<28} "
+                f"  {m['name']:<{name_w}} {value:>10}  {m['threshold']:<{tw}} "
                 f"{paint(m['verdict'], _VERDICT_STYLE.get(m['verdict']))}{note}"
             )
         for cell in la.get("cells", []):
@@ -133,6 +160,8 @@ def render(data: dict[str, Any], color: bool = False) -> str:
     if act:
         lines.append(f"last action {act['value']}: {act['result']}  {act.get('message', '')}".rstrip())
     for cond in data.get("conditions", []):
+        if cond["type"] in ("Ready", "Progressing"):
+            continue  # the phase in the first line says it
         bad = cond["status"] == "True" if cond["type"] == "Degraded" else cond["status"] != "True"
         if bad:
             lines.append(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -126,6 +126,7 @@ class Router:
             connect_timeout=cfg.connect_timeout,
             keep_per_origin=cfg.pool_per_host,
             idle_timeout=cfg.keepalive_timeout,
+            resolve=parse_resolve(cfg.resolve),
         )
         st.proxy = Proxy(
             self._pool,
@@ -149,6 +150,7 @@ class Router:
                     namespace=cfg.namespace,
                     selector=cfg.selector,
                     kubeconfig=cfg.kubeconfig,
+                    context=cfg.context,
                     post_events=cfg.post_events,
                 )
             )
@@ -239,9 +241,7 @@ class Router:
             model = doc.get("model")
             table = st.holder.for_model(model)
             if table is None:
-                raise ClassifyError(
-                    404, "model_not_found", f"the model {model!r} does not exist or is not served here"
-                )
+                raise _no_table(model, sorted(st.holder.by_model))
             ex.table = table
             route = classify_doc(
                 request.path, doc, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
@@ -260,6 +260,35 @@ class Router:
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
         await proxy.forward(ex)
+
+
+def parse_resolve(items: Sequence[str]) -> dict[tuple[str, int], tuple[str, int]]:
+    """``HOST:PORT=ADDR:PORT`` items as a mapping; ``ValueError`` saying which item is wrong."""
+    out: dict[tuple[str, int], tuple[str, int]] = {}
+    for item in items:
+        name, eq, addr = item.partition("=")
+        if not eq:
+            raise ValueError(f"--resolve {item!r}: give HOST:PORT=ADDRESS:PORT")
+        pairs = []
+        for part in (name, addr):
+            host, colon, port = part.strip().rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"--resolve {item!r}: give HOST:PORT=ADDRESS:PORT")
+            pairs.append((host.strip("[]"), int(port)))
+        out[pairs[0]] = pairs[1]
+    return out
+
+
+def _no_table(model: object, served: list[str]) -> ClassifyError:
+    """Why no table takes a request naming ``model``, with the models this router serves."""
+    listed = ", ".join(served[:20]) + (", ..." if len(served) > 20 else "")
+    serves = f"this router serves {listed}" if served else "this router serves no model yet"
+    if model is None:
+        return ClassifyError(400, "model_required", f'the request names no model: set "model" ({serves})')
+    if not isinstance(model, str):
+        return ClassifyError(400, "invalid_model", f'"model" must be a string ({serves})')
+    shown = model if len(model) <= 100 else model[:100] + "..."
+    return ClassifyError(404, "model_not_found", f"the model {shown!r} is not served here ({serves})")
 
 
 __all__ = ["Router"]

@@ -35,7 +35,9 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         namespace=args.namespace,
         selector=args.selector,
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        context=args.context,
         trust_role_from=tuple(args.trust_role_from),
+        resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
     )
@@ -71,6 +73,9 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return 2
     try:
         RoleTrust(args.trust_role_from)
+        from tinct.router.app import parse_resolve
+
+        parse_resolve(args.resolve or ())
     except ValueError as e:
         print(f"tinct router: {e}", file=sys.stderr)
         return 2
@@ -82,6 +87,11 @@ def _cmd_router(args: argparse.Namespace) -> int:
         )
         return 2
     config = config_from_args(args)
+    if config.watch:
+        from tinct.kubeconfig import preflight, use
+
+        use(config.kubeconfig, config.context)
+        preflight()
     if config.workers > 1:
         from tinct.router.workers import supervise
 
@@ -108,6 +118,8 @@ def _seconds(text: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.kubeconfig import add_flags
+
     p = sub.add_parser(
         "router",
         help="run the dye router: classify, choose stable/candidate, proxy, fall back",
@@ -126,12 +138,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--selector", default=_D.selector, help="with --watch: label selector (default: %(default)s)"
     )
-    p.add_argument("--kubeconfig", help="with --watch: kubeconfig (default: in-cluster or $KUBECONFIG)")
+    add_flags(p, what="with --watch: ")
     p.add_argument(
         "--default-release",
         metavar="NAME",
         help="release whose table takes requests that name no model, as NAME or NAMESPACE/NAME "
         "(default: the oldest table)",
+    )
+    p.add_argument(
+        "--resolve",
+        metavar="HOST:PORT=ADDRESS:PORT",
+        action="append",
+        help="connect to ADDRESS:PORT for a backend the table names HOST:PORT (its Host header stays), "
+        "as curl --resolve does: for a router outside the cluster, where Service names do not "
+        "resolve (repeatable)",
     )
     p.add_argument("--host", default=_D.host, help="listen address (default: %(default)s)")
     p.add_argument("--port", type=int, default=_D.port, help="listen port (default: %(default)s)")

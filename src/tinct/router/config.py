@@ -61,6 +61,12 @@ class RouterConfig:
     namespace: str | None = None
     selector: str = DEFAULT_SELECTOR
     kubeconfig: Path | None = None
+    #: The kubeconfig context of the watch; None: ``TINCT_CONTEXT``, else the current one.
+    context: str | None = None
+    #: ``HOST:PORT=ADDR:PORT``: connect to ADDR:PORT for a backend named HOST:PORT (its Host
+    #: header and TLS name stay HOST), as ``curl --resolve`` does, for a router outside the
+    #: cluster whose Service names do not resolve.
+    resolve: tuple[str, ...] = ()
     #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
     trust_role_from: tuple[str, ...] = ()
     #: Worker processes accepting on ``port`` (``SO_REUSEPORT``); 1: this process serves alone.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal, TypeAlias, cast
 
 import httptools
@@ -450,9 +450,16 @@ class UpstreamPool:
     """Keep-alive connections per backend origin."""
 
     def __init__(
-        self, *, connect_timeout: float, keep_per_origin: int = 0, idle_timeout: float = 60.0
+        self,
+        *,
+        connect_timeout: float,
+        keep_per_origin: int = 0,
+        idle_timeout: float = 60.0,
+        resolve: Mapping[tuple[str, int], tuple[str, int]] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
+        #: (host, port) -> the (address, port) connected to instead (``tinct router --resolve``)
+        self.resolve = dict(resolve or {})
         self.connect_timeout = connect_timeout
         self.keep_per_origin = keep_per_origin
         self.idle_timeout = idle_timeout
@@ -553,6 +560,7 @@ class UpstreamPool:
                     return conn
                 conn.close()
         host, port, tls = origin
+        address, to = self.resolve.get((host, port), (host, port))
         if tls and self._tls is None:
             self._tls = ssl.create_default_context()
         timeout = asyncio.timeout(self.connect_timeout)
@@ -560,8 +568,8 @@ class UpstreamPool:
             async with timeout:
                 _, conn = await self.loop.create_connection(
                     lambda: UpstreamConnection(self, origin),
-                    host,
-                    port,
+                    address,
+                    to,
                     ssl=self._tls if tls else None,
                     server_hostname=host if tls else None,
                 )
@@ -570,7 +578,8 @@ class UpstreamPool:
                 raise UpstreamConnectError(f"connecting to {host}:{port} timed out") from None
             raise
         except OSError as e:
-            raise UpstreamConnectError(f"cannot connect to {host}:{port}: {e}") from e
+            via = f" (at {address}:{to})" if (address, to) != (host, port) else ""
+            raise UpstreamConnectError(f"cannot connect to {host}:{port}{via}: {e}") from e
         return conn
 
     def release(self, conn: UpstreamConnection) -> None:

@@ -58,6 +58,7 @@ class ConfigMapWatch:
         namespace: str | None,
         selector: str,
         kubeconfig: Path | None = None,
+        context: str | None = None,
         post_events: bool = True,
     ) -> None:
         self.holder = holder
@@ -67,6 +68,7 @@ class ConfigMapWatch:
         self.namespace = namespace
         self.selector = selector
         self.kubeconfig = kubeconfig
+        self.context = context
         #: Valid table per ConfigMap ``namespace/name``; touched on the loop only.
         self.tables: dict[str, RoutingTable] = {}
         self._stop = threading.Event()
@@ -192,7 +194,7 @@ class ConfigMapWatch:
         from kubernetes import client
 
         if self._api is None:
-            self._api = client.CoreV1Api(api_client(self.kubeconfig))
+            self._api = client.CoreV1Api(api_client(self.kubeconfig, self.context))
         return self._api
 
     def _list_fn(self) -> tuple[Any, dict[str, Any]]:
@@ -262,6 +264,7 @@ async def watch_source(
     namespace: str | None,
     selector: str,
     kubeconfig: Path | None = None,
+    context: str | None = None,
     post_events: bool = True,
 ) -> AsyncIterator[None]:
     """Keep ``holder`` on the ConfigMaps ``namespace`` and ``selector`` name while open."""
@@ -271,6 +274,7 @@ async def watch_source(
         namespace=namespace,
         selector=selector,
         kubeconfig=kubeconfig,
+        context=context,
         post_events=post_events,
     )
     w.start()

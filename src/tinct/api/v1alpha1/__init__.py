@@ -44,6 +44,11 @@ GRAYRELEASE = CustomResource(
             description="Largest candidate weight in force.",
         ),
         PrinterColumn(
+            "Analysis",
+            ".status.lastAnalysis.verdict",
+            description="Verdict of the last analysis: Pass, Fail, Inconclusive or Error.",
+        ),
+        PrinterColumn(
             "Table", ".status.routing.version", type="integer", description="Routing table version."
         ),
         PrinterColumn("Phase", ".status.phase"),

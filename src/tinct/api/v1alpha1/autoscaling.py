@@ -40,12 +40,12 @@ class ScaleMetric(Model):
         default="http_requests_total",
         max_length=253,
         description="A pods metric (from a custom-metrics adapter) each replica is held to "
-        "averageValue of; cpu or memory name a resource metric instead.",
+        "averageValue of; cpu or memory name a resource metric instead (default http_requests_total).",
     )
     average_value: Quantity = Field(
         default="250",
         description="Target per replica, as a Kubernetes quantity in the metric's unit (for cpu, "
-        "cores: 500m is half a core; for memory, bytes: 2G).",
+        "cores: 500m is half a core; for memory, bytes: 2G); default 250.",
     )
 
 
@@ -124,14 +124,14 @@ class Keda(Model):
         default=0,
         ge=0,
         le=3600,
-        description="Seconds over which a scale-up takes the lowest recommendation (0: at once).",
+        description="Seconds over which a scale-up takes the lowest recommendation (default 0: at once).",
     )
     scale_down_stabilization_seconds: int = Field(
         default=300,
         ge=0,
         le=3600,
         description="Seconds over which a scale-down takes the highest recommendation, so a "
-        "queue that empties for a moment does not take replicas away.",
+        "queue that empties for a moment does not take replicas away (default 300).",
     )
 
 
@@ -145,14 +145,14 @@ class Autoscaling(Model):
     )
 
     min_replicas: int = Field(
-        default=1, ge=1, le=10000, description="Fewest replicas of a side at rest, in replicas."
+        default=1, ge=1, le=10000, description="Fewest replicas of a side at rest, in replicas (default 1)."
     )
     max_replicas: int = Field(
         default=10,
         ge=1,
         le=10000,
-        description="Most replicas of a side serving all traffic, in replicas; the candidate's "
-        "maximum follows its largest cell weight.",
+        description="Most replicas of a side serving all traffic, in replicas (default 10); the "
+        "candidate's maximum follows its largest cell weight.",
     )
     metric: ScaleMetric = defaulted(ScaleMetric)
     keda: Keda | None = Field(

@@ -38,7 +38,7 @@ class Model(BaseModel):
         """The rules declared with :func:`~tinct.api.v1alpha1.rules.cel`, as the API server runs them."""
         failed = broken(self)
         if failed:
-            raise ValueError("; ".join(r.explain() for r in failed))
+            raise ValueError("; ".join(r.explain(self) for r in failed))
         return self
 
     def wire(self) -> dict[str, Any]:
@@ -47,18 +47,27 @@ class Model(BaseModel):
 
 
 class Condition(Model):
-    """A status condition, shaped like ``metav1.Condition``."""
+    """One aspect of the object's state, as Kubernetes conditions are: a type, whether it
+    holds, why, and since when."""
 
+    # Shaped like metav1.Condition.
     type: str = Field(max_length=316, description="Condition type in CamelCase, e.g. Verified.")
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="Whether the condition holds: True, False, or Unknown when it cannot be told."
+    )
     reason: str = Field(
         default="",
         max_length=1024,
-        description="Machine-readable CamelCase reason for the last transition.",
+        description="Machine-readable CamelCase reason for the last transition (docs/troubleshooting.md "
+        "has a section for each).",
     )
     message: str = Field(default="", max_length=32768, description="Human-readable details.")
-    last_transition_time: datetime | None = None
-    observed_generation: int | None = Field(default=None, ge=0)
+    last_transition_time: datetime | None = Field(
+        default=None, description="When status last changed (RFC 3339); a new message alone does not move it."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation of the spec this condition was set for."
+    )
 
 
 class ObjectMeta(Model):

@@ -1,41 +1,107 @@
-"""GrayRelease: move traffic from a stable backend to a candidate, dye cell by dye cell."""
+"""GrayRelease: move traffic from a stable backend to a candidate, dye cell by dye cell.
+
+The dye and the cells live in :mod:`tinct.api.v1alpha1.dye`, the status in
+:mod:`tinct.api.v1alpha1.releasestatus`; their names are re-exported here.
+"""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from itertools import pairwise
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from tinct.api.v1alpha1.autoscaling import LABEL_NAME, Autoscaling, Keda, KedaSide, ScaleMetric
-from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource, defaulted
+from tinct.api.v1alpha1.common import DNS_NAME, Model, Resource, defaulted
+from tinct.api.v1alpha1.dye import (
+    CELL_RULES,
+    Bucket,
+    Cell,
+    CellMatch,
+    Dye,
+    DyeMatch,
+    DyeValue,
+    HeaderName,
+    LatencyDye,
+    PromptLength,
+    RoleDye,
+    StickyKey,
+    Weight,
+    cell_key,
+    first_cell,
+    first_failing,
+)
 from tinct.api.v1alpha1.prometheus import PrometheusRef
-from tinct.api.v1alpha1.rules import Rule, cel, strictly_increasing
+from tinct.api.v1alpha1.releasestatus import (
+    READABLE_DIGITS,
+    ActionRecord,
+    ActionResult,
+    AnalysisResult,
+    CellResult,
+    GrayReleasePhase,
+    GrayReleaseStatus,
+    HistoryEntry,
+    MetricResult,
+    Readable,
+    RoutingRef,
+    ScalerStatus,
+    Verdict,
+    readable,
+)
+from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
 __all__ = [
+    "CELL_RULES",
+    "ENGINE_METRICS",
+    "MIN_INTERVAL_SECONDS",
+    "QUANTILE_METRICS",
+    "READABLE_DIGITS",
+    "ROUTER_METRICS",
+    "ActionRecord",
+    "ActionResult",
+    "Analysis",
+    "AnalysisResult",
     "Autoscaling",
     "Backend",
+    "Bucket",
+    "Cell",
+    "CellMatch",
+    "CellResult",
+    "Dye",
+    "DyeMatch",
+    "DyeValue",
     "Engine",
+    "Fallback",
     "GrayRelease",
+    "GrayReleasePhase",
     "GrayReleaseSpec",
     "GrayReleaseStatus",
+    "HeaderName",
+    "HistoryEntry",
     "Keda",
     "KedaSide",
+    "LatencyDye",
+    "Metric",
+    "MetricName",
+    "MetricResult",
+    "NotifyRef",
     "PrometheusRef",
+    "PromptLength",
+    "Readable",
+    "RoleDye",
+    "RoutingRef",
     "ScaleMetric",
     "ScalerStatus",
+    "StickyKey",
+    "TransitionReason",
+    "Verdict",
+    "Weight",
+    "cell_key",
+    "parse_duration",
+    "readable",
 ]
 
-GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
-
 Name = Annotated[str, Field(pattern=DNS_NAME, min_length=1, max_length=253)]
-#: A dye value: a bucket, role or latency class name. ``*`` is reserved for wildcards.
-DyeValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", max_length=63)]
-DyeMatch = Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$", max_length=63)]
-HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$", min_length=1, max_length=128)]
-Weight = Annotated[float, Field(ge=0, le=100)]
 Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
 
 _DURATION = re.compile(r"([0-9]+)(ms|s|m|h)")
@@ -55,6 +121,8 @@ def parse_duration(text: str) -> float:
 
 #: An OpenAI ``model`` value as clients send it.
 ModelName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")]
+
+
 #: The serving engines whose metrics tinct knows by name (release analysis, KEDA scaling).
 Engine = Literal["vllm", "sglang", "tgi"]
 
@@ -111,177 +179,6 @@ class Backend(Model):
         "prefix-cache-hit-rate; on stable, for their maxStableDelta). Default: namespace (the "
         "release's) and service (this side's Service), as autoscaling.keda's labels.",
     )
-
-
-class Bucket(Model):
-    name: DyeValue
-    max_tokens: int | None = Field(
-        default=None, ge=1, description="Upper bound (inclusive); omit on the last, catch-all bucket."
-    )
-
-
-_BOUNDED = "self.buckets.filter(b, has(b.maxTokens))"
-
-
-class PromptLength(Model):
-    model_config = cel(
-        Rule(
-            cel="self.buckets.all(b, self.buckets.exists_one(o, o.name == b.name))",
-            holds=lambda s: len({b.name for b in s.buckets}) == len(s.buckets),
-            message="bucket names must be unique",
-            field_path=".buckets",
-        ),
-        Rule(
-            cel="!has(self.buckets[size(self.buckets) - 1].maxTokens)",
-            holds=lambda s: s.buckets[-1].max_tokens is None,
-            message="the last bucket is the catch-all: leave its maxTokens out",
-            field_path=".buckets",
-        ),
-        Rule(
-            cel="self.buckets.filter(b, !has(b.maxTokens)).size() <= 1",
-            holds=lambda s: sum(b.max_tokens is None for b in s.buckets) <= 1,
-            message="only the last bucket may leave maxTokens out",
-            field_path=".buckets",
-        ),
-        Rule(
-            # Sorted, and no bound twice: strictly increasing.
-            cel=f"{_BOUNDED}.map(b, b.maxTokens).isSorted() && "
-            f"{_BOUNDED}.all(x, {_BOUNDED}.exists_one(o, o.maxTokens == x.maxTokens))",
-            holds=lambda s: strictly_increasing(b.max_tokens for b in s.buckets if b.max_tokens is not None),
-            message="bucket maxTokens must strictly increase from one bucket to the next",
-            field_path=".buckets",
-        ),
-    )
-
-    buckets: list[Bucket] = Field(min_length=1, max_length=16)
-    chars_per_token: float = Field(default=4.0, gt=0, le=64, description="Token estimate divisor.")
-
-
-_DEFAULT_LISTED = Rule(
-    cel="self.default in self.values",
-    holds=lambda s: s.default in s.values,
-    message="default must be one of values",
-)
-
-
-class RoleDye(Model):
-    model_config = cel(_DEFAULT_LISTED)
-
-    header: HeaderName = Field(
-        default="X-User-Role",
-        description="Header carrying the caller's role, set by a gateway; the router believes it only "
-        "from peers it is told to trust (tinct router --trust-role-from).",
-    )
-    values: list[DyeValue] = Field(default_factory=lambda: ["user"], min_length=1, max_length=32)
-    default: DyeValue = "user"
-
-
-class LatencyDye(Model):
-    model_config = cel(
-        _DEFAULT_LISTED,
-        Rule(
-            cel="!has(self.streamClass) || self.streamClass in self.values",
-            holds=lambda s: s.stream_class is None or s.stream_class in s.values,
-            message="streamClass must be one of values",
-        ),
-    )
-
-    header: HeaderName = "X-Latency-Class"
-    values: list[DyeValue] = Field(default_factory=lambda: ["low", "high"], min_length=1, max_length=16)
-    default: DyeValue = "low"
-    stream_class: DyeValue | None = Field(
-        default=None, description="Class given to requests with stream: true and no header."
-    )
-
-
-class StickyKey(Model):
-    header: HeaderName = Field(
-        default="X-Session-Id", description="Requests with the same value land on the same side."
-    )
-
-
-class Dye(Model):
-    prompt_length: PromptLength
-    role: RoleDye = defaulted(RoleDye)
-    latency: LatencyDye = defaulted(LatencyDye)
-    sticky_key: StickyKey = defaulted(StickyKey)
-
-
-class CellMatch(Model):
-    """Which requests a cell takes; an omitted field or ``*`` matches anything."""
-
-    prompt_length: DyeMatch | None = None
-    role: DyeMatch | None = None
-    latency: DyeMatch | None = None
-
-
-class Cell(Model):
-    model_config = cel(
-        Rule(
-            cel="self.weights.isSorted()",
-            holds=lambda s: all(a <= b for a, b in pairwise(s.weights)),
-            message="weights must never decrease from one step to the next",
-            field_path=".weights",
-        ),
-    )
-
-    match: CellMatch = defaulted(CellMatch)
-    weights: list[Weight] = Field(
-        min_length=1,
-        max_length=64,
-        description="Percent of this cell's traffic sent to the candidate at each step.",
-    )
-
-
-def _wild(value: str | None) -> bool:
-    return value is None or value == "*"
-
-
-def _is_default(match: CellMatch) -> bool:
-    return _wild(match.prompt_length) and _wild(match.role) and _wild(match.latency)
-
-
-_IS_DEFAULT_CELL = (
-    "(!has(c.match.promptLength) || c.match.promptLength == '*') && "
-    "(!has(c.match.role) || c.match.role == '*') && "
-    "(!has(c.match.latency) || c.match.latency == '*')"
-)
-
-#: Rules over ``dye`` and ``cells[].match`` only, shared by GrayReleaseSpec and the routing table.
-CELL_RULES = (
-    Rule(
-        cel=f"self.cells.filter(c, {_IS_DEFAULT_CELL}).size() == 1",
-        holds=lambda s: sum(_is_default(c.match) for c in s.cells) == 1,
-        message="exactly one default cell (match: {}) is required",
-        field_path=".cells",
-    ),
-    Rule(
-        cel="self.cells.all(c, !has(c.match.promptLength) || c.match.promptLength == '*' || "
-        "self.dye.promptLength.buckets.exists(b, b.name == c.match.promptLength))",
-        holds=lambda s: all(
-            _wild(c.match.prompt_length)
-            or c.match.prompt_length in {b.name for b in s.dye.prompt_length.buckets}
-            for c in s.cells
-        ),
-        message="a cell's match.promptLength must name a bucket of dye.promptLength",
-        field_path=".cells",
-    ),
-    Rule(
-        cel="self.cells.all(c, !has(c.match.role) || c.match.role == '*' || c.match.role in self.dye.role.values)",
-        holds=lambda s: all(_wild(c.match.role) or c.match.role in s.dye.role.values for c in s.cells),
-        message="a cell's match.role must be one of dye.role.values",
-        field_path=".cells",
-    ),
-    Rule(
-        cel="self.cells.all(c, !has(c.match.latency) || c.match.latency == '*' || "
-        "c.match.latency in self.dye.latency.values)",
-        holds=lambda s: all(
-            _wild(c.match.latency) or c.match.latency in s.dye.latency.values for c in s.cells
-        ),
-        message="a cell's match.latency must be one of dye.latency.values",
-        field_path=".cells",
-    ),
-)
 
 
 #: The built-in metrics read from the routers' metrics, per dye cell.
@@ -381,7 +278,12 @@ class Metric(Model):
         description="latency-p95, ttft-p95, itl-p95: the quantile judged instead of 0.95 "
         "(e.g. 0.99), interpolated within the histogram's buckets as histogram_quantile does.",
     )
-    query: str | None = Field(default=None, max_length=4096, description="PromQL, for custom.")
+    query: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="custom: a PromQL expression returning one number; $namespace, $release and "
+        "$interval are replaced.",
+    )
     max_stable_delta: float | None = Field(
         default=None,
         ge=0,
@@ -394,6 +296,9 @@ class Metric(Model):
 
 
 class Analysis(Model):
+    """How each step's window is judged. analysis: {} names no metrics: every step then moves
+    on after interval without judging the candidate."""
+
     model_config = cel(
         Rule(
             cel=f"duration(self.interval) >= duration('{MIN_INTERVAL_SECONDS}s')",
@@ -405,43 +310,112 @@ class Analysis(Model):
 
     interval: Duration = Field(
         default="1m",
-        description=f"Length of each analysis window, e.g. 30s, 1m, 1m30s (at least {MIN_INTERVAL_SECONDS}s). "
-        "A step's window starts when the routers serve its table.",
+        description="Duration of each analysis window, e.g. 30s, 1m, 1m30s (default 1m, at least "
+        f"{MIN_INTERVAL_SECONDS}s). A step's window starts when the routers serve its table; "
+        "without metrics, each step lasts this long.",
     )
     failure_limit: int = Field(
-        default=2, ge=0, le=100, description="Failed analyses that roll the release back (0 acts as 1)."
+        default=2,
+        ge=0,
+        le=100,
+        description="Failed analyses that roll the release back (default 2; 0 acts as 1).",
     )
     prometheus: PrometheusRef = defaulted(PrometheusRef)
-    metrics: list[Metric] = Field(default_factory=list, max_length=16)
+    metrics: list[Metric] = Field(
+        default_factory=list,
+        max_length=16,
+        description="What the candidate is held to at each window (up to 16); each must pass for the "
+        "release to step forward. Empty: no judgement, steps move on after interval.",
+    )
     min_requests: int = Field(
         default=10,
         ge=0,
         le=10_000_000,
-        description="Candidate requests needed in a window (per cell with perCell) for a verdict; "
-        "fewer is inconclusive.",
+        description="Candidate requests needed in a window (per cell with perCell) for a verdict "
+        "(default 10); fewer is inconclusive.",
     )
     inconclusive_limit: int = Field(
-        default=10, ge=1, le=10000, description="Consecutive inconclusive analyses that pause the release."
+        default=10,
+        ge=1,
+        le=10000,
+        description="Consecutive inconclusive analyses that pause the release (default 10).",
     )
     per_cell: bool = Field(
         default=False,
         description="Judge the built-ins read from the routers (success-rate, latency-p95, ttft-p95, "
         "itl-p95, throttle-rate, contract-violations) per dye cell: every cell with minRequests "
-        "must pass.",
+        "must pass (default false).",
     )
 
 
 class Fallback(Model):
-    consecutive_failures: int = Field(default=3, ge=1, le=1000)
-    latency_ms: int = Field(default=800, ge=1, le=600000)
-    cooldown_seconds: int = Field(default=30, ge=0, le=86400)
+    """When the router sends a candidate's request to stable instead, in the same request, and
+    when it stops trying the candidate for a while."""
+
+    consecutive_failures: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Candidate failures in a row after which the router ejects it for cooldownSeconds "
+        "(default 3).",
+    )
+    latency_ms: int = Field(
+        default=800,
+        ge=1,
+        le=600000,
+        description="Milliseconds the candidate may take to answer its headers before the request goes "
+        "to stable (default 800).",
+    )
+    cooldown_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=86400,
+        description="Seconds an ejected candidate gets no requests (default 30); keep "
+        "analysis.interval longer.",
+    )
     idle_timeout_ms: int = Field(
         default=60000,
         ge=100,
         le=3600000,
-        description="Longest silence of a backend mid-answer (after its headers) before the "
-        "router cuts the client connection and counts a failure. Generous by default: tokens "
+        description="Longest silence in milliseconds of a backend mid-answer (after its headers) before "
+        "the router cuts the client connection and counts a failure (default 60000). Generous: tokens "
         "stream every few ms, but a long prompt's prefill may come after the headers.",
+    )
+
+
+#: The transitions a release may be notified of (spec.notify[].on).
+TransitionReason = Literal[
+    "Started",
+    "StepAdvanced",
+    "Paused",
+    "Resumed",
+    "Promoted",
+    "RolledBack",
+    "Aborted",
+    "ProgressDeadlineExceeded",
+    "CandidateUnavailable",
+    "Failed",
+    "Recovered",
+    "Restarted",
+    "Retried",
+]
+
+
+class NotifyRef(Model):
+    """A webhook of the operator's configuration that hears of this release's transitions."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Name of a notifier the operator is configured with (tinct operator --notifier "
+        "NAME=TYPE:URL, the chart's operator.notifiers); one it does not have sets "
+        "NotificationsReady=False.",
+    )
+    on: list[TransitionReason] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Only these transitions, e.g. [Promoted, RolledBack, Failed]; empty (the "
+        "default): every transition.",
     )
 
 
@@ -464,19 +438,66 @@ def _keda_signal(side: str) -> Rule:
     )
 
 
+def _describe_uneven(s: Any) -> str:
+    n = len(s.cells[0].weights)
+    i = first_cell(s.cells, lambda c: len(c.weights) == n)
+    return (
+        f"cells[{i}] has {len(s.cells[i].weights)} weights but cells[0] has {n}: "
+        "give every cell one weight per step"
+    )
+
+
+_EVEN = "size(c.weights) == size(self.cells[0].weights)"
+_UNEVEN = first_failing(_EVEN)
+
+
 class GrayReleaseSpec(Model):
+    """What a GrayRelease moves (stable to candidate), by which dye cells and steps, judged by
+    which analysis."""
+
     model_config = cel(
         *CELL_RULES,
         Rule(
-            cel="self.cells.all(c, size(c.weights) == size(self.cells[0].weights))",
+            cel=f"self.cells.all(c, {_EVEN})",
             holds=lambda s: len({len(c.weights) for c in s.cells}) == 1,
             message="every cell needs the same number of weights (one per step)",
             field_path=".cells",
+            message_expression=cel_format(
+                "cells[%d] has %d weights but cells[0] has %d: give every cell one weight per step",
+                _UNEVEN,
+                f"size(self.cells[{_UNEVEN}].weights)",
+                "size(self.cells[0].weights)",
+            ),
+            describe=_describe_uneven,
         ),
         Rule(
             cel="self.stable.service != self.candidate.service || self.stable.port != self.candidate.port",
             holds=lambda s: (s.stable.service, s.stable.port) != (s.candidate.service, s.candidate.port),
             message="stable and candidate must be different backends",
+            message_expression=cel_format(
+                "stable and candidate are both Service %s port %d: a release moves traffic between two "
+                "different backends",
+                "self.stable.service",
+                "self.stable.port",
+            ),
+            describe=lambda s: (
+                f"stable and candidate are both Service {s.stable.service} port {s.stable.port}: "
+                "a release moves traffic between two different backends"
+            ),
+        ),
+        Rule(
+            cel="self.stable.modelVersion != self.candidate.modelVersion",
+            holds=lambda s: s.stable.model_version != s.candidate.model_version,
+            message="stable and candidate must be different ModelVersions",
+            message_expression=cel_format(
+                "stable and candidate are both ModelVersion %s: a release moves traffic from one version "
+                "of a model to another",
+                "self.stable.modelVersion",
+            ),
+            describe=lambda s: (
+                f"stable and candidate are both ModelVersion {s.stable.model_version}: "
+                "a release moves traffic from one version of a model to another"
+            ),
         ),
         Rule(
             cel="!has(self.analysis) || !has(self.analysis.metrics) || "
@@ -491,10 +512,18 @@ class GrayReleaseSpec(Model):
             "spec.candidate.engine",
         ),
         *(_keda_signal(side) for side in ("stable", "candidate")),
+        Rule(
+            cel="has(self.analysis)",
+            holds=lambda s: s.analysis is not None,
+            message="give spec.analysis: metrics that judge the candidate at each step, or "
+            "analysis: {} to step forward every interval (1m) without judging it",
+        ),
     )
 
-    stable: Backend
-    candidate: Backend
+    stable: Backend = Field(
+        description="The backend serving today: it keeps the traffic cells do not send on."
+    )
+    candidate: Backend = Field(description="The backend the release moves traffic to, cell by cell.")
     models: list[ModelName] = Field(
         default_factory=list,
         max_length=32,
@@ -502,19 +531,42 @@ class GrayReleaseSpec(Model):
         "the model of its ModelVersions. A router fronting several releases picks the "
         "release by it.",
     )
-    dye: Dye
-    cells: list[Cell] = Field(min_length=1, max_length=64)
-    analysis: Analysis | None = None
+    dye: Dye = Field(
+        description="How requests are classified into dye tags: prompt-length bucket x role x latency class."
+    )
+    cells: list[Cell] = Field(
+        min_length=1,
+        max_length=64,
+        description="The dye cells (1 to 64), each with its own match and its candidate weight at each "
+        "step; exactly one is the default (match: {}), and no two match alike.",
+    )
+    analysis: Analysis | None = Field(
+        default=None,
+        description="Required: the metrics that judge the candidate at each step, or analysis: {} to "
+        "move on every interval without judging it.",
+    )
     fallback: Fallback = defaulted(Fallback)
     autoscaling: Autoscaling | None = Field(
         default=None,
         description="Scale the Deployments of both sides during the release (an HPA each, or a KEDA "
-        "ScaledObject each with keda); none: tinct leaves replicas alone.",
+        "ScaledObject each with keda); none: tinct leaves replicas alone (CapacityReady says how "
+        "many a step needs).",
     )
-    paused: bool = False
+    notify: list[NotifyRef] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Webhooks (by their name in the operator's configuration) to post this "
+        "release's transitions to: started, each step, paused, promoted, rolled back, failed.",
+    )
+    paused: bool = Field(
+        default=False,
+        description="true holds the release at its step (tinct release pause); false lets it go on "
+        "(default false).",
+    )
     allow_major_upgrade: bool = Field(
         default=False,
-        description="Release a candidate whose MAJOR semver differs from stable's (an API break).",
+        description="Release a candidate whose MAJOR semver differs from stable's (an API break); "
+        "default false.",
     )
     progress_deadline_seconds: int = Field(
         default=600,
@@ -522,186 +574,19 @@ class GrayReleaseSpec(Model):
         le=604800,
         description="Seconds a release may be held without progress (preconditions unmet, "
         "analyses inconclusive, candidate replicas not available) before it is paused, or "
-        "rolled back with progressDeadlineAbort.",
+        "rolled back with progressDeadlineAbort (default 600).",
     )
     progress_deadline_abort: bool = Field(
         default=False,
-        description="Roll back, instead of pausing, a release past its progressDeadlineSeconds.",
+        description="Roll back, instead of pausing, a release past its progressDeadlineSeconds "
+        "(default false).",
     )
     route_on_delete: Literal["Keep", "Remove"] = Field(
         default="Keep",
         description="What deleting the release does to its model's route: Keep serves the "
         "model by the release's outcome (the candidate if Promoted, else stable) until another "
         "release takes the model over; Remove takes the route away, and the model's requests "
-        "get 404.",
-    )
-
-
-Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
-
-
-class MetricResult(Model):
-    name: str
-    value: float | None = None
-    threshold: str
-    verdict: Verdict
-    message: str | None = None
-    stable_value: float | None = Field(default=None, description="The same metric of stable, if compared.")
-    series: str | None = Field(
-        default=None,
-        description="Engine metrics: the engine series the value was read from, of the names "
-        "the engine is known by (e.g. vllm:gpu_cache_usage_perc for a vLLM before 0.9).",
-    )
-
-
-class CellResult(Model):
-    """Verdict of one dye cell when the analysis is per cell."""
-
-    cell: str
-    requests: float = 0
-    verdict: Verdict
-    metrics: list[MetricResult] = Field(default_factory=list)
-
-
-class AnalysisResult(Model):
-    time: datetime
-    verdict: Verdict
-    metrics: list[MetricResult] = Field(default_factory=list)
-    step: int | None = Field(default=None, ge=0, description="The step this analysis judged.")
-    requests: float | None = Field(default=None, description="Candidate requests in the window.")
-    message: str | None = None
-    cells: list[CellResult] = Field(default_factory=list)
-
-
-class ScalerStatus(Model):
-    """What scales one backend's Deployment: tinct's HPA, or tinct's KEDA ScaledObject and the HPA
-    KEDA keeps for it, with the bounds tinct set."""
-
-    side: Literal["stable", "candidate"]
-    hpa: str = Field(
-        description="The HorizontalPodAutoscaler scaling the side: tinct's, or the one KEDA keeps "
-        "for the ScaledObject."
-    )
-    scaled_object: str | None = Field(
-        default=None, description="The KEDA ScaledObject tinct writes for the side (autoscaling.keda)."
-    )
-    query: str | None = Field(
-        default=None,
-        max_length=8192,
-        description="The PromQL the side scales on (autoscaling.keda): replicas = ceil(value / "
-        "targetPerReplica).",
-    )
-    min_replicas: int = Field(description="Fewest replicas tinct allows the side now.")
-    max_replicas: int = Field(description="Most replicas tinct allows the side now.")
-    managed: bool = Field(
-        default=True,
-        description="False when an HPA or ScaledObject tinct did not create targets the Deployment, "
-        "or KEDA is not installed: tinct then leaves the side alone.",
-    )
-
-
-class RoutingRef(Model):
-    config_map: str
-    namespace: str | None = Field(default=None, description="Namespace of the routing-table ConfigMap.")
-    version: int = Field(ge=0, description="Version of the table written for this status.")
-    digest: str | None = Field(
-        default=None, description="Digest of the table's content (all but its version)."
-    )
-    models: list[str] = Field(default_factory=list, max_length=32, description="The models the table serves.")
-    confirmed_at: datetime | None = Field(
-        default=None,
-        description="When every router was first seen serving this version; a step's analysis "
-        "window starts there.",
-    )
-
-
-ActionResult = Literal["Done", "Refused"]
-
-
-class ActionRecord(Model):
-    """What became of the last tinct.io/action request."""
-
-    value: str = Field(max_length=256)
-    result: ActionResult
-    message: str = Field(default="", max_length=1024)
-    time: datetime | None = None
-
-
-class HistoryEntry(Model):
-    """A transition recorded in status and not yet written to ``release_events``."""
-
-    seq: int = Field(ge=0)
-    reason: str
-    message: str = Field(default="", max_length=2000)
-    phase: GrayReleasePhase
-    step: int = Field(ge=0)
-    weights: dict[str, float] = Field(default_factory=dict)
-    metrics: dict[str, float] = Field(default_factory=dict)
-    time: datetime
-
-
-class GrayReleaseStatus(Model):
-    phase: GrayReleasePhase = "Pending"
-    step: int = Field(default=0, ge=0)
-    message: str | None = None
-    observed_generation: int | None = None
-    weights: dict[str, float] = Field(default_factory=dict)
-    failed_analyses: int = Field(default=0, ge=0)
-    last_analysis: AnalysisResult | None = None
-    routing: RoutingRef | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
-    step_started_at: datetime | None = Field(
-        default=None, description="When the current step (or Promoted/RolledBack) began."
-    )
-    pause_reason: str | None = Field(
-        default=None, description="Why the operator paused the release; `tinct release resume` clears it."
-    )
-    acknowledged_action: str | None = Field(
-        default=None, description="The last tinct.io/action annotation value carried out."
-    )
-    transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
-    autoscaling: list[ScalerStatus] = Field(default_factory=list)
-    released: str | None = Field(
-        default=None,
-        description="The `stable -> candidate` ModelVersions this status is about; a spec naming "
-        "others starts the release over.",
-    )
-    target: str | None = Field(
-        default=None,
-        description="Digest of what is released (both sides' Services, ports, Deployments, URLs, "
-        "scheduler versions and ModelVersion digests); a change starts the release over.",
-    )
-    attempt: int = Field(
-        default=0, ge=0, description="Counts the starts of this release (a retry or restart is a new one)."
-    )
-    last_action: ActionRecord | None = None
-    seen_actions: list[str] = Field(
-        default_factory=list,
-        max_length=32,
-        description="tinct.io/action values already handled; seen again, they are refused.",
-    )
-    blocked_since: datetime | None = Field(
-        default=None,
-        description="Since when the release is held without progress (see progressDeadlineSeconds).",
-    )
-    next_step: int | None = Field(
-        default=None,
-        ge=0,
-        description="A step decided on whose weights wait for the candidate's available replicas; "
-        "the number of steps stands for promotion.",
-    )
-    stable_floor: int | None = Field(
-        default=None, ge=0, description="Stable's replicas when the release started; kept until promotion."
-    )
-    history: list[HistoryEntry] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Transitions recorded here and not yet in the release_events table.",
-    )
-    progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
-    candidate_weight: float = Field(
-        default=0, ge=0, le=100, description="The largest candidate weight of any cell in force."
+        "get 404 (default Keep).",
     )
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource
+from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
-#: semver 2.0.0, https://semver.org (no leading "v").
+#: semver 2.0.0, https://semver.org (no leading "v"); RE2 and Python alike.
 SEMVER = (
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+    r"(-((0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$"
 )
+_SEMVER_HELP = "MAJOR.MINOR.PATCH such as 2.0.0, optionally with -rc.1 or +build.5 (no leading v)"
 #: Where artifacts can live: a volume mounted into the operator, or an object store.
 ARTIFACT_URI = r"^(file|s3|gs|az)://.+$"
 SHA256 = r"^[a-f0-9]{64}$"
@@ -59,46 +62,90 @@ class Artifact(Model):
 
 
 class Quantization(Model):
-    method: QuantizationMethod = "none"
-    bits: Literal[2, 3, 4, 8, 16] | None = Field(default=None, description="Weight bits.")
-    symmetric: bool = True
+    """How the weights are quantized; checked against the runtime (e.g. awq needs vllm, tgi or
+    tensorrt-llm)."""
+
+    method: QuantizationMethod = Field(default="none", description="Quantization method (default none).")
+    bits: Literal[2, 3, 4, 8, 16] | None = Field(
+        default=None, description="Bits per weight after quantization, e.g. 4 for AWQ int4."
+    )
+    symmetric: bool = Field(default=True, description="Symmetric quantization (no zero point); default true.")
     group_size: int | None = Field(
-        default=None, ge=1, le=65536, description="Quantization group size (AWQ/GPTQ)."
+        default=None, ge=1, le=65536, description="Weights per quantization group (AWQ/GPTQ), e.g. 128."
     )
 
 
 class ModelVersionSpec(Model):
+    """One version of a model: its artifacts (hashed and validated), where they came from,
+    and how they are quantized and served."""
+
+    model_config = cel(
+        Rule(
+            cel=f"self.version.matches(r'{SEMVER}')",
+            holds=lambda s: re.fullmatch(SEMVER, s.version) is not None,
+            message=f"version must be a semantic version: {_SEMVER_HELP}",
+            field_path=".version",
+            message_expression=cel_format(
+                f"'%s' is not a semantic version: write {_SEMVER_HELP}", "self.version"
+            ),
+            describe=lambda s: f"'{s.version}' is not a semantic version: write {_SEMVER_HELP}",
+        )
+    )
+
     model: str = Field(
         pattern=DNS_NAME, min_length=1, max_length=253, description="Model family, e.g. llama3-8b."
     )
-    version: str = Field(pattern=SEMVER, max_length=128, description="Semantic version, e.g. 2.0.0.")
-    source: Source | None = None
-    artifacts: list[Artifact] = Field(min_length=1, max_length=256)
-    build_pipeline_id: str | None = Field(default=None, max_length=256)
-    quantization: Quantization | None = None
+    version: str = Field(
+        min_length=1,
+        max_length=128,
+        description="Semantic version (semver 2.0.0) of this model version, e.g. 2.0.0 or 2.1.0-rc.1; "
+        "the interface change from the previous version must fit its step.",
+    )
+    source: Source | None = Field(
+        default=None, description="The training checkpoint the artifacts were built from; hashed too."
+    )
+    artifacts: list[Artifact] = Field(
+        min_length=1,
+        max_length=256,
+        description="The version's files (1 to 256): ONNX models, PTX kernels, safetensors shards and "
+        "their index, tokenizer files. Each is read, hashed and validated against its format.",
+    )
+    build_pipeline_id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The CI run that built the artifacts, e.g. ci-4812; recorded in lineage.",
+    )
+    quantization: Quantization | None = Field(
+        default=None, description="How the weights are quantized; omitted: not quantized."
+    )
     runtime: Runtime | None = Field(
         default=None, description="Serving runtime; quantization x runtime is checked."
     )
 
 
 class Digests(Model):
-    """Per-format digests; for a format with several files, the manifest digest."""
+    """Per-format SHA-256 digests; for a format with several files, the digest of their
+    manifest (each file's name and digest)."""
 
-    onnx: str | None = None
-    ptx: str | None = None
-    safetensors: str | None = None
-    tokenizer: str | None = None
-    source: str | None = None
+    onnx: str | None = Field(default=None, description="Digest of the ONNX file(s).")
+    ptx: str | None = Field(default=None, description="Digest of the PTX file(s).")
+    safetensors: str | None = Field(default=None, description="Digest of the safetensors shards and index.")
+    tokenizer: str | None = Field(default=None, description="Digest of the tokenizer file(s).")
+    source: str | None = Field(default=None, description="Digest of the source checkpoint.")
 
 
 class ArtifactStatus(Model):
-    uri: str
-    format: str
-    sha256: str
-    size: int = Field(ge=0)
+    """One artifact as the operator read it."""
+
+    uri: str = Field(description="The artifact's URI, as in spec.artifacts.")
+    format: str = Field(description="Its format: onnx, ptx, safetensors or tokenizer.")
+    sha256: str = Field(description="Its SHA-256, lowercase hex.")
+    size: int = Field(ge=0, description="Its size in bytes.")
 
 
 class LineageRef(Model):
+    """Where this version's last event is recorded in the lineage tables."""
+
     table: str = Field(description="URI of the model_versions Delta table.")
     version: int = Field(ge=0, description="Delta table version that holds this event.")
 
@@ -116,20 +163,41 @@ class InterfaceStatus(Model):
 
 
 class Progress(Model):
-    bytes_done: int = Field(default=0, ge=0)
-    bytes_total: int = Field(default=0, ge=0)
+    """How far hashing has come, while the phase is Hashing."""
+
+    bytes_done: int = Field(default=0, ge=0, description="Bytes read and hashed so far.")
+    bytes_total: int = Field(default=0, ge=0, description="Bytes of all artifacts and the source together.")
 
 
 class ModelVersionStatus(Model):
-    phase: ModelVersionPhase = "Pending"
-    message: str | None = None
-    observed_generation: int | None = None
-    digests: Digests | None = None
-    artifacts: list[ArtifactStatus] | None = None
-    interface: InterfaceStatus | None = None
-    progress: Progress | None = None
-    lineage: LineageRef | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    """The ModelVersion as the operator verified and recorded it; written by the operator only."""
+
+    phase: ModelVersionPhase = Field(
+        default="Pending",
+        description="Pending, Hashing (reading the artifacts), Ready (verified and recorded), "
+        "Misversioned (its interface changed more than its version step allows), Failed (the "
+        "message says why) or Retired (being deleted).",
+    )
+    message: str | None = Field(default=None, description="What the phase means for this version, in a line.")
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation this status was written for."
+    )
+    digests: Digests | None = Field(default=None, description="SHA-256 digests per format, once verified.")
+    artifacts: list[ArtifactStatus] | None = Field(
+        default=None, description="Every artifact as read: URI, format, digest and size."
+    )
+    interface: InterfaceStatus | None = Field(
+        default=None, description="What the artifacts offer clients, as measured while validating them."
+    )
+    progress: Progress | None = Field(default=None, description="Bytes hashed so far, while Hashing.")
+    lineage: LineageRef | None = Field(
+        default=None, description="The lineage table and Delta version holding this version's last event."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Verified (artifacts hashed and valid), InterfaceCompatible (the version step "
+        "fits the interface change), and others; each reason has a section in docs/troubleshooting.md.",
+    )
 
 
 class ModelVersion(Resource[ModelVersionSpec, ModelVersionStatus]):

@@ -11,14 +11,13 @@ __all__ = ["PrometheusRef"]
 
 
 class PrometheusRef(Model):
-    """Which Prometheus an analysis (or KEDA, for autoscaling.keda) reads: one the operator is configured with.
+    """Which Prometheus an analysis (or KEDA, for autoscaling.keda) reads: one the operator is
+    configured with (tinct operator --prometheus-url and --prometheus, the chart's
+    operator.prometheus). Name one, or give neither field for the operator's default; any
+    other URL is refused."""
 
-    The operator queries only URLs from its own configuration (``tinct operator
-    --prometheus-url`` and ``--prometheus``, the chart's ``operator.prometheus``): a release
-    names one of them, or takes the default by giving neither field. Any other URL is
-    refused, so creating a GrayRelease never makes the operator fetch an address of the
-    creator's choosing.
-    """
+    # The operator queries only URLs from its own configuration, so creating a GrayRelease
+    # never makes it fetch an address of the creator's choosing.
 
     model_config = cel(
         Rule(

@@ -1,7 +1,9 @@
 """Cross-field rules, each defined once: the CEL the API server runs and the Python check.
 
 A :class:`Rule` pairs a CEL expression with the same condition in Python (``holds``) and
-one message. A model lists its rules with ``model_config = cel(rule, ...)``; from that one
+one message. A rule whose message must name what was given (the cell, the value, the
+allowed values) carries that message twice too: as a CEL ``messageExpression`` the API
+server evaluates, and as ``describe``, the same words from the pydantic model. A model lists its rules with ``model_config = cel(rule, ...)``; from that one
 list come
 
 - the CRD's ``x-kubernetes-validations`` (:func:`cel` sets the model's JSON-schema extra,
@@ -26,7 +28,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-__all__ = ["Rule", "Rules", "broken", "cel", "rules_of", "strictly_increasing", "walk_rules"]
+__all__ = [
+    "Rule",
+    "Rules",
+    "broken",
+    "cel",
+    "cel_format",
+    "cel_list",
+    "rules_of",
+    "strictly_increasing",
+    "walk_rules",
+]
 
 
 @dataclass(frozen=True)
@@ -35,26 +47,40 @@ class Rule:
 
     Attributes:
         cel: the CEL expression over ``self`` (camelCase field names), as the API server runs it.
-        message: what is wrong, shown by the API server and by the Python check alike.
+        message: what is wrong, shown by the API server and by the Python check alike; with
+            a message expression, the API server's fallback and the rule's name in tests.
         holds: the same condition over the pydantic model (snake_case attributes).
         field_path: the field the API server names in its error, e.g. ``.buckets``.
+        message_expression: CEL building the message from ``self`` (naming the offending
+            value, its index, what is allowed), evaluated only when the rule fails.
+        describe: the same message built from the pydantic model that breaks the rule.
     """
 
     cel: str
     message: str
     holds: Callable[[Any], bool]
     field_path: str | None = None
+    message_expression: str | None = None
+    describe: Callable[[Any], str] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.message_expression is None) != (self.describe is None):
+            raise ValueError(f"rule {self.message!r}: give message_expression and describe together")
 
     def wire(self) -> dict[str, JsonValue]:
         """The ``x-kubernetes-validations`` entry."""
         out: dict[str, JsonValue] = {"rule": self.cel, "message": self.message}
+        if self.message_expression:
+            out["messageExpression"] = self.message_expression
         if self.field_path:
             out["fieldPath"] = self.field_path
         return out
 
-    def explain(self) -> str:
-        """The message prefixed by the field it concerns, relative to the model."""
-        return f"{self.field_path.lstrip('.')}: {self.message}" if self.field_path else self.message
+    def explain(self, model: Any = None) -> str:
+        """The message (about ``model``, when the rule describes it) prefixed by the field it
+        concerns, relative to the model."""
+        message = self.describe(model) if self.describe is not None and model is not None else self.message
+        return f"{self.field_path.lstrip('.')}: {message}" if self.field_path else message
 
 
 class Rules:
@@ -65,6 +91,21 @@ class Rules:
 
     def __call__(self, schema: dict[str, JsonValue]) -> None:
         schema["x-kubernetes-validations"] = [r.wire() for r in self.rules]
+
+
+def cel_format(template: str, *args: str) -> str:
+    """A CEL message expression: ``template`` (``%s``/``%d``) formatted with the CEL ``args``.
+
+    The API server estimates the cost of ``'a' + string(x)`` as if the string could be
+    unbounded, and refuses it; ``'a %d'.format([x])`` it bounds.
+    """
+    quoted = template.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{quoted}".format([{", ".join(args)}])'
+
+
+def cel_list(values: Iterable[str]) -> str:
+    """A list of strings as CEL's ``%s`` shows one: ``["a", "b"]``."""
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
 
 def cel(*rules: Rule) -> ConfigDict:

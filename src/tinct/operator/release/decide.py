@@ -48,12 +48,12 @@ from tinct.api.v1alpha1.grayrelease import (
     ActionRecord,
     ActionResult,
     AnalysisResult,
-    CellMatch,
     GrayRelease,
     GrayReleasePhase,
     GrayReleaseSpec,
     GrayReleaseStatus,
     HistoryEntry,
+    cell_key,
     parse_duration,
 )
 from tinct.operator.release.preconditions import Problem, preconditions
@@ -90,15 +90,6 @@ _ATTEMPT_NONCE = re.compile(r"^a([0-9]{1,9})-.+$")
 _FINAL = ("Promoted", "RolledBack")
 
 
-def cell_key(match: CellMatch) -> str:
-    """A cell's name in status and history: its dye tag with ``*`` for what it does not fix."""
-
-    def v(x: str | None) -> str:
-        return x if x else "*"
-
-    return f"len:{v(match.prompt_length)}+role:{v(match.role)}+latency:{v(match.latency)}"
-
-
 @dataclass(frozen=True)
 class Capacity:
     """The replicas of the release's Deployments as last seen; None where a side names none."""
@@ -125,6 +116,12 @@ class Inputs:
     target: str | None = None
     #: The lowest routing-table version the routers serve (from their metrics); None: unknown.
     routers: int | None = None
+    #: Webhooks ``spec.notify`` names that the operator is not configured with.
+    unknown_notifiers: Sequence[str] = ()
+    #: Why an older release's routing table keeps this release's model (routers that serve
+    #: both follow that one); None: no conflict. Reported, not acted on: routers selecting
+    #: one release's table each serve both.
+    conflict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +356,20 @@ class _Round:
             return None
         return Transition(reason, message, warning=warning, record=was != "Pending")
 
+    # --- its route -------------------------------------------------------------------------
+
+    def route(self, conflict: str | None, gen: int | None) -> None:
+        """``RouteAvailable``, and a Warning Event when an older release takes the model."""
+        old = next((c for c in self.old.conditions if c.type == "RouteAvailable"), None)
+        if conflict is None:
+            self.condition(
+                "RouteAvailable", "True", "ModelFree", "no older release serves this release's models", gen
+            )
+            return
+        self.condition("RouteAvailable", "False", "ModelConflict", conflict, gen)
+        if old is None or old.status != "False" or old.message != conflict:
+            self.emit(Transition("ModelConflict", conflict, warning=True, record=False))
+
     # --- what is released ----------------------------------------------------------------
 
     def target(self) -> None:
@@ -527,7 +538,8 @@ class _Round:
         if inputs.problems:
             msg = "; ".join(p.message for p in inputs.problems)
             held = f"holding step {self.label()}: " if started else ""
-            t = self.wait("Waiting", held + msg, warning=True)
+            reasons = {p.reason for p in inputs.problems}
+            t = self.wait(reasons.pop() if len(reasons) == 1 else "Waiting", held + msg, warning=True)
             return self.block(msg) or t
         if st.next_step is not None:
             return self.apply_next("promotion requested" if promoting else "the candidate has its replicas")
@@ -596,7 +608,10 @@ class _Round:
         current = self.release.model_copy(update={"status": st})
         if not _has_metrics(spec):
             if analysis_due(current, self.now):
-                return self.decide_next("no analysis configured")
+                interval = self.spec.analysis.interval if self.spec.analysis else "1m"
+                return self.decide_next(
+                    f"{interval} passed; no analysis metrics judge the candidate (analysis: {{}})"
+                )
             return None
         if needs_confirmation(current):
             version = st.routing.version if st.routing else 0
@@ -711,7 +726,8 @@ class _Round:
         if self.out:
             st.message = self.out[-1].message[:1024]
         elif self.held and st.phase == "Progressing":
-            st.message = f"holding step {self.label()}: {self.held}"[:1024]
+            also = f"; {self.inputs.conflict}" if self.inputs.conflict else ""
+            st.message = f"holding step {self.label()}: {self.held}{also}"[:1024]
         elif self.held and st.phase == "Pending":
             st.message = st.message or self.held[:1024]
         if self.capacity is not None:
@@ -792,7 +808,26 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
     r = _Round(release, inputs)
     st = r.st
     gen = release.metadata.generation
-    st.conditions = _precondition_conditions(st.conditions, inputs.problems, gen, inputs.now)
+    st.conditions = _precondition_conditions(st.conditions, inputs.problems, gen, inputs.now, release.spec)
+    if release.spec.notify:
+        unknown = list(inputs.unknown_notifiers)
+        st.conditions = set_condition(
+            st.conditions,
+            Condition(
+                type="NotificationsReady",
+                status="False" if unknown else "True",
+                reason="NotifierUnknown" if unknown else "Configured",
+                message=(
+                    f"the operator has no notifier {', '.join(unknown)}: give it one with --notifier "
+                    "(the chart's operator.notifiers), or fix spec.notify"
+                    if unknown
+                    else "every notifier of spec.notify is configured"
+                ),
+                observed_generation=gen,
+            ),
+            inputs.now,
+        )
+    r.route(inputs.conflict, gen)
     at_creation = r.old.released is None
     r.target()
     for value in dict.fromkeys(inputs.actions):
@@ -804,12 +839,23 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
 
 
 def _precondition_conditions(
-    conds: list[Condition], problems: Sequence[Problem], gen: int | None, now: datetime
+    conds: list[Condition],
+    problems: Sequence[Problem],
+    gen: int | None,
+    now: datetime,
+    spec: GrayReleaseSpec | None = None,
 ) -> list[Condition]:
+    analysis: tuple[str, str] = ("Configured", "the analysis can run as configured")
+    if spec is not None and not _has_metrics(spec):
+        interval = spec.analysis.interval if spec.analysis else "1m"
+        analysis = (
+            "NoMetrics",
+            f"analysis names no metrics: each step moves on after {interval} without judging the candidate",
+        )
     for ctype, ok_reason, ok_msg in (
         ("ModelVersionsReady", "Ready", "both ModelVersions are Ready and of the same model"),
-        ("BackendsAvailable", "Found", "the Services and Deployments exist"),
-        ("AnalysisReady", "Configured", "the analysis can run as configured"),
+        ("BackendsAvailable", "Found", "the Services (with the ports named) and Deployments exist"),
+        ("AnalysisReady", *analysis),
     ):
         mine = [p for p in problems if p.condition == ctype]
         if mine:

@@ -42,7 +42,7 @@ import kopf
 
 from tinct.api.routing import RoutingTable, configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
-from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus
+from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, HistoryEntry
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
 from tinct.operator.release import analysis as analysis_
@@ -61,6 +61,8 @@ from tinct.operator.release.decide import (
 )
 from tinct.operator.release.kube import ConflictError, ReleaseKube, TableWatch
 from tinct.operator.release.metrics import ReleaseMetrics, serve
+from tinct.operator.release.notify import Dispatcher
+from tinct.operator.release.preconditions import Claim, model_conflict
 from tinct.operator.release.scaledobject import scaled_object_name
 from tinct.operator.release.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling
 from tinct.operator.release.tables import (
@@ -137,6 +139,8 @@ class Runtime:
     #: (namespace, child name) -> (when, the manifest last applied): covers the index's lag
     applied: dict[Key, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     session: Any = None
+    #: Posts recorded transitions to the webhooks releases name (spec.notify).
+    notify: Dispatcher | None = None
     #: (uid, interface digest) -> the interface recorded in the lineage tables (never changes)
     interfaces: dict[tuple[str, str], Any] = field(default_factory=dict)
     #: (when asked, answer) of whether the cluster serves KEDA's ScaledObjects
@@ -184,6 +188,13 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
     rt.tables = TableWatch(config.table_namespace, rt.kube._api)
     rt.tables.start()
     rt.session = prometheus.client_session()
+    rt.notify = Dispatcher(
+        config.notifiers,
+        rt.metrics,
+        timeout=config.notify_timeout,
+        attempts=config.notify_attempts,
+        backoff=config.notify_backoff,
+    )
     memo[_RUNTIME] = rt
     if config.metrics_port:
         serve(rt.metrics, config.metrics_port)
@@ -197,6 +208,9 @@ async def _stop_runtime(memo: Any, **_: Any) -> None:
             rt.tables.stop()
         if rt.session is not None:
             await rt.session.close()
+        if rt.notify is not None:
+            await rt.notify.drain(2.0)  # what is queued gets a moment; the rest is said in the log
+            await rt.notify.close()
         rt.pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -221,6 +235,8 @@ class View:
 
     modelversions: dict[str, dict[str, Any] | None]
     services: dict[str, bool]
+    #: Service name -> its ports, for the Services found
+    service_ports: dict[str, tuple[int, ...]]
     #: name -> {"replicas": spec.replicas, "available": status.availableReplicas}, None: absent
     deployments: dict[str, dict[str, int] | None]
     hpas: list[dict[str, Any]]
@@ -242,6 +258,7 @@ class View:
             self.services,
             {k: v is not None for k, v in self.deployments.items()},
             self.interfaces,
+            self.service_ports,
         )
         if gr.spec.analysis is not None and gr.spec.analysis.metrics and config is not None:
             try:
@@ -272,13 +289,16 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
     ns, spec = gr.metadata.namespace or "default", gr.spec
     sides = (spec.stable, spec.candidate)
     mvs = indices.get("tinct_modelversions")
-    services = set(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else set()
+    services: dict[str, tuple[int, ...]] = (
+        dict(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else {}
+    )
     deps = indices.get("tinct_deployments")
     hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
     sos = indices.get("tinct_scaledobjects")
     return View(
         modelversions={b.model_version: _one(mvs, (ns, b.model_version)) for b in sides},
         services={b.service: b.service in services for b in sides},
+        service_ports={b.service: services[b.service] for b in sides if b.service in services},
         deployments={b.deployment: _one(deps, (ns, b.deployment)) for b in sides if b.deployment},
         hpas=hpas,
         scaled_objects=list(sos.get(ns, ())) if sos is not None else [],
@@ -291,6 +311,8 @@ class Outcome:
     status: GrayReleaseStatus
     #: The release's resourceVersion after the round's writes (None: nothing was written).
     resource_version: str | None
+    #: The transitions this round recorded in status (to notify of).
+    recorded: list[HistoryEntry] = field(default_factory=list)
 
 
 async def _analyse(gr: GrayRelease, rt: Runtime, now: datetime) -> AnalysisResult:
@@ -375,6 +397,7 @@ async def gather(
     old = gr.status or GrayReleaseStatus()
     await _interfaces(gr, rt, view)
     problems = view.problems(gr, rt.config)
+    conflict = _conflict(gr, rt, view)
     routers: int | None = None
     result: AnalysisResult | None = None
     quiet = problems or spec.paused or old.pause_reason
@@ -391,7 +414,26 @@ async def gather(
         capacity=view.capacity(gr),
         target=target_digest(gr, view.modelversions),
         routers=routers,
+        unknown_notifiers=rt.notify.unknown(gr) if rt.notify is not None else [n.name for n in spec.notify],
+        conflict=conflict.message if conflict is not None else None,
     )
+
+
+def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
+    """ModelConflict when an older live table of another release claims this release's models."""
+    if rt.tables is None:
+        return None
+    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    old = gr.status or GrayReleaseStatus()
+    recorded = old.routing.models if old.routing is not None else []
+    models = list(gr.spec.models) or release_models(gr, view.modelversions, recorded)
+    claims = [
+        Claim(f.name, f.created, f.table.namespace or "", f.table.release, f.table.uid, tuple(f.table.models))
+        for f in list(rt.tables.tables.values())
+        if f.table is not None and not f.table.standing and f.name != name
+    ]
+    mine = rt.tables.get(name)
+    return model_conflict(gr.metadata.uid, name, mine.created if mine is not None else None, models, claims)
 
 
 def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
@@ -451,8 +493,9 @@ async def reconcile(
         except Exception:
             rt.pending[(ns, name)] = Pending(gr.metadata.uid, base, decision, table)
             raise
+    recorded = [h for h in st.history if h.seq >= old.transitions]
     if (ns, name) in rt.deleting:
-        return Outcome(decision, st, rv)
+        return Outcome(decision, st, rv, recorded)
 
     # Act on what was recorded.
     await _apply_table(rt, table)
@@ -470,7 +513,7 @@ async def reconcile(
                 rv = await rt.run(rt.kube.patch_status, ns, name, patch, rv)
             except Exception as exc:  # written again by the next round; rows are idempotent
                 log.info("[%s/%s] could not drop written history from status: %s", ns, name, exc)
-    return Outcome(decision, st, rv)
+    return Outcome(decision, st, rv, recorded)
 
 
 def _so_key(ns: str, name: str) -> Key:
@@ -677,6 +720,8 @@ async def drive_release(
                     rt.written[key] = Written(uid, body_rv, out.resource_version, out.status)
                 _forget_actions(rt, key, out.status)
                 _post(body, out.decision)
+                if rt.notify is not None and out.recorded:
+                    rt.notify.post(current.model_copy(update={"status": out.status}), out.recorded)
                 for t in out.decision.transitions:
                     rt.metrics.transitions.labels(*key, t.reason).inc()
                     logger.info("%s: %s", t.reason, t.message)
@@ -801,8 +846,9 @@ def tinct_modelversions(
 
 
 @kopf.index("v1", "services")
-def tinct_services(namespace: str | None, name: str, **_: Any) -> Any:
-    return {namespace: name}
+def tinct_services(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> Any:
+    ports = tuple(p["port"] for p in spec.get("ports") or [] if isinstance(p.get("port"), int))
+    return {namespace: (name, ports)}
 
 
 @kopf.index("apps", "v1", "deployments")

@@ -193,6 +193,9 @@ class FoundTable:
     version: int
     digest: str | None
     table: RoutingTable | None
+    #: The ConfigMap's creation time (epoch seconds): of two tables claiming a model, routers
+    #: give it to the older.
+    created: float = 0.0
 
     @property
     def standing(self) -> bool:
@@ -220,7 +223,8 @@ def _found(cm: Any) -> FoundTable:
     )
     if table is not None:
         version = max(version, table.version)
-    return FoundTable(meta.name, version, digest, table)
+    created = meta.creation_timestamp.timestamp() if meta.creation_timestamp is not None else 0.0
+    return FoundTable(meta.name, version, digest, table, created)
 
 
 @dataclass
@@ -250,7 +254,9 @@ class TableWatch:
         """Take a table just applied as found (the watch confirms it shortly)."""
         from tinct.operator.release.tables import content_digest
 
-        self.tables[name] = FoundTable(name, table.version, content_digest(table), table)
+        old = self.tables.get(name)
+        created = old.created if old is not None else time.time()
+        self.tables[name] = FoundTable(name, table.version, content_digest(table), table, created)
 
     def forget(self, name: str) -> None:
         self.tables.pop(name, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -28,7 +29,25 @@ class ReleaseMetrics:
         self.phase = Gauge(
             "tinct_release_phase", "1 for the phase the release is in.", [*key, "phase"], registry=r
         )
-        self.step = Gauge("tinct_release_step", "Current step (0-based).", key, registry=r)
+        self.step = Gauge(
+            "tinct_release_step",
+            "Current step as an index: 0 is step 1/n, as kubectl shows it.",
+            key,
+            registry=r,
+        )
+        self.cell_weight = Gauge(
+            "tinct_release_cell_weight",
+            "Percent of each dye cell's traffic the candidate gets, in force.",
+            [*key, "cell"],
+            registry=r,
+        )
+        self.held = Gauge(
+            "tinct_release_held_seconds",
+            "Seconds the release has been held without progress (preconditions, capacity, routers, "
+            "inconclusive analyses); 0 while it progresses. At progressDeadlineSeconds it is paused.",
+            key,
+            registry=r,
+        )
         self.table_version = Gauge(
             "tinct_release_table_version", "Version of the routing table written.", key, registry=r
         )
@@ -54,11 +73,28 @@ class ReleaseMetrics:
         self.transitions = Counter(
             "tinct_release_transitions", "Transitions, by reason.", [*key, "reason"], registry=r
         )
+        self.notifications = Counter(
+            "tinct_release_notifications",
+            "Notifications by webhook and outcome: sent, refused (a 4xx answer), failed (after its "
+            "retries), dropped (its queue was full).",
+            ["notifier", "result"],
+            registry=r,
+        )
+        self.notification_retries = Counter(
+            "tinct_release_notification_retries",
+            "Notification attempts repeated after a failed one, by webhook.",
+            ["notifier"],
+            registry=r,
+        )
 
     def observe(self, namespace: str, release: str, status: GrayReleaseStatus) -> None:
         for p in PHASES:
             self.phase.labels(namespace, release, p).set(1.0 if status.phase == p else 0.0)
         self.step.labels(namespace, release).set(status.step)
+        for cell, weight in status.weights.items():
+            self.cell_weight.labels(namespace, release, cell).set(weight)
+        held = (datetime.now(UTC) - status.blocked_since).total_seconds() if status.blocked_since else 0.0
+        self.held.labels(namespace, release).set(max(0.0, held))
         if status.routing is not None:
             self.table_version.labels(namespace, release).set(status.routing.version)
         self.failed.labels(namespace, release).set(status.failed_analyses)
@@ -73,6 +109,8 @@ class ReleaseMetrics:
         for metric in (
             self.phase,
             self.step,
+            self.cell_weight,
+            self.held,
             self.table_version,
             self.failed,
             self.inconclusive,

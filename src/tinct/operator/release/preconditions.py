@@ -13,7 +13,7 @@ whose version number contradicts its interface is refused, with the differences 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,7 +21,7 @@ from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
 from tinct.artifacts.contract import verdict
 from tinct.artifacts.interface import Interface
 
-__all__ = ["Party", "Problem", "Side", "preconditions"]
+__all__ = ["Claim", "Party", "Problem", "Side", "model_conflict", "preconditions"]
 
 _SEMVER_MAJOR = re.compile(r"^v?([0-9]+)\.")
 
@@ -34,7 +34,7 @@ Party = Literal["stable", "candidate", "release"]
 class Problem:
     """A precondition that does not hold; ``condition`` is the status condition it sets False."""
 
-    condition: Literal["ModelVersionsReady", "BackendsAvailable", "AnalysisReady"]
+    condition: Literal["ModelVersionsReady", "BackendsAvailable", "AnalysisReady", "RouteAvailable"]
     reason: str
     message: str
     #: Cannot resolve without a spec change: the release fails instead of waiting.
@@ -57,11 +57,14 @@ def preconditions(
     services: Mapping[str, bool],
     deployments: Mapping[str, bool],
     interfaces: Mapping[str, Interface | None] | None = None,
+    service_ports: Mapping[str, Collection[int]] | None = None,
 ) -> list[Problem]:
     """What keeps ``spec`` from progressing, given the objects found (None / False: absent).
 
     ``interfaces`` holds the recorded interface of a ModelVersion (by name) whenever the
     two sides' ``status.interface.digest`` differ; None for one that could not be read.
+    ``service_ports`` holds the ports of each Service found (a side routed through its
+    Service must name one of them; a side with a ``url`` is not).
     """
     out: list[Problem] = []
     sides: tuple[tuple[Side, Any], ...] = (("stable", spec.stable), ("candidate", spec.candidate))
@@ -116,12 +119,24 @@ def preconditions(
             if problem is not None:
                 out.append(problem)
     for side, backend in sides:
+        ports = (service_ports or {}).get(backend.service)
         if not services.get(backend.service, False):
             out.append(
                 Problem(
                     "BackendsAvailable",
                     "ServiceMissing",
-                    f"{side} Service {backend.service} does not exist",
+                    f"{side} Service {backend.service} does not exist; create it, or fix spec.{side}.service",
+                    side=side,
+                )
+            )
+        elif ports is not None and backend.url is None and backend.port not in ports:
+            has = ", ".join(str(p) for p in sorted(ports)) or "none"
+            out.append(
+                Problem(
+                    "BackendsAvailable",
+                    "ServicePortMissing",
+                    f"{side} Service {backend.service} has no port {backend.port} (its ports: {has}); "
+                    f"fix spec.{side}.port or the Service",
                     side=side,
                 )
             )
@@ -135,6 +150,43 @@ def preconditions(
                 )
             )
     return out
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A live routing table found in the table namespace, and what it claims."""
+
+    config_map: str
+    created: float
+    namespace: str
+    release: str
+    uid: str | None
+    models: tuple[str, ...]
+
+
+def model_conflict(
+    uid: str | None, config_map: str, created: float | None, models: Sequence[str], claims: Sequence[Claim]
+) -> Problem | None:
+    """The model this release's table cannot have: an older live table of another release
+    claims it, and routers give it to that one (as they do: the older ConfigMap, by creation
+    time then name, keeps a model). ``created`` is None while this release has no table yet.
+    """
+    mine = set(models)
+    for c in sorted(claims, key=lambda c: (c.created, c.config_map)):
+        if c.uid == uid or c.config_map == config_map or not mine & set(c.models):
+            continue
+        if created is not None and (created, config_map) < (c.created, c.config_map):
+            continue  # this release's table is the older one: it keeps the model
+        model = sorted(mine & set(c.models))[0]
+        return Problem(
+            "RouteAvailable",
+            "ModelConflict",
+            f"model {model} is served by GrayRelease {c.namespace}/{c.release}, an older release: routers "
+            "serving both tables follow that one until it is deleted; give this one other models "
+            "(spec.models), or routers of its own",
+            side="release",
+        )
+    return None
 
 
 def _digest(obj: Mapping[str, Any] | None) -> str | None:

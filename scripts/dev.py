@@ -1,0 +1,316 @@
+"""A local tinct that stays up until stopped: `make dev`.
+
+Starts, on this machine and all on loopback:
+
+- the control plane the tests use (kube-apiserver, etcd, kube-controller-manager, and kwok
+  playing the kubelet of one Node), with tinct's CRDs;
+- an S3-compatible object store (moto) holding the artifacts of the two ModelVersions of
+  ``examples/``, under the very URIs the examples name (``s3://models/llama3-8b/...``);
+- two engine emulators (``tinct emulator``: vLLM's API and metric names, no model runs),
+  behind the Services ``sched-v1``/``sched-v2`` (port 8000) and Deployments in the ``default``
+  namespace, as ``examples/grayrelease.yaml`` names them;
+- Prometheus, scraping the router, the operator and both engines every second (each engine's
+  series labelled with the ``namespace`` and ``service`` the example selects them by);
+- ``tinct operator`` (routing tables in ``tinct-system``, the lineage under ``--dir``);
+- ``tinct router --watch``, reaching the Services' DNS names at the engines through
+  ``--resolve``, with OpenAI clients sending it a steady mix of dye cells, so analyses have
+  requests to judge.
+
+It prints the lines to paste into another shell (``KUBECONFIG`` first), then stays up until
+Ctrl-C or SIGTERM, and stops everything it started. ``make demo`` stays the scripted tour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from controlplane import build  # noqa: E402
+from controlplane.harness import ControlPlane, free_port  # noqa: E402
+from controlplane.prometheus import Prometheus  # noqa: E402
+from interface_artifacts import make_version  # noqa: E402
+from lineage_artifacts import make_checkpoint, moto_process  # noqa: E402
+from release_cluster import deployment, service  # noqa: E402
+from release_traffic import CellTraffic, ask  # noqa: E402
+
+BIN = Path(sys.executable).parent
+TINCT = str(BIN / "tinct")
+TABLES = "tinct-system"
+#: The dye cells the clients send, weighted toward the cell with the largest candidate share,
+#: so a window of the example's analysis holds its minRequests candidate requests.
+#: The long cell streams (SSE), so every window has tokens for time to first token and between.
+MIX = [
+    CellTraffic("admin", "high", 1200, stream=True),  # long, admin, high: 5 % to the candidate at 1/4
+    CellTraffic("admin", "high", 1200, stream=True),
+    CellTraffic("admin", "high", 1200, stream=True),
+    CellTraffic("user", "low", 5),  # short, user, low: 0.1 %
+    CellTraffic("audit", "low", 300),  # medium, audit, low: the default cell, 1 %
+]
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "tinct-dev",
+    "AWS_SECRET_ACCESS_KEY": "tinct-dev",
+    "AWS_REGION": "us-east-1",
+}
+
+
+def say(msg: str) -> None:
+    print(f"==> {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def process(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_http(url: str, what: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with {proc.returncode}; its log: {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"{what} did not answer {url} within {timeout:.0f}s; its log: {log}")
+
+
+def upload_artifacts(endpoint: str, work: Path) -> None:
+    """The files of ``examples/modelversion*.yaml``, at the keys their URIs name."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, **_boto_keys())
+    for bucket in ("models", "ckpt"):
+        s3.create_bucket(Bucket=bucket)
+    # 2.0.0 has one more layer than 1.4.0: a breaking change, released as a MAJOR version.
+    for version, layers, step in (("1.4.0", 2, 60000), ("2.0.0", 3, 90000)):
+        d = work / "artifacts" / version
+        for _, path in make_version(d, layers=layers):
+            s3.upload_file(str(path), "models", f"llama3-8b/{version}/{path.name}")
+        ckpt = make_checkpoint(d / f"step-{step}.pt")
+        s3.upload_file(str(ckpt), "ckpt", f"llama3-8b/{ckpt.name}")
+
+
+def _boto_keys() -> dict[str, str]:
+    return {
+        "aws_access_key_id": S3_ENV["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": S3_ENV["AWS_SECRET_ACCESS_KEY"],
+        "region_name": S3_ENV["AWS_REGION"],
+    }
+
+
+class Clients:
+    """OpenAI-style requests through the router from a few threads, ``rps`` per second in all
+    (each thread paced to its share: a slow answer does not lower the rate)."""
+
+    def __init__(self, port: int, rps: float, threads: int = 8) -> None:
+        self.port, self.rps = port, rps
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
+
+    def _run(self, n: int) -> None:
+        i = 0
+        period = len(self.threads) / self.rps
+        due = time.monotonic()
+        while not self.stop.is_set():
+            cell = MIX[(i + n) % len(MIX)]
+            with contextlib.suppress(OSError, Exception):
+                ask(self.port, cell, f"dev-{n}-{i}")
+            i += 1
+            due = max(due + period, time.monotonic() - period)
+            self.stop.wait(max(0.0, due - time.monotonic()))
+
+    def __enter__(self) -> Clients:
+        if self.rps > 0:
+            for t in self.threads:
+                t.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            if t.is_alive():
+                t.join(10)
+
+
+def env_file(work: Path, kubeconfig: Path, lineage: Path, router_port: int, kubectl: Path) -> Path:
+    path = work / "env"
+    path.write_text(
+        "# source this file: the local tinct's cluster, lineage and router; kubectl and tinct on PATH\n"
+        f"export KUBECONFIG={kubeconfig}\n"
+        f"export TINCT_LINEAGE_ROOT={lineage}\n"
+        f"export OPENAI_BASE_URL=http://127.0.0.1:{router_port}/v1\n"
+        f"export PATH={kubectl.parent}:{BIN}:$PATH\n"
+    )
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="make dev", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--dir", type=Path, default=Path("/tmp/tinct-dev"), help="state and logs (default: %(default)s)"
+    )
+    p.add_argument("--router-port", type=int, default=8080, help="the router's port (default: %(default)s)")
+    p.add_argument(
+        "--rps", type=float, default=40.0, help="client requests per second (default: %(default)s)"
+    )
+    args = p.parse_args(argv)
+
+    work: Path = args.dir.resolve()
+    if work.exists():
+        import shutil
+
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    lineage = work / "lineage"
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    say("starting the control plane (kube-apiserver, etcd, kube-controller-manager, kwok), with tinct's CRDs")
+    with contextlib.ExitStack() as stack:
+        cp = stack.enter_context(ControlPlane(workdir=work / "controlplane", preapply=[ROOT / "crds"]))
+        kubeconfig = work / "kubeconfig"
+        kubeconfig.write_text(cp.kubeconfig.read_text())
+        cp.kubectl("create", "namespace", TABLES)
+
+        say("object storage (moto) with the examples' artifacts at s3://models/llama3-8b/ and s3://ckpt/")
+        endpoint = stack.enter_context(moto_process(free_port()))
+        upload_artifacts(endpoint, work)
+
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), **S3_ENV)
+        env.pop("TINCT_CONTEXT", None)
+        say(
+            "two engine emulators (tinct emulator, vLLM), Services sched-v1, sched-v2 (port 8000), Deployments"
+        )
+        engines: dict[str, int] = {}
+        for name, model in (("sched-v1", "v1"), ("sched-v2", "v2")):
+            port = engines[name] = free_port()
+            log = work / f"{name}.log"
+            proc = stack.enter_context(
+                process(
+                    [TINCT, "emulator", "--host", "127.0.0.1", "--port", str(port), "--model", model],
+                    log,
+                    env,
+                )
+            )
+            wait_http(f"http://127.0.0.1:{port}/healthz", f"the {name} emulator", proc, log)
+        objs: list[dict[str, Any]] = [service("sched-v1"), service("sched-v2")]
+        objs += [deployment("sched-v1"), deployment("sched-v2")]
+        cp.kubectl("apply", "-n", "default", "-f", "-", input=yaml.safe_dump_all(objs))
+
+        router_metrics, operator_metrics = free_port(), free_port()
+        prom = stack.enter_context(Prometheus(build.ensure_prometheus(), work / "prometheus"))
+        prom.set_target_groups(
+            [
+                ([f"127.0.0.1:{router_metrics}", f"127.0.0.1:{operator_metrics}"], {}),
+                *(
+                    ([f"127.0.0.1:{port}"], {"namespace": "default", "service": name})
+                    for name, port in engines.items()
+                ),
+            ]
+        )
+
+        say("tinct operator")
+        op_log = work / "operator.log"
+        op = stack.enter_context(
+            process(
+                [
+                    TINCT,
+                    "operator",
+                    "--table-namespace",
+                    TABLES,
+                    "--prometheus-url",
+                    prom.url,
+                    "--lineage-root",
+                    str(lineage),
+                    "--s3-endpoint",
+                    endpoint,
+                    "--metrics-port",
+                    str(operator_metrics),
+                    "--release-tick",
+                    "1",
+                ],
+                op_log,
+                env,
+            )
+        )
+        wait_http(f"http://127.0.0.1:{operator_metrics}/metrics", "the operator", op, op_log)
+
+        say(f"tinct router on 127.0.0.1:{args.router_port}")
+        resolve: list[str] = []
+        for name, port in engines.items():
+            resolve += ["--resolve", f"{name}.default.svc.cluster.local:8000=127.0.0.1:{port}"]
+        router_log = work / "router.log"
+        router = stack.enter_context(
+            process(
+                [
+                    TINCT,
+                    "router",
+                    "--watch",
+                    "--namespace",
+                    TABLES,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(args.router_port),
+                    "--metrics-port",
+                    str(router_metrics),
+                    "--workers",
+                    "1",
+                    "--trust-role-from",
+                    "127.0.0.1/32",
+                    *resolve,
+                ],
+                router_log,
+                env,
+            )
+        )
+        wait_http(f"http://127.0.0.1:{router_metrics}/healthz", "the router", router, router_log)
+        stack.enter_context(Clients(args.router_port, args.rps))
+
+        env_path = env_file(work, kubeconfig, lineage, args.router_port, Path(cp.kubectl_path))
+        print(
+            f"\ntinct is up. In another shell:\n\n"
+            f"    export KUBECONFIG={kubeconfig}\n"
+            f"    source {env_path}    # also TINCT_LINEAGE_ROOT, OPENAI_BASE_URL, and kubectl and tinct on PATH\n\n"
+            f"Logs and state in {work}. Ctrl-C stops everything.",
+            flush=True,
+        )
+        while not stop.wait(1.0):
+            for what, proc, log in (("the operator", op, op_log), ("the router", router, router_log)):
+                if proc.poll() is not None:
+                    print(f"{what} exited with {proc.returncode}; its log: {log}", file=sys.stderr)
+                    return 1
+        say("stopping")
+    print("tinct stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

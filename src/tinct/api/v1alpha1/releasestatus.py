@@ -1,0 +1,256 @@
+"""What the operator records in a GrayRelease's status: phase, step, weights, analyses,
+routing, actions and the transitions not yet in the lineage tables."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from tinct.api.v1alpha1.common import Condition, Model
+
+__all__ = [
+    "READABLE_DIGITS",
+    "ActionRecord",
+    "ActionResult",
+    "AnalysisResult",
+    "CellResult",
+    "GrayReleasePhase",
+    "GrayReleaseStatus",
+    "HistoryEntry",
+    "MetricResult",
+    "Readable",
+    "RoutingRef",
+    "ScalerStatus",
+    "Verdict",
+    "readable",
+]
+
+GrayReleasePhase = Literal["Pending", "Progressing", "Paused", "Promoted", "RolledBack", "Failed"]
+
+Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
+
+#: Significant digits a measured number keeps in status: 99.8421, not 99.84210526315789.
+READABLE_DIGITS = 6
+
+
+def readable(value: float | None) -> float | None:
+    """``value`` rounded to :data:`READABLE_DIGITS` significant digits (NaN and inf kept)."""
+    if value is None or not math.isfinite(value):
+        return value
+    return float(f"{value:.{READABLE_DIGITS}g}")
+
+
+Readable = Annotated[float, AfterValidator(lambda v: readable(v))]
+
+
+class MetricResult(Model):
+    """One metric of one analysis: its value, the threshold, the verdict."""
+
+    name: str = Field(description="The metric: success-rate, latency-p95 or custom.")
+    value: Readable | None = Field(
+        default=None,
+        description="The candidate's value over the window (percent for success-rate, ms for "
+        "latency-p95); absent when there was no data.",
+    )
+    threshold: str = Field(description="What the value was held to, e.g. `>= 99`.")
+    verdict: Verdict = Field(description="Pass, Fail, Inconclusive (too little data) or Error.")
+    message: str | None = Field(default=None, description="Why the verdict, when it is not Pass.")
+    stable_value: Readable | None = Field(default=None, description="The same metric of stable, if compared.")
+    series: str | None = Field(
+        default=None,
+        description="Engine metrics: the engine series the value was read from, of the names "
+        "the engine is known by (e.g. vllm:gpu_cache_usage_perc for a vLLM before 0.9).",
+    )
+
+
+class CellResult(Model):
+    """Verdict of one dye cell when the analysis is per cell."""
+
+    cell: str = Field(description="The cell, as `len:<bucket>+role:<role>+latency:<class>`.")
+    requests: Readable = Field(default=0, description="Candidate requests of this cell in the window.")
+    verdict: Verdict = Field(description="Pass, Fail, Inconclusive or Error.")
+    metrics: list[MetricResult] = Field(default_factory=list, description="This cell's metrics.")
+
+
+class AnalysisResult(Model):
+    """The last analysis of the release: the window's metrics and the verdict."""
+
+    time: datetime = Field(description="When the analysis ran (the end of its window).")
+    verdict: Verdict = Field(description="Pass, Fail, Inconclusive or Error.")
+    metrics: list[MetricResult] = Field(default_factory=list, description="Each metric's value and verdict.")
+    step: int | None = Field(
+        default=None, ge=0, description="The step this analysis judged, as an index (0 is step 1/n)."
+    )
+    requests: Readable | None = Field(default=None, description="Candidate requests in the window.")
+    message: str | None = Field(default=None, description="Why the verdict, in a line.")
+    cells: list[CellResult] = Field(
+        default_factory=list, description="Per-cell verdicts, with analysis.perCell."
+    )
+
+
+class ScalerStatus(Model):
+    """What scales one backend's Deployment: tinct's HPA, or tinct's KEDA ScaledObject and the HPA
+    KEDA keeps for it, with the bounds tinct set."""
+
+    side: Literal["stable", "candidate"] = Field(description="Which side's Deployment it scales.")
+    hpa: str = Field(
+        description="The HorizontalPodAutoscaler scaling the side: tinct's, or the one KEDA keeps "
+        "for the ScaledObject."
+    )
+    scaled_object: str | None = Field(
+        default=None, description="The KEDA ScaledObject tinct writes for the side (autoscaling.keda)."
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=8192,
+        description="The PromQL the side scales on (autoscaling.keda): replicas = ceil(value / "
+        "targetPerReplica).",
+    )
+    min_replicas: int = Field(description="Fewest replicas tinct allows the side now.")
+    max_replicas: int = Field(description="Most replicas tinct allows the side now.")
+    managed: bool = Field(
+        default=True,
+        description="False when an HPA or ScaledObject tinct did not create targets the Deployment, "
+        "or KEDA is not installed: tinct then leaves the side alone.",
+    )
+
+
+class RoutingRef(Model):
+    """The routing table this status calls for, which routers follow."""
+
+    config_map: str = Field(description="Name of the routing-table ConfigMap.")
+    namespace: str | None = Field(default=None, description="Namespace of the routing-table ConfigMap.")
+    version: int = Field(ge=0, description="Version of the table written for this status.")
+    digest: str | None = Field(
+        default=None, description="Digest of the table's content (all but its version)."
+    )
+    models: list[str] = Field(default_factory=list, max_length=32, description="The models the table serves.")
+    confirmed_at: datetime | None = Field(
+        default=None,
+        description="When every router was first seen serving this version; a step's analysis "
+        "window starts there.",
+    )
+
+
+ActionResult = Literal["Done", "Refused"]
+
+
+class ActionRecord(Model):
+    """What became of the last tinct.io/action request."""
+
+    value: str = Field(max_length=256, description="The request, as <verb>@a<attempt>-<nonce>.")
+    result: ActionResult = Field(description="Done, or Refused (message says why).")
+    message: str = Field(default="", max_length=1024, description="What was done, or why not.")
+    time: datetime | None = Field(default=None, description="When it was handled.")
+
+
+class HistoryEntry(Model):
+    """A transition recorded in status and not yet written to ``release_events``."""
+
+    seq: int = Field(ge=0, description="The transition's number within the release; keys its row.")
+    reason: str = Field(description="What happened, e.g. StepAdvanced, RolledBack.")
+    message: str = Field(default="", max_length=2000, description="The transition in a line.")
+    phase: GrayReleasePhase = Field(description="The phase right after it.")
+    step: int = Field(ge=0, description="The step index right after it (0 is step 1/n).")
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="Candidate weight in percent per cell right after it."
+    )
+    metrics: dict[str, float] = Field(default_factory=dict, description="The last analysis' values then.")
+    time: datetime = Field(description="When it happened.")
+
+
+class GrayReleaseStatus(Model):
+    """The GrayRelease as the operator decided and recorded it; written by the operator only."""
+
+    phase: GrayReleasePhase = Field(
+        default="Pending",
+        description="Pending (waiting for what message names), Progressing (a step in force), Paused, "
+        "Promoted (the candidate serves every cell), RolledBack (stable serves every cell) or Failed "
+        "(needs a spec change).",
+    )
+    step: int = Field(
+        default=0,
+        ge=0,
+        description="Index of the step in force into each cell's weights: 0 is the first step; "
+        "progress shows it as 1/n.",
+    )
+    message: str | None = Field(
+        default=None, description="What the release is doing or waiting for, in a line (steps as 2/4)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation this status was decided from."
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Candidate weight in percent per cell (len:<bucket>+role:<role>+latency:<class>) "
+        "in force.",
+    )
+    failed_analyses: int = Field(
+        default=0, ge=0, description="Failed analyses in this attempt; failureLimit of them roll back."
+    )
+    last_analysis: AnalysisResult | None = None
+    routing: RoutingRef | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready (promoted), Progressing, Degraded, ModelVersionsReady, BackendsAvailable, "
+        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, and the HPAs'; each reason has "
+        "a section in docs/troubleshooting.md.",
+    )
+    inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
+    step_started_at: datetime | None = Field(
+        default=None, description="When the current step (or Promoted/RolledBack) began."
+    )
+    pause_reason: str | None = Field(
+        default=None, description="Why the operator paused the release; `tinct release resume` clears it."
+    )
+    acknowledged_action: str | None = Field(
+        default=None, description="The last tinct.io/action annotation value carried out."
+    )
+    transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
+    autoscaling: list[ScalerStatus] = Field(
+        default_factory=list, description="The bounds tinct set on each side's HPA (with spec.autoscaling)."
+    )
+    released: str | None = Field(
+        default=None,
+        description="The `stable -> candidate` ModelVersions this status is about; a spec naming "
+        "others starts the release over.",
+    )
+    target: str | None = Field(
+        default=None,
+        description="Digest of what is released (both sides' Services, ports, Deployments, URLs, "
+        "scheduler versions and ModelVersion digests); a change starts the release over.",
+    )
+    attempt: int = Field(
+        default=0, ge=0, description="Counts the starts of this release (a retry or restart is a new one)."
+    )
+    last_action: ActionRecord | None = None
+    seen_actions: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="tinct.io/action values already handled; seen again, they are refused.",
+    )
+    blocked_since: datetime | None = Field(
+        default=None,
+        description="Since when the release is held without progress (see progressDeadlineSeconds).",
+    )
+    next_step: int | None = Field(
+        default=None,
+        ge=0,
+        description="A step decided on whose weights wait for the candidate's available replicas; "
+        "the number of steps stands for promotion.",
+    )
+    stable_floor: int | None = Field(
+        default=None, ge=0, description="Stable's replicas when the release started; kept until promotion."
+    )
+    history: list[HistoryEntry] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Transitions recorded here and not yet in the release_events table.",
+    )
+    progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
+    candidate_weight: float = Field(
+        default=0, ge=0, le=100, description="The largest candidate weight of any cell in force."
+    )

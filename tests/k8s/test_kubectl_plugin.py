@@ -1,0 +1,124 @@
+"""``kubectl tinct`` through the real kubectl: list, -o yaml, and status --watch redrawing the
+dye matrix as the release changes, until it is deleted."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controlplane.harness import Cluster
+from lineage_artifacts import make_onnx
+from release_cluster import apply, deployment, example, modelversion, operator, service, wait_release
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+BIN = Path(sys.executable).parent
+
+
+def _kubectl_env(cluster: Cluster) -> dict[str, str]:
+    """kubectl finds its plugins on PATH: the venv's kubectl-tinct and kubectl_complete-tinct."""
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(cluster.kubeconfig),
+    }
+
+
+def _kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [cluster.kubectl_path, *args], capture_output=True, text=True, env=_kubectl_env(cluster), timeout=120
+    )
+
+
+class _Lines:
+    """The lines a process prints, read in a thread, waited for with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.seen: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._q.put(line.rstrip("\n"))
+        self._q.put(None)
+
+    def until(self, what: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._q.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if what in line:
+                return line
+        raise AssertionError(
+            f"no line with {what!r} within {timeout:.0f}s; printed so far:\n" + "\n".join(self.seen)
+        )
+
+
+def test_kubectl_tinct_lists_and_watches_a_release(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        service("sched-v2"),
+        deployment("sched-v1"),
+        deployment("sched-v2"),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
+    )
+    with operator(ns, root):
+        apply(cluster, ns, example(analysis={"interval": "1h"}))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+
+        listed = _kubectl(cluster, "tinct", "list", "-n", ns)
+        assert listed.returncode == 0, listed.stderr
+        header, row = listed.stdout.splitlines()
+        assert header.split()[:5] == ["NAME", "PHASE", "STEP", "WEIGHT", "ANALYSIS"]
+        assert row.split()[:5] == ["chat", "Progressing", "1/4", "5", "-"]
+        as_yaml = _kubectl(cluster, "tinct", "release", "status", "chat", "-n", ns, "-o", "yaml")
+        assert as_yaml.returncode == 0, as_yaml.stderr
+        doc = yaml.safe_load(as_yaml.stdout)
+        assert (doc["phase"], doc["step"], doc["cells"][0]["inForce"]) == ("Progressing", "1/4", 5.0)
+
+        watch = subprocess.Popen(
+            [cluster.kubectl_path, "tinct", "status", "chat", "-n", ns, "--watch"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_kubectl_env(cluster),
+        )
+        try:
+            lines = _Lines(watch)
+            lines.until(f"GrayRelease {ns}/chat  phase Progressing  step 1/4")
+            lines.until("len:long+role:admin+latency:high")
+            paused = _kubectl(cluster, "tinct", "pause", "chat", "-n", ns)
+            assert paused.returncode == 0, paused.stderr
+            # The matrix is drawn again, now paused at the same step.
+            lines.until(f"GrayRelease {ns}/chat  phase Paused  step 1/4")
+            lines.until("paused at step 1/4: spec.paused is true")
+            cluster.kubectl("delete", "gr", "chat", "-n", ns, "--wait=true")
+            lines.until(f"grayrelease {ns}/chat deleted")
+            assert watch.wait(60) == 0
+        finally:
+            if watch.poll() is None:
+                watch.kill()
+                watch.wait()
+        frames = [line for line in lines.seen if line.startswith(f"GrayRelease {ns}/chat")]
+        assert len(frames) >= 2, lines.seen
