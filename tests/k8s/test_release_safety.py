@@ -542,3 +542,98 @@ def test_the_schema_refuses_a_too_short_interval(cluster: Cluster, namespace: st
     )
     assert out.returncode != 0
     assert "interval must be at least 2s" in out.stderr
+
+
+def _lineage_down(root: Path) -> Path:
+    """Replace the ``release_events`` table with a regular file: every write to it fails,
+    even as root (a path through a file is no directory). Returns where the table is kept."""
+    live, aside = root / "release_events", root.parent / "release_events.aside"
+    wait("the release_events table created", lambda: (live / "_delta_log").is_dir())
+    live.rename(aside)
+    live.write_text("the lineage volume is gone\n")
+    return aside
+
+
+def _lineage_up(root: Path, aside: Path) -> None:
+    live = root / "release_events"
+    live.unlink()
+    aside.rename(live)
+
+
+def _in_force(
+    releases: Versions, tables: Versions, uid: str
+) -> list[tuple[int, list[float], dict[str, Any]]]:
+    """(table version, its weights, the release's status committed just before it) for every
+    table of release ``uid`` the API server committed: what the routers followed, next to what
+    status had recorded when the table appeared."""
+    out = []
+    for rv, cm in tables.seen:
+        doc = json.loads(cm["data"][DATA_KEY])
+        if doc.get("uid") != uid:
+            continue
+        release = releases.before(rv)
+        status = (release or {}).get("status") or {}
+        out.append((int(doc["version"]), [c["weight"] for c in doc["cells"]], status))
+    return out
+
+
+def test_a_lineage_outage_delays_the_history_never_the_traffic(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with (
+        Versions(cluster, ns, "grayrelease", "chat") as releases,
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, root),
+    ):
+        apply(cluster, ns, example(analysis=HOLD))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "step 1/4")
+        wait_history_written(cluster, ns)
+        before = history(root)
+        aside = _lineage_down(root)
+        # The interval shortens: the release steps on while no history row can be written.
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
+        held = wait_release(
+            cluster,
+            ns,
+            lambda s: s.get("phase") == "Promoted" and len(s.get("history") or []) == 3,
+            "Promoted during the outage, its three transitions kept in status",
+        )
+        time.sleep(3)  # six ticks, each failing to write the history
+        still = release_status(cluster, ns)
+        during = table(cluster, ns)
+        _lineage_up(root, aside)
+        wait_history_written(cluster, ns)
+        uid = get(cluster, ns, "grayrelease", "chat")["metadata"]["uid"]
+    rows = history(root)
+    assert [(r["state"], r["step"]) for r in before] == [("Progressing", 0)]
+    assert [(h["seq"], h["reason"], h["step"]) for h in held["history"]] == [
+        (1, "StepAdvanced", 1),
+        (2, "StepAdvanced", 2),
+        (3, "Promoted", 3),
+    ]
+    assert (still["phase"], still["transitions"]) == ("Promoted", 4)
+    assert still["history"] == held["history"], "the unwritten transitions stay until written"
+    assert during is not None
+    assert [c["weight"] for c in during[1]["cells"]] == [100, 100, 100], "the outage never held traffic"
+    # Every row exactly once, in order, each saying where its transition stood.
+    assert [(r["state"], r["step"]) for r in rows] == [
+        ("Progressing", 0),
+        ("Progressing", 1),
+        ("Progressing", 2),
+        ("Promoted", 3),
+    ]
+    assert [r["event_id"].split("/")[1] for r in rows] == ["0", "1", "2", "3"]
+    # Every table was recorded in status before it was applied, and only ever moved forward.
+    seen = _in_force(releases, tables, uid)
+    assert [w for _, w, _ in seen][-1] == [100, 100, 100], seen
+    for version, w, status in seen:
+        routing = status.get("routing") or {}
+        assert routing.get("version", 0) >= version, (version, w, routing)
+        if routing.get("version") == version:
+            assert max(w) == status["candidateWeight"], (version, w, status.get("weights"))
+    versions = [v for v, _, _ in seen]
+    assert versions == sorted(versions), versions
+    shares = [w[0] for _, w, _ in seen]
+    assert shares == sorted(shares), f"the table moved backwards: {shares}"
