@@ -637,3 +637,63 @@ def test_a_lineage_outage_delays_the_history_never_the_traffic(
     assert versions == sorted(versions), versions
     shares = [w[0] for _, w, _ in seen]
     assert shares == sorted(shares), f"the table moved backwards: {shares}"
+
+
+def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with (
+        Versions(cluster, ns, "grayrelease", "chat") as releases,
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, root),
+    ):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
+        wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
+        old = get(cluster, ns, "grayrelease", "chat")
+        cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--timeout=120s")
+        apply(cluster, ns, example(analysis=HOLD))
+
+        def started() -> dict[str, Any] | None:
+            gr = get(cluster, ns, "grayrelease", "chat")
+            fresh = gr is not None and gr["metadata"]["uid"] != old["metadata"]["uid"]
+            return gr if fresh and (gr.get("status") or {}).get("phase") == "Progressing" else None
+
+        new = wait("the new release Progressing", started)
+        uid = new["metadata"]["uid"]
+        wait(
+            "the table of the new release",
+            lambda: (got := table(cluster, ns)) is not None and got[1].get("uid") == uid,
+        )
+        time.sleep(4)  # eight ticks: memory of the old release would show by now
+        wait_history_written(cluster, ns)
+        later = get(cluster, ns, "grayrelease", "chat")
+        final = table(cluster, ns)
+
+    def statuses(of: str) -> list[dict[str, Any]]:
+        return [
+            obj["status"] for _, obj in releases.seen if obj["metadata"]["uid"] == of and obj.get("status")
+        ]
+
+    mine, gone = statuses(uid), statuses(old["metadata"]["uid"])
+    rows = [r for r in history(root) if r["event_id"].startswith(f"{uid}/")]
+    assert later["metadata"]["uid"] == uid
+    assert max(s.get("step", 0) for s in gone) >= 1, "the old release was deleted past step 1/4"
+    # Every status the new release ever had is its own: step 1/4, attempt 1, its own transitions.
+    assert mine
+    assert {(s.get("phase"), s.get("step"), s.get("attempt")) for s in mine} <= {
+        ("Pending", 0, 1),
+        ("Progressing", 0, 1),
+    }, [(s.get("phase"), s.get("step"), s.get("attempt"), s.get("transitions")) for s in mine]
+    assert max(s.get("candidateWeight", 0) for s in mine) == 5
+    st = later["status"]
+    assert (st["phase"], st["step"], st["attempt"], st["transitions"]) == ("Progressing", 0, 1, 1)
+    assert [(r["state"], r["step"]) for r in rows] == [("Progressing", 0)]
+    # The table follows the new release, never with weights the old one had reached.
+    ours = _in_force(releases, tables, uid)
+    assert ours
+    assert all(w == [5, 0.1, 1] for _, w, _ in ours), ours
+    assert final is not None
+    assert (final[1]["uid"], final[1].get("standing", False)) == (uid, False)
+    assert [c["weight"] for c in final[1]["cells"]] == [5, 0.1, 1]
