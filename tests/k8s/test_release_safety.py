@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
 
 from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx
@@ -697,3 +699,68 @@ def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
     assert final is not None
     assert (final[1]["uid"], final[1].get("standing", False)) == (uid, False)
     assert [c["weight"] for c in final[1]["cells"]] == [5, 0.1, 1]
+
+
+def _annotate_at_once(cluster: Cluster, ns: str, *values: str) -> None:
+    """Set ``tinct.io/action`` to each of ``values`` in turn, one API call right after another."""
+    api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        objects = kube_client.CustomObjectsApi(api)
+        for value in values:
+            objects.patch_namespaced_custom_object(
+                "tinct.io", "v1alpha1", ns, "grayreleases", "chat",
+                {"metadata": {"annotations": {"tinct.io/action": value}}},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+    finally:
+        api.close()
+
+
+def test_two_actions_given_between_two_rounds_both_take_effect_in_order(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with (
+        Versions(cluster, ns, "grayrelease", "chat") as releases,
+        operator(ns, root),
+    ):
+        apply(cluster, ns, example(analysis=HOLD))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "step 1/4")
+        # No round of its own steps in between (interval 1h): only the two requests act.
+        _annotate_at_once(cluster, ns, "abort@n1", "retry@n2")
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: (s.get("lastAction") or {}).get("value") == "retry@n2",
+            "the second request handled",
+        )
+        wait_history_written(cluster, ns)
+        w = weights(cluster, ns)
+        said = [
+            e["reason"] for e in sorted(events(cluster, ns), key=lambda e: e["metadata"]["creationTimestamp"])
+        ]
+    rows = history(root)
+    acked = [
+        obj["status"].get("acknowledgedAction")
+        for _, obj in releases.seen
+        if (obj.get("status") or {}).get("acknowledgedAction")
+    ]
+    # Both carried out, abort first: the release rolled back, then started over as attempt 2.
+    assert (st["lastAction"]["result"], st["phase"], st["step"], st["attempt"]) == (
+        "Done",
+        "Progressing",
+        0,
+        2,
+    ), st["lastAction"]
+    assert st["seenActions"][-2:] == ["abort@n1", "retry@n2"]
+    assert "ActionRefused" not in said, said
+    assert [r for r in said if r in ("Aborted", "Retried")] == ["Aborted", "Retried"], said
+    assert [(r["state"], r["reason"].split(":")[0]) for r in rows] == [
+        ("Progressing", "Started"),
+        ("RolledBack", "Aborted"),
+        ("Pending", "Retried"),
+        ("Progressing", "Started"),
+    ]
+    assert list(dict.fromkeys(acked)) in (["retry@n2"], ["abort@n1", "retry@n2"]), acked
+    assert w == [5, 0.1, 1]
