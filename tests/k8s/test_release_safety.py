@@ -764,3 +764,60 @@ def test_two_actions_given_between_two_rounds_both_take_effect_in_order(
     ]
     assert list(dict.fromkeys(acked)) in (["retry@n2"], ["abort@n1", "retry@n2"]), acked
     assert w == [5, 0.1, 1]
+
+
+def test_an_abort_given_while_a_step_up_is_due_wins_for_good(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        service("sched-v2"),
+        deployment("sched-v1", replicas=3),
+        deployment("sched-v2", replicas=1),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
+    )
+    wait_available(cluster, ns, "sched-v1", 3)
+    doc = example(analysis=NO_METRICS)
+    doc["spec"]["cells"] = [{"match": {}, "weights": [30, 60, 100]}]
+    del doc["spec"]["autoscaling"]  # nothing scales the candidate: the step-up stays due
+
+    def share(cm: dict[str, Any]) -> float:
+        return float(json.loads(cm["data"][DATA_KEY])["cells"][0]["weight"])
+
+    with (
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, tmp_path / "lineage"),
+    ):
+        apply(cluster, ns, doc)
+        # Stable served everything with 3: 60 % needs 2 available candidate replicas, it has 1.
+        due = wait_release(
+            cluster,
+            ns,
+            lambda s: (
+                s.get("nextStep") == 1 and "waiting for 2 available replicas" in (s.get("message") or "")
+            ),
+            "the step-up to 2/3 decided and due, waiting for capacity",
+        )
+        aborted = _tinct("release", "abort", "chat", "-n", ns)
+        assert aborted.returncode == 0, aborted.stderr
+        rolled = wait_release(cluster, ns, lambda s: s.get("phase") == "RolledBack", "RolledBack")
+        # The capacity the step-up waited for arrives: it must not be carried out.
+        cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=2")
+        wait_available(cluster, ns, "sched-v2", 2)
+        time.sleep(6)  # three intervals, twelve ticks
+        later = release_status(cluster, ns)
+        w = weights(cluster, ns)
+    assert (due["phase"], due["step"], due["candidateWeight"]) == ("Progressing", 0, 30)
+    assert "abort done" in aborted.stdout
+    assert (rolled["step"], rolled.get("nextStep"), rolled["candidateWeight"]) == (0, None, 0)
+    assert (later["phase"], later.get("nextStep"), later["candidateWeight"]) == ("RolledBack", None, 0)
+    assert condition(later, "Degraded")["reason"] == "Aborted"
+    assert w == [0]
+    shares = [share(cm) for _, cm in tables.seen]
+    assert max(shares) == 30, f"the due step-up was carried out after the abort: {shares}"
+    assert shares[-1] == 0, shares
