@@ -737,9 +737,7 @@ def test_two_actions_given_between_two_rounds_both_take_effect_in_order(
         )
         wait_history_written(cluster, ns)
         w = weights(cluster, ns)
-        said = [
-            e["reason"] for e in sorted(events(cluster, ns), key=lambda e: e["metadata"]["creationTimestamp"])
-        ]
+        said = [e["reason"] for e in sorted(events(cluster, ns), key=lambda e: e["eventTime"])]
     rows = history(root)
     acked = [
         obj["status"].get("acknowledgedAction")
