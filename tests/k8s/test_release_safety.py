@@ -1,10 +1,11 @@
 """The release promise on the real API server, controller-manager and simulated nodes:
 traffic moves toward the candidate only on evidence, and away from it at once and for good.
 
-Each test injects what goes wrong in production — a rejected status write, a status written
-by someone else, a candidate that fails or loses its pods, a precondition lost after the
-end, a missing capacity, an old action re-applied — and checks the routing table the
-routers would follow, not only the status.
+Each test injects what goes wrong in production — a rejected status write, a lineage
+outage, a status written by someone else, a release recreated under the same name, a
+candidate that fails or loses its pods, a precondition lost after the end, a missing
+capacity, an old action re-applied, two actions at once, an abort while a step-up is due —
+and checks the routing table the routers would follow, not only the status.
 
 These releases have no analysis metrics (a step advances every interval while the candidate
 has its replicas); the analysis against a real Prometheus and routers is in
