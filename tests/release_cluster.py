@@ -248,10 +248,14 @@ class Versions:
 
     def __init__(self, cluster: Cluster, ns: str, kind: str, name: str) -> None:
         self.api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        self._args: tuple[str, ...] = (ns,)
         if kind == "deployment":
             self._list = kube_client.AppsV1Api(self.api).list_namespaced_deployment
         elif kind == "configmap":
             self._list = kube_client.CoreV1Api(self.api).list_namespaced_config_map
+        elif kind == "grayrelease":
+            self._list = kube_client.CustomObjectsApi(self.api).list_namespaced_custom_object
+            self._args = ("tinct.io", "v1alpha1", ns, "grayreleases")
         else:
             raise ValueError(kind)
         self.ns, self.name = ns, name
@@ -276,7 +280,7 @@ class Versions:
             try:
                 for ev in w.stream(
                     self._list,
-                    self.ns,
+                    *self._args,
                     field_selector=f"metadata.name={self.name}",
                     resource_version=rv,
                     timeout_seconds=2,
@@ -299,3 +303,8 @@ class Versions:
     def first(self, pred: Callable[[dict[str, Any]], bool]) -> int | None:
         """The resourceVersion of the first version for which ``pred`` holds, or None."""
         return next((rv for rv, obj in self.seen if pred(obj)), None)
+
+    def before(self, rv: int) -> dict[str, Any] | None:
+        """The version in force just before resourceVersion ``rv`` was committed, or None."""
+        got = [obj for seen, obj in self.seen if seen < rv]
+        return got[-1] if got else None

@@ -1,10 +1,11 @@
 """The release promise on the real API server, controller-manager and simulated nodes:
 traffic moves toward the candidate only on evidence, and away from it at once and for good.
 
-Each test injects what goes wrong in production — a rejected status write, a status written
-by someone else, a candidate that fails or loses its pods, a precondition lost after the
-end, a missing capacity, an old action re-applied — and checks the routing table the
-routers would follow, not only the status.
+Each test injects what goes wrong in production — a rejected status write, a lineage
+outage, a status written by someone else, a release recreated under the same name, a
+candidate that fails or loses its pods, a precondition lost after the end, a missing
+capacity, an old action re-applied, two actions at once, an abort while a step-up is due —
+and checks the routing table the routers would follow, not only the status.
 
 These releases have no analysis metrics (a step advances every interval while the candidate
 has its replicas); the analysis against a real Prometheus and routers is in
@@ -23,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
 
 from controlplane.harness import Cluster
 from lineage_artifacts import make_onnx
@@ -556,3 +559,278 @@ def test_the_schema_refuses_a_too_short_interval(cluster: Cluster, namespace: st
     )
     assert out.returncode != 0
     assert "interval must be at least 2s" in out.stderr
+
+
+def _lineage_down(root: Path) -> Path:
+    """Replace the ``release_events`` table with a regular file: every write to it fails,
+    even as root (a path through a file is no directory). Returns where the table is kept."""
+    live, aside = root / "release_events", root.parent / "release_events.aside"
+    wait("the release_events table created", lambda: (live / "_delta_log").is_dir())
+    live.rename(aside)
+    live.write_text("the lineage volume is gone\n")
+    return aside
+
+
+def _lineage_up(root: Path, aside: Path) -> None:
+    live = root / "release_events"
+    live.unlink()
+    aside.rename(live)
+
+
+def _in_force(
+    releases: Versions, tables: Versions, uid: str
+) -> list[tuple[int, list[float], dict[str, Any]]]:
+    """(table version, its weights, the release's status committed just before it) for every
+    table of release ``uid`` the API server committed: what the routers followed, next to what
+    status had recorded when the table appeared."""
+    out = []
+    for rv, cm in tables.seen:
+        doc = json.loads(cm["data"][DATA_KEY])
+        if doc.get("uid") != uid:
+            continue
+        release = releases.before(rv)
+        status = (release or {}).get("status") or {}
+        out.append((int(doc["version"]), [c["weight"] for c in doc["cells"]], status))
+    return out
+
+
+def test_a_lineage_outage_delays_the_history_never_the_traffic(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with (
+        Versions(cluster, ns, "grayrelease", "chat") as releases,
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, root),
+    ):
+        apply(cluster, ns, example(analysis=HOLD))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "step 1/4")
+        wait_history_written(cluster, ns)
+        before = history(root)
+        aside = _lineage_down(root)
+        # The interval shortens: the release steps on while no history row can be written.
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
+        held = wait_release(
+            cluster,
+            ns,
+            lambda s: s.get("phase") == "Promoted" and len(s.get("history") or []) == 3,
+            "Promoted during the outage, its three transitions kept in status",
+        )
+        time.sleep(3)  # six ticks, each failing to write the history
+        still = release_status(cluster, ns)
+        during = table(cluster, ns)
+        _lineage_up(root, aside)
+        wait_history_written(cluster, ns)
+        uid = get(cluster, ns, "grayrelease", "chat")["metadata"]["uid"]
+    rows = history(root)
+    assert [(r["state"], r["step"]) for r in before] == [("Progressing", 0)]
+    assert [(h["seq"], h["reason"], h["step"]) for h in held["history"]] == [
+        (1, "StepAdvanced", 1),
+        (2, "StepAdvanced", 2),
+        (3, "Promoted", 3),
+    ]
+    assert (still["phase"], still["transitions"]) == ("Promoted", 4)
+    assert still["history"] == held["history"], "the unwritten transitions stay until written"
+    assert during is not None
+    assert [c["weight"] for c in during[1]["cells"]] == [100, 100, 100], "the outage never held traffic"
+    # Every row exactly once, in order, each saying where its transition stood.
+    assert [(r["state"], r["step"]) for r in rows] == [
+        ("Progressing", 0),
+        ("Progressing", 1),
+        ("Progressing", 2),
+        ("Promoted", 3),
+    ]
+    assert [r["event_id"].split("/")[1] for r in rows] == ["0", "1", "2", "3"]
+    # Every table was recorded in status before it was applied, and only ever moved forward.
+    seen = _in_force(releases, tables, uid)
+    assert [w for _, w, _ in seen][-1] == [100, 100, 100], seen
+    for version, w, status in seen:
+        routing = status.get("routing") or {}
+        assert routing.get("version", 0) >= version, (version, w, routing)
+        if routing.get("version") == version:
+            assert max(w) == status["candidateWeight"], (version, w, status.get("weights"))
+    versions = [v for v, _, _ in seen]
+    assert versions == sorted(versions), versions
+    shares = [w[0] for _, w, _ in seen]
+    assert shares == sorted(shares), f"the table moved backwards: {shares}"
+
+
+def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with (
+        Versions(cluster, ns, "grayrelease", "chat") as releases,
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, root),
+    ):
+        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
+        wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
+        old = get(cluster, ns, "grayrelease", "chat")
+        cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--timeout=120s")
+        apply(cluster, ns, example(analysis=HOLD))
+
+        def started() -> dict[str, Any] | None:
+            gr = get(cluster, ns, "grayrelease", "chat")
+            fresh = gr is not None and gr["metadata"]["uid"] != old["metadata"]["uid"]
+            return gr if fresh and (gr.get("status") or {}).get("phase") == "Progressing" else None
+
+        new = wait("the new release Progressing", started)
+        uid = new["metadata"]["uid"]
+        wait(
+            "the table of the new release",
+            lambda: (got := table(cluster, ns)) is not None and got[1].get("uid") == uid,
+        )
+        time.sleep(4)  # eight ticks: memory of the old release would show by now
+        wait_history_written(cluster, ns)
+        later = get(cluster, ns, "grayrelease", "chat")
+        final = table(cluster, ns)
+
+    def statuses(of: str) -> list[dict[str, Any]]:
+        return [
+            obj["status"] for _, obj in releases.seen if obj["metadata"]["uid"] == of and obj.get("status")
+        ]
+
+    mine, gone = statuses(uid), statuses(old["metadata"]["uid"])
+    rows = [r for r in history(root) if r["event_id"].startswith(f"{uid}/")]
+    assert later["metadata"]["uid"] == uid
+    assert max(s.get("step", 0) for s in gone) >= 1, "the old release was deleted past step 1/4"
+    # Every status the new release ever had is its own: step 1/4, attempt 1, its own transitions.
+    assert mine
+    assert {(s.get("phase"), s.get("step"), s.get("attempt")) for s in mine} <= {
+        ("Pending", 0, 1),
+        ("Progressing", 0, 1),
+    }, [(s.get("phase"), s.get("step"), s.get("attempt"), s.get("transitions")) for s in mine]
+    assert max(s.get("candidateWeight", 0) for s in mine) == 5
+    st = later["status"]
+    assert (st["phase"], st["step"], st["attempt"], st["transitions"]) == ("Progressing", 0, 1, 1)
+    assert [(r["state"], r["step"]) for r in rows] == [("Progressing", 0)]
+    # The table follows the new release, never with weights the old one had reached.
+    ours = _in_force(releases, tables, uid)
+    assert ours
+    assert all(w == [5, 0.1, 1] for _, w, _ in ours), ours
+    assert final is not None
+    assert (final[1]["uid"], final[1].get("standing", False)) == (uid, False)
+    assert [c["weight"] for c in final[1]["cells"]] == [5, 0.1, 1]
+
+
+def _annotate_at_once(cluster: Cluster, ns: str, *values: str) -> None:
+    """Set ``tinct.io/action`` to each of ``values`` in turn, one API call right after another."""
+    api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        objects = kube_client.CustomObjectsApi(api)
+        for value in values:
+            objects.patch_namespaced_custom_object(
+                "tinct.io", "v1alpha1", ns, "grayreleases", "chat",
+                {"metadata": {"annotations": {"tinct.io/action": value}}},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+    finally:
+        api.close()
+
+
+def test_two_actions_given_between_two_rounds_both_take_effect_in_order(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with (
+        Versions(cluster, ns, "grayrelease", "chat") as releases,
+        operator(ns, root),
+    ):
+        apply(cluster, ns, example(analysis=HOLD))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "step 1/4")
+        # No round of its own steps in between (interval 1h): only the two requests act.
+        _annotate_at_once(cluster, ns, "abort@n1", "retry@n2")
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: (s.get("lastAction") or {}).get("value") == "retry@n2",
+            "the second request handled",
+        )
+        wait_history_written(cluster, ns)
+        w = weights(cluster, ns)
+        said = [e["reason"] for e in sorted(events(cluster, ns), key=lambda e: e["eventTime"])]
+    rows = history(root)
+    acked = [
+        obj["status"].get("acknowledgedAction")
+        for _, obj in releases.seen
+        if (obj.get("status") or {}).get("acknowledgedAction")
+    ]
+    # Both carried out, abort first: the release rolled back, then started over as attempt 2.
+    assert (st["lastAction"]["result"], st["phase"], st["step"], st["attempt"]) == (
+        "Done",
+        "Progressing",
+        0,
+        2,
+    ), st["lastAction"]
+    assert st["seenActions"][-2:] == ["abort@n1", "retry@n2"]
+    assert "ActionRefused" not in said, said
+    assert [r for r in said if r in ("Aborted", "Retried")] == ["Aborted", "Retried"], said
+    assert [(r["state"], r["reason"].split(":")[0]) for r in rows] == [
+        ("Progressing", "Started"),
+        ("RolledBack", "Aborted"),
+        ("Pending", "Retried"),
+        ("Progressing", "Started"),
+    ]
+    assert list(dict.fromkeys(acked)) in (["retry@n2"], ["abort@n1", "retry@n2"]), acked
+    assert w == [5, 0.1, 1]
+
+
+def test_an_abort_given_while_a_step_up_is_due_wins_for_good(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        ns,
+        service("sched-v1"),
+        service("sched-v2"),
+        deployment("sched-v1", replicas=3),
+        deployment("sched-v2", replicas=1),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
+    )
+    wait_available(cluster, ns, "sched-v1", 3)
+    doc = example(analysis=NO_METRICS)
+    doc["spec"]["cells"] = [{"match": {}, "weights": [30, 60, 100]}]
+    del doc["spec"]["autoscaling"]  # nothing scales the candidate: the step-up stays due
+
+    def share(cm: dict[str, Any]) -> float:
+        return float(json.loads(cm["data"][DATA_KEY])["cells"][0]["weight"])
+
+    with (
+        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
+        operator(ns, tmp_path / "lineage"),
+    ):
+        apply(cluster, ns, doc)
+        # Stable served everything with 3: 60 % needs 2 available candidate replicas, it has 1.
+        due = wait_release(
+            cluster,
+            ns,
+            lambda s: (
+                s.get("nextStep") == 1 and "waiting for 2 available replicas" in (s.get("message") or "")
+            ),
+            "the step-up to 2/3 decided and due, waiting for capacity",
+        )
+        aborted = _tinct("release", "abort", "chat", "-n", ns)
+        assert aborted.returncode == 0, aborted.stderr
+        rolled = wait_release(cluster, ns, lambda s: s.get("phase") == "RolledBack", "RolledBack")
+        # The capacity the step-up waited for arrives: it must not be carried out.
+        cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=2")
+        wait_available(cluster, ns, "sched-v2", 2)
+        time.sleep(6)  # three intervals, twelve ticks
+        later = release_status(cluster, ns)
+        w = weights(cluster, ns)
+    assert (due["phase"], due["step"], due["candidateWeight"]) == ("Progressing", 0, 30)
+    assert "abort done" in aborted.stdout
+    assert (rolled["step"], rolled.get("nextStep"), rolled["candidateWeight"]) == (0, None, 0)
+    assert (later["phase"], later.get("nextStep"), later["candidateWeight"]) == ("RolledBack", None, 0)
+    assert condition(later, "Degraded")["reason"] == "Aborted"
+    assert w == [0]
+    shares = [share(cm) for _, cm in tables.seen]
+    assert max(shares) == 30, f"the due step-up was carried out after the abort: {shares}"
+    assert shares[-1] == 0, shares
