@@ -105,6 +105,25 @@ def _number(value: float) -> str:
     return format(value, "g")
 
 
+def scaler_metadata(release: GrayRelease, name: str, side: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """Metadata of a scaler (HPA or ScaledObject) the release owns for one side."""
+    return {
+        "name": name,
+        "namespace": release.metadata.namespace or "default",
+        "labels": {
+            RELEASE_LABEL: release.metadata.name[:63].rstrip("-_."),
+            "tinct.io/side": side,
+            "app.kubernetes.io/managed-by": "tinct",
+        },
+        "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
+    }
+
+
+def deployment_ref(name: str) -> dict[str, str]:
+    """A scaler's ``scaleTargetRef`` to the Deployment ``name``."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+
+
 def scaled_object_manifest(
     release: GrayRelease,
     side: str,
@@ -127,18 +146,9 @@ def scaled_object_manifest(
     return {
         "apiVersion": API_VERSION,
         "kind": "ScaledObject",
-        "metadata": {
-            "name": scaled_object_name(release.metadata.name, side),
-            "namespace": release.metadata.namespace or "default",
-            "labels": {
-                RELEASE_LABEL: release.metadata.name[:63].rstrip("-_."),
-                "tinct.io/side": side,
-                "app.kubernetes.io/managed-by": "tinct",
-            },
-            "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
-        },
+        "metadata": scaler_metadata(release, scaled_object_name(release.metadata.name, side), side, owner),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": backend.deployment},
+            "scaleTargetRef": deployment_ref(backend.deployment),
             "minReplicaCount": lo,
             "maxReplicaCount": hi,
             "advanced": {

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tinct.api.routing import RELEASE_LABEL
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import (
     Autoscaling,
@@ -51,9 +50,11 @@ from tinct.api.v1alpha1.grayrelease import (
 )
 from tinct.operator.release.decide import needed, steps_of
 from tinct.operator.release.scaledobject import (
+    deployment_ref,
     keda_hpa_name,
     scaled_object_manifest,
     scaled_object_name,
+    scaler_metadata,
     side_query,
     targets,
 )
@@ -142,18 +143,9 @@ def hpa_manifest(
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {
-            "name": hpa_name(release.metadata.name, side),
-            "namespace": release.metadata.namespace or "default",
-            "labels": {
-                RELEASE_LABEL: release.metadata.name[:63].rstrip("-_."),
-                "tinct.io/side": side,
-                "app.kubernetes.io/managed-by": "tinct",
-            },
-            "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
-        },
+        "metadata": scaler_metadata(release, hpa_name(release.metadata.name, side), side, owner),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": backend.deployment},
+            "scaleTargetRef": deployment_ref(backend.deployment),
             "minReplicas": lo,
             "maxReplicas": hi,
             "metrics": [_metric(release.spec.autoscaling)],
