@@ -168,19 +168,31 @@ def wait_available(cluster: Cluster, ns: str, name: str, n: int, timeout: float 
     )
 
 
-def backends(cluster: Cluster, ns: str, tmp: Path, *, candidate_version: str = "1.5.0", **kw: Any) -> None:
-    """Services, Deployments and the two ModelVersions of examples/grayrelease.yaml."""
+def backends(
+    cluster: Cluster,
+    ns: str,
+    tmp: Path,
+    *,
+    candidate_version: str = "1.5.0",
+    stable_replicas: int = 1,
+    candidate_ready: bool = True,
+    **kw: Any,
+) -> Path:
+    """Services, Deployments and the two ModelVersions of examples/grayrelease.yaml; returns
+    the ONNX file both ModelVersions name. ``candidate_ready=False``: the candidate's Pods
+    never become Ready."""
     onnx = make_onnx(tmp / "model.onnx")
     apply(
         cluster,
         ns,
         service("sched-v1"),
         service("sched-v2"),
-        deployment("sched-v1"),
-        deployment("sched-v2"),
+        deployment("sched-v1", replicas=stable_replicas),
+        deployment("sched-v2", ready=candidate_ready),
         modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
         modelversion("llama3-8b-2-0-0", candidate_version, onnx, **kw),
     )
+    return onnx
 
 
 def example(**spec: Any) -> dict[str, Any]:

@@ -217,8 +217,7 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    onnx = make_onnx(tmp_path / "model.onnx")
+    onnx = backends(cluster, ns, tmp_path)
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis=NO_METRICS))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted")
@@ -282,8 +281,7 @@ def test_a_failing_candidate_loses_its_traffic_within_a_tick(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    onnx = make_onnx(tmp_path / "model.onnx")
+    onnx = backends(cluster, ns, tmp_path)
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis=HOLD))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
@@ -353,17 +351,7 @@ def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1", replicas=3),
-        deployment("sched-v2", replicas=1),
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path, stable_replicas=3)
     wait_available(cluster, ns, "sched-v1", 3)
     cells = [{"match": {}, "weights": [30, 60, 100]}]
     doc = example(analysis=NO_METRICS, autoscaling={"minReplicas": 1, "maxReplicas": 6})
@@ -430,17 +418,7 @@ def test_without_analysis_no_step_advances_over_zero_available_replicas(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1"),
-        deployment("sched-v2", replicas=1, ready=False),  # its Pods never become Ready
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path, candidate_ready=False)  # its Pods never become Ready
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis=NO_METRICS))
         st = wait_release(
@@ -783,17 +761,7 @@ def test_an_abort_given_while_a_step_up_is_due_wins_for_good(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1", replicas=3),
-        deployment("sched-v2", replicas=1),
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path, stable_replicas=3)
     wait_available(cluster, ns, "sched-v1", 3)
     doc = example(analysis=NO_METRICS)
     doc["spec"]["cells"] = [{"match": {}, "weights": [30, 60, 100]}]
