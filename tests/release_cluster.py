@@ -27,7 +27,7 @@ from modelversion_cluster import get_object as get
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, configmap_name
 from tinct.lineage.sql import query
 
-MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.release.handler"]
+MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
 
 
 def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:

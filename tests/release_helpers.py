@@ -11,8 +11,8 @@ import yaml
 
 from conftest import EXAMPLES
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, MetricResult
-from tinct.operator.release.decide import Capacity, Decision, Inputs, Problem, decide, needs_confirmation
-from tinct.operator.release.tables import plan
+from tinct.operator.grayrelease.decide import Capacity, Decision, Inputs, Problem, decide, needs_confirmation
+from tinct.operator.grayrelease.tables import plan
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = "len:long+role:admin+latency:high"

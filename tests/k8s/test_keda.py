@@ -26,7 +26,7 @@ from controlplane.prometheus import Prometheus
 from keda_cluster import WAIT, replicas, wait_replicas
 from queue_exporter import QueueExporter
 from release_cluster import apply, deployment, get, wait
-from tinct.operator.release.kube import ReleaseKube
+from tinct.operator.grayrelease.kube import ReleaseKube
 
 
 @pytest.fixture(autouse=True)

@@ -23,8 +23,8 @@ from release_cluster import apply, backends, example, operator, wait_release
 from release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background, Router, router
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend
 from tinct.emulator import Behaviour, serving
-from tinct.operator.release.analysis import analyse
-from tinct.operator.release.prometheus import PrometheusTarget
+from tinct.operator.grayrelease.analysis import analyse
+from tinct.operator.grayrelease.prometheus import PrometheusTarget
 
 pytestmark = pytest.mark.usefixtures("crds")
 

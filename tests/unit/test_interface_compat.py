@@ -19,9 +19,9 @@ from tinct.artifacts.formats import validate
 from tinct.artifacts.hashing import FileDigest
 from tinct.artifacts.interface import Interface, combine, digest
 from tinct.artifacts.verify import Verification
+from tinct.operator.grayrelease.preconditions import preconditions
 from tinct.operator.interface import Comparison, predecessor, semver_key
 from tinct.operator.modelversion import build_status
-from tinct.operator.release.preconditions import preconditions
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

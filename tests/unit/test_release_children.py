@@ -8,14 +8,14 @@ from typing import Any
 from release_helpers import DEFAULT, LONG, SHORT, T0, TABLES, mv, release, step
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, parse_table
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
-from tinct.operator.release.scaling import (
+from tinct.operator.grayrelease.scaling import (
     STEP_DOWN_INTERVALS,
     candidate_bounds,
     hpa_name,
     plan_autoscaling,
     stable_bounds,
 )
-from tinct.operator.release.tables import (
+from tinct.operator.grayrelease.tables import (
     cells_by_tag,
     content_digest,
     desired_table,

@@ -12,9 +12,9 @@ import pytest
 
 from prometheus_fakes import FakePrometheus
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend, MetricResult
-from tinct.operator.release.analysis import analyse, evaluate, queries, samples_from
-from tinct.operator.release.engine import FORMS, engine_query, reading_from
-from tinct.operator.release.prometheus import PrometheusTarget
+from tinct.operator.grayrelease.analysis import analyse, evaluate, queries, samples_from
+from tinct.operator.grayrelease.engine import FORMS, engine_query, reading_from
+from tinct.operator.grayrelease.prometheus import PrometheusTarget
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"
@@ -333,7 +333,7 @@ async def test_an_engine_without_the_metric_is_inconclusive_with_that_reason() -
 
 
 def test_engine_metrics_with_too_few_requests_are_inconclusive() -> None:
-    from tinct.operator.release.engine import Reading
+    from tinct.operator.grayrelease.engine import Reading
 
     s = spec({"name": "queue-depth", "max": 4})
     quiet = samples_from(window(cand=3))

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from notify_receiver import Receiver, receiver
 from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
-from tinct.operator.release.metrics import ReleaseMetrics
-from tinct.operator.release.notify import Dispatcher, parse_notifiers, payload, render
+from tinct.operator.grayrelease.metrics import ReleaseMetrics
+from tinct.operator.grayrelease.notify import Dispatcher, parse_notifiers, payload, render
 from tinct.operator.settings import OperatorConfig
 
 

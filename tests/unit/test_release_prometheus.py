@@ -13,8 +13,8 @@ import pytest
 from controlplane.harness import free_port
 from prometheus_fakes import SECRET, FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult, PrometheusRef
-from tinct.operator.release.analysis import analyse
-from tinct.operator.release.prometheus import (
+from tinct.operator.grayrelease.analysis import analyse
+from tinct.operator.grayrelease.prometheus import (
     PrometheusError,
     PrometheusNotAllowed,
     PrometheusTarget,
@@ -269,7 +269,7 @@ async def test_routers_serving_is_the_lowest_version_any_router_exports() -> Non
 
 
 def vector_of(value: float) -> dict[str, Any]:
-    from tinct.operator.release.prometheus import selector
+    from tinct.operator.grayrelease.prometheus import selector
 
     promql = f"min(tinct_router_table_version{{{selector(namespace='team-a', release='chat')}}})"
     return {promql: value}

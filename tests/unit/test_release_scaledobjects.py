@@ -9,14 +9,14 @@ import pytest
 
 from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
-from tinct.operator.release.scaledobject import (
+from tinct.operator.grayrelease.scaledobject import (
     QUEUE_METRICS,
     keda_hpa_name,
     scaled_object_name,
     side_query,
     targets,
 )
-from tinct.operator.release.scaling import (
+from tinct.operator.grayrelease.scaling import (
     KedaEnv,
     candidate_bounds,
     hpa_name,
@@ -283,7 +283,7 @@ def test_kubectl_explain_describes_every_autoscaling_field() -> None:
 
 
 def test_a_scaledobject_with_fields_keda_defaulted_counts_as_applied() -> None:
-    from tinct.operator.release.handler import _so_current
+    from tinct.operator.grayrelease.handler import _so_current
 
     gr = keda_release()
     assert gr.status is not None

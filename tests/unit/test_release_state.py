@@ -9,7 +9,7 @@ import pytest
 
 from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, round_, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
-from tinct.operator.release.decide import (
+from tinct.operator.grayrelease.decide import (
     Capacity,
     Problem,
     analysis_due,
@@ -21,7 +21,7 @@ from tinct.operator.release.decide import (
     preconditions,
     weights_for,
 )
-from tinct.operator.release.preconditions import Claim, model_conflict
+from tinct.operator.grayrelease.preconditions import Claim, model_conflict
 
 MINUTE = timedelta(minutes=1)
 CANDIDATE_FAILED = Problem(

@@ -14,7 +14,7 @@ from typing import Any
 __all__ = ["HANDLER_MODULES", "register"]
 
 #: Modules whose import registers kopf handlers; the operator loads them all.
-HANDLER_MODULES = ["tinct.operator.modelversion", "tinct.operator.release.handler"]
+HANDLER_MODULES = ["tinct.operator.modelversion", "tinct.operator.grayrelease.handler"]
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ variable                       meaning                                          
 **Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:
 the default one (``TINCT_PROMETHEUS_URL``), or one named here (``TINCT_PROMETHEUS``) that
 the release names by ``spec.analysis.prometheus.name`` or by its URL; see
-:func:`tinct.operator.release.prometheus.resolve`. A URL is ``http(s)://host[:port][/path]``:
+:func:`tinct.operator.grayrelease.prometheus.resolve`. A URL is ``http(s)://host[:port][/path]``:
 no credentials (they would show in every message naming the URL), query or fragment.
 
 **Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
@@ -199,7 +199,7 @@ def _timeout(raw: str) -> float:
 
 
 def _notifiers(raw: str | Sequence[str]) -> tuple[Any, ...]:
-    from tinct.operator.release.notify import parse_notifiers
+    from tinct.operator.grayrelease.notify import parse_notifiers
 
     return parse_notifiers(raw)
 

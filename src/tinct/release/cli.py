@@ -84,7 +84,7 @@ def _list(api: Any, ns: str, args: argparse.Namespace) -> int:
 
 
 def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
-    from tinct.operator.release.decide import ACTION_ANNOTATION
+    from tinct.operator.grayrelease.decide import ACTION_ANNOTATION
 
     obj = _get(api, ns, name)
     status = obj.get("status") or {}

@@ -9,7 +9,7 @@ Two ways, one per release:
   from that side's own series, never from both sides together.
 
 Either way tinct sets the bounds (``minReplicas``/``maxReplicas``) from the release's
-recorded state; see :mod:`tinct.operator.release.scaling`.
+recorded state; see :mod:`tinct.operator.grayrelease.scaling`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Analysis of a release's candidate: the routers' metrics and the engines' own, in Prometheus.
 
-The built-ins read from the routers (:mod:`tinct.operator.release.samples`: a few PromQL
+The built-ins read from the routers (:mod:`tinct.operator.grayrelease.samples`: a few PromQL
 queries per analysis, only those the release's metrics need, selected by the release's
 namespace and name, over the last interval, grouped by side and dye tag) are computed here,
 so the same numbers judge the whole candidate and, with ``analysis.perCell``, every dye cell.
-The engine metrics (:mod:`tinct.operator.release.engine`) read each side's own engine through
+The engine metrics (:mod:`tinct.operator.grayrelease.engine`) read each side's own engine through
 the labels its ``metricsSelector`` names: one query per metric and side.
 
 What counts is what users saw:
@@ -42,7 +42,7 @@ What counts is what users saw:
   written to status, which is JSON.
 
 :func:`evaluate` is pure; :func:`analyse` is a coroutine that queries Prometheus through the
-bounded client of :mod:`tinct.operator.release.prometheus` (deadlines, a cap on the body, no
+bounded client of :mod:`tinct.operator.grayrelease.prometheus` (deadlines, a cap on the body, no
 answer quoted in a message) and hands the answers to :func:`evaluate`.
 """
 
@@ -66,9 +66,9 @@ from tinct.api.v1alpha1.grayrelease import (
     MetricResult,
     Verdict,
 )
-from tinct.operator.release.engine import Reading, engine_query, no_metric, reading_from
-from tinct.operator.release.prometheus import PrometheusError, PrometheusTarget, querying
-from tinct.operator.release.samples import (
+from tinct.operator.grayrelease.engine import Reading, engine_query, no_metric, reading_from
+from tinct.operator.grayrelease.prometheus import PrometheusError, PrometheusTarget, querying
+from tinct.operator.grayrelease.samples import (
     EJECTED,
     TOO_SLOW,
     Buckets,
@@ -328,7 +328,7 @@ def evaluate(
         cutoff_ms: the routers' fallback latency limit; a request that fell back for being
             slower took at least this long.
         engines: index in ``spec.metrics`` of each engine metric -> the candidate's and
-            stable's readings (:func:`~tinct.operator.release.engine.reading_from`).
+            stable's readings (:func:`~tinct.operator.grayrelease.engine.reading_from`).
     """
     overall = group(samples, None)
     parts = [group(samples, tags) for tags in _partition(samples, cells)]
@@ -460,7 +460,7 @@ async def analyse(
 
     A coroutine on the caller's event loop; its queries run one after the other, each
     bounded by ``prometheus.timeout`` and all by the analysis's total deadline
-    (:mod:`tinct.operator.release.prometheus`). A Prometheus that fails makes the result
+    (:mod:`tinct.operator.grayrelease.prometheus`). A Prometheus that fails makes the result
     ``Inconclusive``, its message naming the Prometheus and the problem.
 
     Args:
@@ -468,9 +468,9 @@ async def analyse(
         namespace: the GrayRelease's namespace.
         release: the GrayRelease's name.
         now: the time of the analysis, the end of its window.
-        prometheus: the Prometheus to read (:func:`~tinct.operator.release.prometheus.resolve`
+        prometheus: the Prometheus to read (:func:`~tinct.operator.grayrelease.prometheus.resolve`
             of ``spec.prometheus``).
-        cells: cell name -> dye tags (:func:`~tinct.operator.release.tables.cells_by_tag`);
+        cells: cell name -> dye tags (:func:`~tinct.operator.grayrelease.tables.cells_by_tag`);
             give them with or without ``spec.perCell``: ``maxStableDelta`` compares the sides
             cell by cell.
         cutoff_ms: the routers' fallback latency limit (``spec.fallback.latencyMs``).
@@ -478,7 +478,7 @@ async def analyse(
             ``metricsSelector`` (default: ``namespace`` and their ``service``) the engine
             metrics read.
         session: the session to query through
-            (:func:`~tinct.operator.release.prometheus.client_session`); None: one of its own.
+            (:func:`~tinct.operator.grayrelease.prometheus.client_session`); None: one of its own.
     """
     window = spec.interval
     results: dict[str, list[dict[str, Any]]] = {}

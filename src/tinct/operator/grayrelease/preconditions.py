@@ -3,7 +3,7 @@
 :func:`preconditions` reads the objects a release depends on (as the controller's watch
 caches hold them) and names each that is missing or not ready, with the condition it sets
 False and the side it belongs to: a problem on the candidate's side takes the candidate's
-traffic away (:mod:`~tinct.operator.release.decide`), one on stable's holds the step.
+traffic away (:mod:`~tinct.operator.grayrelease.decide`), one on stable's holds the step.
 
 Stable and candidate are also compared by interface (:mod:`tinct.artifacts.contract`): a
 breaking difference needs ``spec.allowMajorUpgrade`` *and* a MAJOR step, and a candidate

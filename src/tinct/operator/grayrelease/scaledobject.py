@@ -5,7 +5,7 @@ One ScaledObject per named Deployment, owned by the GrayRelease, with one trigge
 is the query's value, and kube-controller-manager's HPA controller sets the Deployment's
 replicas to ``ceil(value / targetPerReplica)`` within ``minReplicaCount`` and
 ``maxReplicaCount``, which tinct sets from the release's recorded state exactly as it sets
-an HPA's bounds (:mod:`tinct.operator.release.scaling`).
+an HPA's bounds (:mod:`tinct.operator.grayrelease.scaling`).
 
 Each side scales on its own signal, never on both sides together: the default query is the
 side's engine queue depth summed over the series its own labels select (default: the
@@ -33,8 +33,8 @@ from typing import Any
 
 from tinct.api.routing import RELEASE_LABEL
 from tinct.api.v1alpha1.grayrelease import Backend, GrayRelease, Keda
-from tinct.operator.release.engine import QUEUE_METRICS  # one table of the engines' names
-from tinct.operator.release.prometheus import selector
+from tinct.operator.grayrelease.engine import QUEUE_METRICS  # one table of the engines' names
+from tinct.operator.grayrelease.prometheus import selector
 
 __all__ = [
     "API_VERSION",

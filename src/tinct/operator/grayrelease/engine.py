@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tinct.operator.release.prometheus import selector
-from tinct.operator.release.samples import prom_number, value_of
+from tinct.operator.grayrelease.prometheus import selector
+from tinct.operator.grayrelease.samples import prom_number, value_of
 
 __all__ = ["FORMS", "QUEUE_METRICS", "Form", "Reading", "engine_query", "reading_from"]
 
@@ -65,7 +65,7 @@ def _ratio(hits: str, total: str, shown: str) -> Form:
 
 #: Queue depth of each engine (requests waiting, not yet running), in every name it has been
 #: exported under, the first found winning: the analysis' queue-depth and KEDA's default
-#: scaling query (:mod:`tinct.operator.release.scaledobject`) read the same table.
+#: scaling query (:mod:`tinct.operator.grayrelease.scaledobject`) read the same table.
 QUEUE_METRICS: dict[str, tuple[str, ...]] = {
     "vllm": ("vllm:num_requests_waiting",),
     "sglang": ("sglang:num_queue_reqs", "sglang_num_queue_reqs"),

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import aiohttp
 
 from tinct.api.v1alpha1.grayrelease import GrayRelease, HistoryEntry
-from tinct.operator.release.metrics import ReleaseMetrics
+from tinct.operator.grayrelease.metrics import ReleaseMetrics
 
 __all__ = ["KINDS", "Dispatcher", "Notifier", "parse_notifiers", "payload", "render"]
 

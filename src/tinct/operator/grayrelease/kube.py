@@ -203,7 +203,7 @@ class FoundTable:
 
 
 def _found(cm: Any) -> FoundTable:
-    from tinct.operator.release.tables import content_digest
+    from tinct.operator.grayrelease.tables import content_digest
 
     meta = cm.metadata
     annotations = meta.annotations or {}
@@ -252,7 +252,7 @@ class TableWatch:
 
     def put(self, name: str, table: RoutingTable) -> None:
         """Take a table just applied as found (the watch confirms it shortly)."""
-        from tinct.operator.release.tables import content_digest
+        from tinct.operator.grayrelease.tables import content_digest
 
         old = self.tables.get(name)
         created = old.created if old is not None else time.time()

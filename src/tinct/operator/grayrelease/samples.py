@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tinct.operator.release.prometheus import selector
+from tinct.operator.grayrelease.prometheus import selector
 
 __all__ = [
     "EJECTED",

@@ -4,14 +4,14 @@ One scaler per named Deployment, owned by the GrayRelease (deleting the release 
 them and leaves the Deployments as they are): an ``autoscaling/v2`` HPA on the metric of
 ``spec.autoscaling`` (a pods metric at an average value; ``cpu`` / ``memory`` name a
 resource metric instead), or with ``spec.autoscaling.keda`` a KEDA ScaledObject on a
-Prometheus query of that side alone (:mod:`~tinct.operator.release.scaledobject`). Switching
+Prometheus query of that side alone (:mod:`~tinct.operator.grayrelease.scaledobject`). Switching
 from one way to the other deletes the release's own scaler of the old way. The bounds —
 an HPA's ``minReplicas``/``maxReplicas``, a ScaledObject's ``minReplicaCount``/
 ``maxReplicaCount`` alike — follow the *recorded* status, and capacity comes before weight:
 
 - **candidate**: sized for the share it is about to take, not only the one in force: while
   a decided step waits for replicas (``status.nextStep``) its minimum is already the
-  replicas that step needs (:func:`~tinct.operator.release.decide.needed`), so the HPA
+  replicas that step needs (:func:`~tinct.operator.grayrelease.decide.needed`), so the HPA
   controller brings them up before any weight moves; on promotion its bounds are raised to
   the full range before it takes 100 %. The maximum is ``ceil(maxReplicas * share)``, never
   below the minimum. After a rollback or abort its bounds stay as they were for
@@ -48,8 +48,8 @@ from tinct.api.v1alpha1.grayrelease import (
     ScalerStatus,
     parse_duration,
 )
-from tinct.operator.release.decide import needed, steps_of
-from tinct.operator.release.scaledobject import (
+from tinct.operator.grayrelease.decide import needed, steps_of
+from tinct.operator.grayrelease.scaledobject import (
     deployment_ref,
     keda_hpa_name,
     scaled_object_manifest,
@@ -161,7 +161,7 @@ class KedaEnv:
     served: bool
     #: The Prometheus URL from the operator's configuration that the release names.
     url: str | None = None
-    #: Why the release's Prometheus is refused (:class:`~tinct.operator.release.prometheus.PrometheusNotAllowed`).
+    #: Why the release's Prometheus is refused (:class:`~tinct.operator.grayrelease.prometheus.PrometheusNotAllowed`).
     refused: str | None = None
 
 
@@ -262,7 +262,7 @@ def plan_autoscaling(
 
     ``keda`` is required when the release has ``spec.autoscaling.keda``.
     """
-    from tinct.operator.release.tables import owner_reference
+    from tinct.operator.grayrelease.tables import owner_reference
 
     plan = Plan()
     spec = release.spec

@@ -56,7 +56,7 @@ from tinct.api.v1alpha1.grayrelease import (
     cell_key,
     parse_duration,
 )
-from tinct.operator.release.preconditions import Problem, preconditions
+from tinct.operator.grayrelease.preconditions import Problem, preconditions
 
 __all__ = [
     "ACTIONS",
@@ -111,7 +111,7 @@ class Inputs:
     #: ``tinct.io/action`` values given since the last round, oldest first.
     actions: Sequence[str] = ()
     capacity: Capacity = field(default_factory=Capacity)
-    #: Digest of what is released (:func:`~tinct.operator.release.tables.target_digest`);
+    #: Digest of what is released (:func:`~tinct.operator.grayrelease.tables.target_digest`);
     #: None while it cannot be known (a ModelVersion without digests yet).
     target: str | None = None
     #: The lowest routing-table version the routers serve (from their metrics); None: unknown.

@@ -7,7 +7,7 @@ when the release, an action on it, one of its ModelVersions or Deployments chang
    serve the step's table, or the analysis of a closed window, from Prometheus (async,
    bounded: a slow Prometheus delays only its own release); the actions given meanwhile,
    read *after* the analysis, so an abort given during it wins over its step-up;
-2. **decide** (:func:`~tinct.operator.release.decide.decide`, pure) the next status, and plan
+2. **decide** (:func:`~tinct.operator.grayrelease.decide.decide`, pure) the next status, and plan
    what it calls for — the routing-table version and digest, the scalers' bounds — into it;
 3. **record** the status, conditioned on the resourceVersion it was decided from: a status
    that changed meanwhile is never overwritten (the round starts again from it), and a
@@ -21,10 +21,10 @@ when the release, an action on it, one of its ModelVersions or Deployments chang
 
 An operator killed anywhere repeats the round from the recorded status, and every write
 converges instead of adding. Deleting a release leaves its model's **standing route**
-(:func:`~tinct.operator.release.tables.standing_table`) unless ``spec.routeOnDelete: Remove``.
+(:func:`~tinct.operator.grayrelease.tables.standing_table`) unless ``spec.routeOnDelete: Remove``.
 
 Runs with :mod:`tinct.operator.modelversion` (its startup handler opens the lineage writer):
-``kopf run -m tinct.operator.modelversion -m tinct.operator.release.handler`` or ``tinct operator``.
+``kopf run -m tinct.operator.modelversion -m tinct.operator.grayrelease.handler`` or ``tinct operator``.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, HistoryEntry
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
-from tinct.operator.release import analysis as analysis_
-from tinct.operator.release import prometheus
-from tinct.operator.release.decide import (
+from tinct.operator.grayrelease import analysis as analysis_
+from tinct.operator.grayrelease import prometheus
+from tinct.operator.grayrelease.decide import (
     ACTION_ANNOTATION,
     Capacity,
     Decision,
@@ -59,13 +59,13 @@ from tinct.operator.release.decide import (
     next_wakeup,
     preconditions,
 )
-from tinct.operator.release.kube import ConflictError, ReleaseKube, TableWatch
-from tinct.operator.release.metrics import ReleaseMetrics, serve
-from tinct.operator.release.notify import Dispatcher
-from tinct.operator.release.preconditions import Claim, model_conflict
-from tinct.operator.release.scaledobject import scaled_object_name
-from tinct.operator.release.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling
-from tinct.operator.release.tables import (
+from tinct.operator.grayrelease.kube import ConflictError, ReleaseKube, TableWatch
+from tinct.operator.grayrelease.metrics import ReleaseMetrics, serve
+from tinct.operator.grayrelease.notify import Dispatcher
+from tinct.operator.grayrelease.preconditions import Claim, model_conflict
+from tinct.operator.grayrelease.scaledobject import scaled_object_name
+from tinct.operator.grayrelease.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling
+from tinct.operator.grayrelease.tables import (
     cells_by_tag,
     content_digest,
     desired_table,
@@ -248,7 +248,7 @@ class View:
     keda: KedaEnv | None = None
 
     def scaling(self, gr: GrayRelease, status: GrayReleaseStatus, now: datetime) -> Plan:
-        """The scalers ``status`` calls for (see :func:`~tinct.operator.release.scaling.plan_autoscaling`)."""
+        """The scalers ``status`` calls for (see :func:`~tinct.operator.grayrelease.scaling.plan_autoscaling`)."""
         return plan_autoscaling(gr, status, self.hpas, now, self.scaled_objects, self.keda)
 
     def problems(self, gr: GrayRelease, config: Any = None) -> list[Problem]:

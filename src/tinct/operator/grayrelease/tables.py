@@ -38,7 +38,7 @@ from tinct.api.routing import (
 )
 from tinct.api.v1alpha1.common import API_VERSION
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, RoutingRef
-from tinct.operator.release.decide import cell_key
+from tinct.operator.grayrelease.decide import cell_key
 from tinct.router.table import CompiledTable
 
 __all__ = [
