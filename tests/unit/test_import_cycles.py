@@ -131,7 +131,7 @@ def test_tinct_modules_import_one_another_without_cycles() -> None:
 def test_graph_holds_lazy_and_type_checking_imports() -> None:
     graph = import_graph(SRC)
     assert "tinct.router.cli" in graph["tinct.cli"]  # inside a function
-    assert "tinct.router.server" in graph["tinct.router.exchange"]  # under TYPE_CHECKING
+    assert "tinct.router.connection" in graph["tinct.router.exchange"]  # under TYPE_CHECKING
     assert "tinct.api.routing" in graph["tinct.router.table"]  # at module level
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tinct.router.connection import ServerConnection
     from tinct.router.request import Request
-    from tinct.router.server import ServerConnection
     from tinct.router.table import CompiledTable
     from tinct.router.tokens import Meter
 

@@ -42,15 +42,15 @@ from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
 from tinct.router.metrics import RouterMetrics
 from tinct.router.request import Body
-from tinct.router.table import CompiledTable, Upstream
-from tinct.router.upstream import (
+from tinct.router.response import (
     Response,
     UpstreamConnectError,
     UpstreamError,
     UpstreamIdleError,
-    UpstreamPool,
     UpstreamRejectedError,
 )
+from tinct.router.table import CompiledTable, Upstream
+from tinct.router.upstream import UpstreamPool
 from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
 _log = logging.getLogger(__name__)
