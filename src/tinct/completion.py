@@ -6,17 +6,17 @@ flags, a flag's choices, and GrayRelease names and namespaces from the cluster t
 would talk to (best effort: a cluster that does not answer within a second completes nothing).
 The shell scripts (:data:`SCRIPTS`, printed by ``tinct completion bash|zsh|fish``) hand the
 words to ``tinct __complete`` and show what it prints, one candidate a line; kubectl runs
-``kubectl_complete-tinct`` the same way for ``kubectl tinct <TAB>``.
+``kubectl_complete-tinct`` (:func:`tinct.plugin.kubectl_complete`) the same way for
+``kubectl tinct <TAB>``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["SCRIPTS", "complete", "kubectl_complete"]
+__all__ = ["SCRIPTS", "complete"]
 
 #: Completion scripts; each calls ``tinct __complete WORD...`` (the last word being completed).
 SCRIPTS = {
@@ -123,19 +123,3 @@ def complete(
         if action.dest == "name" and parser.prog.endswith("release"):
             return [n for n in names("grayreleases", namespace) if n.startswith(current)]
     return []
-
-
-def kubectl_complete(argv: Sequence[str] | None = None) -> int:
-    """``kubectl_complete-tinct``: what ``kubectl tinct WORDS<TAB>`` may complete, a line each."""
-    from tinct.cli import build_parser
-    from tinct.plugin import RELEASE_VERBS, plugin_argv
-
-    words = list(sys.argv[1:] if argv is None else argv) or [""]
-    parser = build_parser()
-    if len(words) == 1:  # the first word: a release verb, or any tinct command
-        found = [v for v in RELEASE_VERBS if v.startswith(words[0])] + complete(words, parser)
-    else:
-        found = complete(plugin_argv(words[:-1]) + words[-1:], parser)
-    for candidate in dict.fromkeys(found):
-        print(candidate)
-    return 0

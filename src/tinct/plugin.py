@@ -6,6 +6,9 @@ is a release command; ``kubectl tinct release ...`` and every other ``tinct`` co
 (``kubectl tinct version``, ``kubectl tinct lineage sql ...``) run as ``tinct`` would. kubectl
 hands a plugin every word after its name, flags included, so ``-n``, ``--context`` and
 ``--kubeconfig`` reach it unchanged.
+
+kubectl completes a plugin by running ``kubectl_complete-<name>``: :func:`kubectl_complete`
+answers for ``kubectl tinct WORDS<TAB>`` with the engine of :mod:`tinct.completion`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "plugin_argv"]
+from tinct.cli import build_parser
+from tinct.cli import main as tinct_main
+from tinct.completion import complete
+
+__all__ = ["RELEASE_VERBS", "kubectl_complete", "main", "plugin_argv"]
 
 #: The ``tinct release`` verbs, usable as the plugin's first word.
 RELEASE_VERBS = ("status", "list", "pause", "resume", "promote", "abort", "retry")
@@ -34,6 +41,18 @@ def plugin_argv(words: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tinct.cli import main as tinct_main
-
+    """``kubectl-tinct``: run ``tinct`` with the arguments ``kubectl tinct WORDS`` stand for."""
     return tinct_main(plugin_argv(sys.argv[1:] if argv is None else argv), prog="kubectl tinct")
+
+
+def kubectl_complete(argv: Sequence[str] | None = None) -> int:
+    """``kubectl_complete-tinct``: what ``kubectl tinct WORDS<TAB>`` may complete, a line each."""
+    words = list(sys.argv[1:] if argv is None else argv) or [""]
+    parser = build_parser()
+    if len(words) == 1:  # the first word: a release verb, or any tinct command
+        found = [v for v in RELEASE_VERBS if v.startswith(words[0])] + complete(words, parser)
+    else:
+        found = complete(plugin_argv(words[:-1]) + words[-1:], parser)
+    for candidate in dict.fromkeys(found):
+        print(candidate)
+    return 0

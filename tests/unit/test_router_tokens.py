@@ -15,8 +15,9 @@ import pytest
 
 from router_fakes import HostileBackend, running_router, table
 from tinct.emulator import Behaviour, Emulator, serving
+from tinct.histogram import Histogram
 from tinct.router.config import RouterConfig
-from tinct.router.metrics import Histogram, RouterMetrics
+from tinct.router.metrics import ITL_BUCKETS, LATENCY_BUCKETS, RouterMetrics
 from tinct.router.summing import Family, merge, parse, render
 from tinct.router.tokens import MAX_EVENT, Meter
 
@@ -42,7 +43,7 @@ STREAM = (
 
 
 def meter(status: int = 200, stream: bool = True, asked: bool = True) -> Meter:
-    return Meter(0.0, status, stream, asked, Histogram())
+    return Meter(0.0, status, stream, asked, Histogram(ITL_BUCKETS))
 
 
 def fed(body: bytes, pieces: Iterator[bytes] | None = None, **kw: Any) -> Meter:
@@ -301,7 +302,7 @@ def test_token_families_sum_across_workers() -> None:
     for ttft in (0.2, 0.4):
         m = RouterMetrics()
         key = ("llm", "chat", "candidate", SHORT)
-        m.ttft_series[key] = h = Histogram()
+        m.ttft_series[key] = h = Histogram(LATENCY_BUCKETS)
         h.observe(ttft)
         m.violations[(*key, "sse_no_done")] = 1
         m.counts[("llm", "chat", "candidate", "v2", SHORT, 429)] = 2

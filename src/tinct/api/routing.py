@@ -37,8 +37,6 @@ from tinct.api.v1alpha1.grayrelease import (
 )
 from tinct.api.v1alpha1.rules import Rule, cel
 
-#: Schema version of the table document; bumped on an incompatible change.
-SCHEMA = "tinct.io/routing/v1"
 #: Label every routing-table ConfigMap carries; routers select on it.
 TABLE_LABEL = "tinct.io/routing-table"
 #: Label naming the GrayRelease a table belongs to.
@@ -84,6 +82,7 @@ class RoutingTable(Model):
         ),
     )
 
+    #: Schema version of the table document; bumped on an incompatible change.
     schema_: Literal["tinct.io/routing/v1"] = Field(default="tinct.io/routing/v1", alias="schema")
     release: str = Field(min_length=1, max_length=253, description="GrayRelease name; salts the sticky hash.")
     namespace: str | None = Field(default=None, max_length=63)
@@ -266,7 +265,6 @@ __all__ = [
     "DATA_KEY",
     "RELEASE_LABEL",
     "RELEASE_NAMESPACE_LABEL",
-    "SCHEMA",
     "TABLE_LABEL",
     "VERSION_ANNOTATION",
     "Endpoint",

@@ -6,15 +6,15 @@ KV-cache usage move with the load as an engine's do. The KV cache holds the prom
 tokens generated so far of every running request, as a share of ``kv_capacity_tokens``
 (capped at 1). Nothing here computes a token: the times come from the behaviour.
 
-Every figure the engines export is kept as a plain number or a histogram here and turned
-into metric families only when scraped (:mod:`tinct.emulator.metrics`).
+Every figure the engines export is kept as a plain number or a histogram
+(:class:`~tinct.histogram.Histogram`) here and turned into metric families only when
+scraped (:mod:`tinct.emulator.metrics`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_left
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,34 +22,9 @@ from dataclasses import dataclass, field
 
 from tinct.emulator.behaviour import Behaviour
 from tinct.emulator.names import BUCKETS
+from tinct.histogram import Histogram
 
-__all__ = ["EngineState", "Histogram", "Slot"]
-
-
-class Histogram:
-    """Cumulative-at-scrape bucket counts and a sum."""
-
-    __slots__ = ("bounds", "count", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-        self.count += 1
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        acc = 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            acc += n
-            out.append((repr(float(bound)), float(acc)))
-        out.append(("+Inf", float(acc + self.counts[-1])))
-        return out
+__all__ = ["EngineState", "Slot"]
 
 
 @dataclass

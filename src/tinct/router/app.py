@@ -30,11 +30,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tinct.router.choose import sticky_key, to_candidate
 from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify_doc, parse_body
 from tinct.router.config import RouterConfig, RouterState
+from tinct.router.connection import ServerConnection
 from tinct.router.exchange import Exchange
 from tinct.router.metrics import RouterMetrics
 from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
-from tinct.router.server import HttpServer, ServerConnection
+from tinct.router.server import HttpServer
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool

@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tinct.router.metrics import UNCLASSIFIED
-
 if TYPE_CHECKING:
+    from tinct.router.connection import ServerConnection
     from tinct.router.request import Request
-    from tinct.router.server import ServerConnection
     from tinct.router.table import CompiledTable
     from tinct.router.tokens import Meter
+
+#: Dye tag label of requests that are not classified (other endpoints, rejected requests).
+UNCLASSIFIED = "none"
 
 
 @dataclass(slots=True)
@@ -28,7 +29,7 @@ class Exchange:
     table: CompiledTable
     #: ``time.perf_counter()`` when the request's head was in.
     started: float
-    #: Dye tag; :data:`~tinct.router.metrics.UNCLASSIFIED` for other endpoints and refusals.
+    #: Dye tag; :data:`UNCLASSIFIED` for other endpoints and refusals.
     tag: str = UNCLASSIFIED
     #: The whole body of a classified request; None streams the client's body through.
     body: bytes | None = None
@@ -49,4 +50,4 @@ class Exchange:
     meter: Meter | None = None
 
 
-__all__ = ["Exchange"]
+__all__ = ["UNCLASSIFIED", "Exchange"]

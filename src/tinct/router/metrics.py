@@ -9,16 +9,15 @@ HTTP status code, so the number of series stays bounded whatever clients send.
 The per-request series (request count, time-to-first-byte and duration histograms, and for
 classified answers the token series of :mod:`tinct.router.tokens`: time to first token,
 inter-token latency, output tokens, contract violations) are plain counters kept by the
-event loop and turned into metric families only when scraped:
-``prometheus_client``'s ``labels()``/``observe()`` take a lock and walk the buckets in
-Python, which cost a measurable share of a proxied request. Rare events (fallbacks,
+event loop (:class:`~tinct.histogram.Histogram`) and turned into metric families only when
+scraped: ``prometheus_client``'s ``labels()``/``observe()`` take a lock and walk the buckets
+in Python, which cost a measurable share of a proxied request. Rare events (fallbacks,
 ejections, table changes) use ordinary ``prometheus_client`` metrics.
 """
 
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -26,14 +25,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from tinct.router.tokens import KINDS, Meter
+from tinct.histogram import Histogram
+from tinct.router.tokens import Meter
 
 if TYPE_CHECKING:
     from tinct.router.exchange import Exchange
     from tinct.router.table import CompiledTable
-
-#: Tag label of requests that are not classified (other endpoints, rejected requests).
-UNCLASSIFIED = "none"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Gaps between tokens: finer below 100 ms, where engines' inter-token latencies are.
@@ -51,6 +48,14 @@ STATUS_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx")
 SeriesKey = tuple[str, str, str, str]
 
 
+def _series(series: dict[SeriesKey, Histogram], key: SeriesKey, bounds: tuple[float, ...]) -> Histogram:
+    """The histogram of ``key`` in ``series``, made with ``bounds`` the first time."""
+    h = series.get(key)
+    if h is None:
+        h = series[key] = Histogram(bounds)
+    return h
+
+
 def status_class(code: int) -> str:
     """``429``, else ``<first digit>xx`` (``1xx`` and garbage codes as ``5xx``: not an answer)."""
     if code == 429:
@@ -58,30 +63,6 @@ def status_class(code: int) -> str:
     if 200 <= code < 500:
         return f"{code // 100}xx"
     return "5xx"
-
-
-class Histogram:
-    """Bucket counts and a sum, cumulated only when scraped."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        acc = 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            acc += n
-            out.append((repr(bound), float(acc)))
-        out.append(("+Inf", float(acc + self.counts[-1])))
-        return out
 
 
 class _RequestCollector(Collector):
@@ -228,8 +209,9 @@ class RouterMetrics:
         hkey = (table.namespace, table.release, ex.side, ex.tag)
         d = self.duration_series.get(hkey)
         if d is None:
-            d = self.duration_series[hkey] = Histogram()
-            self.ttfb_series.setdefault(hkey, Histogram())
+            # Every request's series has a time to first byte, observed or not.
+            d = self.duration_series[hkey] = Histogram(LATENCY_BUCKETS)
+            self.ttfb_series.setdefault(hkey, Histogram(LATENCY_BUCKETS))
         d.observe(total)
         if ex.ttfb is not None:
             self.ttfb_series[hkey].observe(ex.ttfb)
@@ -241,24 +223,15 @@ class RouterMetrics:
         """A :class:`~tinct.router.tokens.Meter` for the answer ``ex`` is about to relay."""
         table = ex.table
         hkey = (table.namespace, table.release, ex.side, ex.tag)
-        itl = self.itl_series.get(hkey)
-        if itl is None:
-            itl = self.itl_series[hkey] = Histogram(ITL_BUCKETS)
-        return Meter(ex.started, status, stream, asked_stream, itl)
+        return Meter(ex.started, status, stream, asked_stream, _series(self.itl_series, hkey, ITL_BUCKETS))
 
     def _tokens(self, hkey: SeriesKey, meter: Meter) -> None:
         ttft = meter.ttft
         if ttft is not None:
-            h = self.ttft_series.get(hkey)
-            if h is None:
-                h = self.ttft_series[hkey] = Histogram()
-            h.observe(ttft)
+            _series(self.ttft_series, hkey, LATENCY_BUCKETS).observe(ttft)
         tokens = meter.output_tokens
         if tokens is not None:
-            t = self.tokens_series.get(hkey)
-            if t is None:
-                t = self.tokens_series[hkey] = Histogram(TOKEN_BUCKETS)
-            t.observe(float(tokens))
+            _series(self.tokens_series, hkey, TOKEN_BUCKETS).observe(float(tokens))
         for kind in meter.violations:
             vkey = (*hkey, kind)
             self.violations[vkey] = self.violations.get(vkey, 0) + 1
@@ -269,10 +242,7 @@ class RouterMetrics:
         byte (in the request's cell)."""
         table = ex.table
         hkey = (table.namespace, table.release, "candidate", ex.tag)
-        h = self.ttfb_series.get(hkey)
-        if h is None:
-            h = self.ttfb_series[hkey] = Histogram()
-        h.observe(seconds)
+        _series(self.ttfb_series, hkey, LATENCY_BUCKETS).observe(seconds)
 
     def fallback(self, table: CompiledTable, reason: str, tag: str) -> None:
         self.fallbacks.labels(table.namespace, table.release, reason, tag).inc()
@@ -283,12 +253,9 @@ class RouterMetrics:
 
 __all__ = [
     "ITL_BUCKETS",
-    "KINDS",
     "LATENCY_BUCKETS",
     "STATUS_CLASSES",
     "TOKEN_BUCKETS",
-    "UNCLASSIFIED",
-    "Histogram",
     "RouterMetrics",
     "status_class",
 ]

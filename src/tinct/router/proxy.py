@@ -42,24 +42,27 @@ from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
 from tinct.router.metrics import RouterMetrics
 from tinct.router.request import Body
-from tinct.router.table import CompiledTable, Upstream
-from tinct.router.upstream import (
+from tinct.router.response import (
     Response,
     UpstreamConnectError,
     UpstreamError,
     UpstreamIdleError,
-    UpstreamPool,
     UpstreamRejectedError,
 )
+from tinct.router.table import CompiledTable, Upstream
+from tinct.router.upstream import UpstreamPool
 from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
 
 _log = logging.getLogger(__name__)
 
-SCHEDULER_VERSION = "X-Scheduler-Version"
-SCHEDULER_ACTIVE = "X-Scheduler-Active"
-FALLBACK_REASON = "X-Fallback-Reason"
+#: Sent to the chosen backend: the scheduler version the table names for its side.
+SCHEDULER_VERSION = b"X-Scheduler-Version"
+#: On every answer from a backend: the scheduler version of the side that answered.
+SCHEDULER_ACTIVE = b"X-Scheduler-Active"
+#: On an answer after a fallback (or a 502 from stable after one): why the candidate's was not taken.
+FALLBACK_REASON = b"X-Fallback-Reason"
 
-_DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", b"x-scheduler-version"}
+_DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", SCHEDULER_VERSION.lower()}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
 _SSE = b"text/event-stream"
@@ -151,7 +154,7 @@ class Proxy:
     async def _send(self, up: Upstream, ex: Exchange, headers: bytes) -> Response:
         request = ex.request
         head_only = request.method == "HEAD"
-        lines = b"Host: %b\r\n%bX-Scheduler-Version: %b\r\n" % (up.authority, headers, up.version_b)
+        lines = b"Host: %b\r\n%b%b: %b\r\n" % (up.authority, headers, SCHEDULER_VERSION, up.version_b)
         target = up.prefix + request.target
         body: bytes | Body | None = ex.body
         if body is None:
@@ -260,7 +263,7 @@ class Proxy:
                     code, message = "bad_gateway", f"stable backend's answer refused: {e}"
                 else:
                     code, message = "stable_unavailable", f"stable backend failed: {e!r}"
-                extra = [(FALLBACK_REASON.encode(), reason.encode())] if reason else []
+                extra = [(FALLBACK_REASON, reason.encode())] if reason else []
                 ex.conn.respond(error_response(502, code, message, extra))
                 ex.status = 502
                 self.metrics.request(ex)
@@ -277,9 +280,9 @@ class Proxy:
         conn = ex.conn
         table = ex.table
         headers, has_date = _answer_headers(resp)
-        headers.append((b"X-Scheduler-Active", up.version_b))
+        headers.append((SCHEDULER_ACTIVE, up.version_b))
         if reason is not None:
-            headers.append((b"X-Fallback-Reason", reason.encode()))
+            headers.append((FALLBACK_REASON, reason.encode()))
         ex.status = resp.status
         meter = None
         if self.measure_tokens and ex.body is not None:

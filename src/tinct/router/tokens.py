@@ -38,7 +38,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tinct.router.metrics import Histogram
+    from tinct.histogram import Histogram
 
 __all__ = ["KINDS", "MAX_EVENT", "MAX_WHOLE", "Meter"]
 

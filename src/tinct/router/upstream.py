@@ -1,9 +1,9 @@
 """The router's upstream HTTP/1.1 client: a keep-alive connection pool, parsed by httptools.
 
 :meth:`UpstreamPool.request` writes a request (request line, the caller's header lines, the
-body's framing, the body) on an idle connection (or a new one) and returns the :class:`Response` once its head arrived. The body then goes straight from the
-connection's ``data_received`` to a sink (the client's connection) chunk by chunk, with no
-task in between; bytes that arrive before the sink is attached are held until it is.
+body's framing, the body) on an idle connection (or a new one) and returns the
+:class:`~tinct.router.response.Response` once its head arrived; the body follows as that
+module describes.
 
 A connection goes back to the pool when its response is complete, both sides agreed to keep
 it alive and the request was sent whole. A request that fails on a *reused* connection
@@ -14,7 +14,7 @@ Backends are untrusted input, bounded like clients: a response head (status line
 section) over :data:`MAX_RESPONSE_HEAD` bytes or :data:`MAX_RESPONSE_HEADERS` header lines is
 refused as it arrives (bytes are counted as they come, so a header value sent without end
 is cut at the bound, not buffered), and so is an answer that does not parse; both fail with
-:class:`UpstreamRejectedError`, whose ``reason`` the proxy counts.
+:class:`~tinct.router.response.UpstreamRejectedError`, whose ``reason`` the proxy counts.
 
 Responses to ``HEAD`` end at their head; httptools cannot be told to skip the body a
 ``Content-Length`` announces, so the connection gets a fresh parser and stays in the pool.
@@ -25,22 +25,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal, TypeAlias, cast
+from collections.abc import Mapping
+from typing import TypeAlias, cast
 
 import httptools
 
+from tinct.router.flow import WriteFlow
 from tinct.router.request import Body, BodyTimeoutError
-from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, Fields, chunk, connection_tokens
+from tinct.router.response import Response, UpstreamConnectError, UpstreamError, UpstreamRejectedError
+from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, chunk, connection_tokens
 
 _log = logging.getLogger(__name__)
 
 #: (host, port, TLS) of a backend: the pool's key.
 Origin: TypeAlias = tuple[str, int, bool]
-Sink = Callable[[bytes], None]
-#: Why an answer was refused before its body: ``head_too_large``, ``malformed``,
-#: ``head_timeout`` (the last one is the proxy's timer).
-RejectReason = Literal["head_too_large", "malformed", "head_timeout"]
 
 #: Bytes a response head (status line and header section, interim 1xx answers included) may
 #: take, like a client's request head; counted on the wire as they arrive.
@@ -49,206 +47,8 @@ MAX_RESPONSE_HEAD = 64 * 1024
 MAX_RESPONSE_HEADERS = 256
 
 
-class UpstreamError(Exception):
-    """The backend failed: connection lost, malformed answer."""
-
-
-class UpstreamConnectError(UpstreamError):
-    """The backend could not be connected."""
-
-
-class UpstreamIdleError(UpstreamError):
-    """The backend sent nothing of its answer's body for the idle timeout."""
-
-
-class UpstreamRejectedError(UpstreamError):
-    """The backend's answer was refused: its head over the limits or too slow, or unparsable."""
-
-    def __init__(self, reason: RejectReason, message: str) -> None:
-        super().__init__(message)
-        self.reason: RejectReason = reason
-
-
 class _StaleError(UpstreamError):
     """Closed before any response byte: the request may be sent again."""
-
-
-class Response:
-    """One upstream answer: head fields once :meth:`UpstreamPool.request` returns it, then the body."""
-
-    __slots__ = (
-        "_conn",
-        "_done",
-        "_error",
-        "_held",
-        "_idle",
-        "_informational",
-        "_sink",
-        "_timer",
-        "chunked",
-        "closing",
-        "complete",
-        "content_length",
-        "head",
-        "head_lines",
-        "head_only",
-        "head_seen",
-        "head_size",
-        "headers",
-        "hops",
-        "keep_alive",
-        "pump",
-        "reason",
-        "started",
-        "status",
-    )
-
-    def __init__(self, conn: UpstreamConnection, head_only: bool) -> None:
-        self._conn: UpstreamConnection | None = conn
-        self.head: asyncio.Future[None] = conn.loop.create_future()
-        self.head_only = head_only
-        self.status = 0
-        self.reason = b""
-        self.headers: Fields = []
-        self.content_length: int | None = None
-        self.chunked = False
-        #: Header names the backend's ``Connection`` header makes hop-by-hop (beyond the standard ones).
-        self.hops: frozenset[bytes] = frozenset()
-        #: The backend said ``Connection: close``.
-        self.closing = False
-        self.keep_alive = False
-        self.complete = False
-        #: Any byte of this answer came back.
-        self.started = False
-        #: Bytes received while the head was incomplete (whole reads, counted after each).
-        self.head_seen = 0
-        #: Bytes of the parsed head (status reason and header lines) and its header lines.
-        self.head_size = 0
-        self.head_lines = 0
-        self.pump: asyncio.Task[None] | None = None
-        self._informational = False
-        self._held: list[bytes] = []
-        self._sink: Sink | None = None
-        self._done: asyncio.Future[None] | None = None
-        self._error: UpstreamError | None = None
-        self._idle = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-
-    # --- fed by the connection ---------------------------------------------------------
-
-    def _got_head(self, status: int, keep_alive: bool) -> None:
-        self.status = status
-        self.keep_alive = keep_alive and not self.closing
-        if self.chunked:
-            self.content_length = None
-        if not self.head.done():
-            self.head.set_result(None)
-
-    def _body(self, data: bytes) -> None:
-        sink = self._sink
-        if sink is not None:
-            sink(data)
-        else:
-            self._held.append(data)
-
-    def _complete(self) -> None:
-        self.complete = True
-        self._conn = None
-        self._stop_timer()
-        d = self._done
-        if d is not None and not d.done():
-            d.set_result(None)
-
-    def _fail(self, exc: UpstreamError) -> None:
-        self._conn = None
-        self._stop_timer()
-        if not self.head.done():
-            self.head.set_exception(exc)
-            return
-        self._error = exc
-        d = self._done
-        if d is not None and not d.done():
-            d.set_exception(exc)
-
-    @property
-    def failed(self) -> UpstreamError | None:
-        """How the answer failed after its head, before any of it was sent on; None: it did not."""
-        return self._error
-
-    @property
-    def until_eof(self) -> bool:
-        """The body runs until the backend closes (no length, not chunked)."""
-        return (
-            self.content_length is None
-            and not self.chunked
-            and not self.head_only
-            and self.status >= 200
-            and self.status not in (204, 304)
-        )
-
-    # --- used by the proxy -------------------------------------------------------------
-
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _check_idle(self) -> None:
-        self._timer = None
-        conn = self._conn
-        if conn is None or self.complete:
-            return
-        loop = conn.loop
-        quiet = loop.time() - conn.last_data
-        if conn.paused or quiet < self._idle:
-            # Paused, the backend waits for the client (flow control), not the other way round.
-            delay = self._idle if conn.paused else self._idle - quiet
-            self._timer = loop.call_later(delay, self._check_idle)
-            return
-        conn.resp = None
-        self._fail(UpstreamIdleError(f"the backend sent nothing for {self._idle:g}s mid-answer"))
-        conn.close()
-
-    def stream(self, sink: Sink, idle_timeout: float | None = None) -> Awaitable[None] | None:
-        """Send the body to ``sink`` as it arrives; None when it is already all sent.
-
-        The awaitable ends when the body is complete, or raises :class:`UpstreamError` when
-        the backend failed mid-answer (:class:`UpstreamIdleError` when it sent nothing for
-        ``idle_timeout`` seconds while the client was keeping up).
-        """
-        held, self._held = self._held, []
-        for data in held:
-            sink(data)
-        if self._error is not None:
-            raise self._error
-        if self.complete:
-            return None
-        self._sink = sink
-        loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
-        if idle_timeout is not None and self._conn is not None:
-            self._idle = idle_timeout
-            self._timer = loop.call_later(idle_timeout, self._check_idle)
-        return self._done
-
-    def pause_reading(self) -> None:
-        if self._conn is not None:
-            self._conn.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._conn is not None:
-            self._conn.resume_reading()
-
-    def close(self) -> None:
-        """Done with this answer: an unfinished one takes its connection down with it."""
-        self._sink = None
-        self._stop_timer()
-        if self.pump is not None and not self.pump.done():
-            self.pump.cancel()
-        conn = self._conn
-        if conn is not None:
-            self._conn = None
-            conn.close()
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -268,8 +68,7 @@ class UpstreamConnection(asyncio.Protocol):
         #: Loop time of the last bytes from the backend (for the idle timeout).
         self.last_data = 0.0
         self.paused = False
-        self._write_paused = False
-        self._drain: asyncio.Future[None] | None = None
+        self._flow = WriteFlow(self.loop)
 
     # --- transport events ----------------------------------------------------------------
 
@@ -278,7 +77,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._wake_drain()
+        self._flow.wake()
         r = self.resp
         self.resp = None
         if r is None:
@@ -291,21 +90,15 @@ class UpstreamConnection(asyncio.Protocol):
             r._fail(UpstreamError(f"the backend closed the connection mid-answer ({exc!r})"))
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self._flow.pause()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake_drain()
-
-    def _wake_drain(self) -> None:
-        d, self._drain = self._drain, None
-        if d is not None and not d.done():
-            d.set_result(None)
+        self._flow.resume()
 
     async def drain(self) -> None:
-        if self._write_paused and not self.closed:
-            self._drain = self.loop.create_future()
-            await self._drain
+        """Wait while the backend's socket buffer is full."""
+        if not self.closed:
+            await self._flow.drain()
 
     def data_received(self, data: bytes) -> None:
         r = self.resp
@@ -613,16 +406,4 @@ class UpstreamPool:
         await asyncio.sleep(0)
 
 
-__all__ = [
-    "MAX_RESPONSE_HEAD",
-    "MAX_RESPONSE_HEADERS",
-    "Origin",
-    "RejectReason",
-    "Response",
-    "UpstreamConnectError",
-    "UpstreamConnection",
-    "UpstreamError",
-    "UpstreamIdleError",
-    "UpstreamPool",
-    "UpstreamRejectedError",
-]
+__all__ = ["MAX_RESPONSE_HEAD", "MAX_RESPONSE_HEADERS", "Origin", "UpstreamConnection", "UpstreamPool"]

@@ -1,6 +1,7 @@
 """Routing tables from ConfigMaps, watched through the Kubernetes API.
 
-The sync ``kubernetes`` client runs list+watch in one daemon thread. It was chosen over a
+The sync ``kubernetes`` client runs list+watch in one daemon thread
+(:class:`~tinct.kubewatch.ListWatch`: relisting on 410, resuming, backing off). It was chosen over a
 hand-written aiohttp watch because it already knows every way a router authenticates
 (in-cluster service account with token rotation, kubeconfig with exec plugins, client
 certificates), and the watch carries a few events per rollout step, so one thread costs
@@ -28,8 +29,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import threading
-import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, configmap_name, parse_table
 from tinct.kubeconfig import api_client
+from tinct.kubewatch import ListWatch
 from tinct.router.table import TableHolder, TableRefusedError
 
 _log = logging.getLogger(__name__)
@@ -44,7 +44,6 @@ _log = logging.getLogger(__name__)
 EVENT_REASON = "InvalidRoutingTable"
 #: Event reason on a table whose models an older table already serves.
 CONFLICT_REASON = "ModelConflict"
-_WATCH_SECONDS = 60
 
 
 class ConfigMapWatch:
@@ -71,15 +70,22 @@ class ConfigMapWatch:
         self.context = context
         #: Valid table per ConfigMap ``namespace/name``; touched on the loop only.
         self.tables: dict[str, RoutingTable] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tinct-table-watch", daemon=True)
         self._api: Any = None
+        self._watch = ListWatch(
+            self._list_call,
+            selector=selector,
+            on_list=self._listed,
+            on_event=self._handle,
+            what="routing tables",
+            log=_log,
+            name="tinct-table-watch",
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self._watch.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watch.stop()
 
     # --- on the loop -------------------------------------------------------------------
 
@@ -123,7 +129,7 @@ class ConfigMapWatch:
         try:
             self.loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # loop closed during shutdown
-            self._stop.set()
+            self._watch.stop()
 
     def _handle(self, kind: str, cm: Any) -> None:
         meta = cm.metadata
@@ -197,59 +203,16 @@ class ConfigMapWatch:
             self._api = client.CoreV1Api(api_client(self.kubeconfig, self.context))
         return self._api
 
-    def _list_fn(self) -> tuple[Any, dict[str, Any]]:
+    def _list_call(self) -> tuple[Any, dict[str, Any]]:
         api = self._core()
         if self.namespace:
             return api.list_namespaced_config_map, {"namespace": self.namespace}
         return api.list_config_map_for_all_namespaces, {}
 
-    def _run(self) -> None:
-        import kubernetes
-
-        watch: Any = kubernetes.watch
-        from kubernetes.client.exceptions import ApiException
-
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                fn, kw = self._list_fn()
-                listing = fn(label_selector=self.selector, **kw)
-                for cm in listing.items:
-                    self._handle("ADDED", cm)
-                self._post(self._sync, {f"{c.metadata.namespace}/{c.metadata.name}" for c in listing.items})
-                rv = listing.metadata.resource_version
-                backoff = 0.5
-                while not self._stop.is_set():
-                    w = watch.Watch()
-                    for ev in w.stream(
-                        fn,
-                        label_selector=self.selector,
-                        resource_version=rv,
-                        timeout_seconds=_WATCH_SECONDS,
-                        _request_timeout=_WATCH_SECONDS + 10,
-                        **kw,
-                    ):
-                        if self._stop.is_set():
-                            w.stop()
-                            break
-                        kind, obj = ev["type"], ev["object"]
-                        if kind == "ERROR":
-                            code = (
-                                obj.get("code", 500) if isinstance(obj, dict) else getattr(obj, "code", 500)
-                            )
-                            raise ApiException(status=code, reason=str(obj))
-                        rv = obj.metadata.resource_version
-                        if kind in ("ADDED", "MODIFIED", "DELETED"):
-                            self._handle(kind, obj)
-            except ApiException as e:
-                if e.status == 410:
-                    _log.info("watch expired (410), listing again")
-                    continue
-                _log.warning("watching routing tables failed: %s %s; retrying", e.status, e.reason)
-            except Exception as e:
-                _log.warning("watching routing tables failed: %r; retrying", e)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+    def _listed(self, items: list[Any]) -> None:
+        for cm in items:
+            self._handle("ADDED", cm)
+        self._post(self._sync, {f"{c.metadata.namespace}/{c.metadata.name}" for c in items})
 
 
 def _rejected(reason: str) -> str:

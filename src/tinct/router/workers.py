@@ -61,8 +61,9 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from tinct.router.config import RouterConfig
+from tinct.router.connection import ServerConnection
 from tinct.router.request import Request
-from tinct.router.server import HttpServer, ServerConnection
+from tinct.router.server import HttpServer
 from tinct.router.summing import Family, MetricsSum, parse, render, sample_sum
 from tinct.router.wire import simple_response, text_response
 

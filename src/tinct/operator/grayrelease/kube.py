@@ -9,7 +9,7 @@ refused by the API server (409) instead of overwriting the newer one.
 
 :class:`TableWatch` follows the routing-table ConfigMaps of the table namespace alone,
 selected by label on the server, so ConfigMaps elsewhere in the cluster never reach the
-operator's memory.
+operator's memory (list+watch by :class:`~tinct.kubewatch.ListWatch`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tinct.api.routing import (
@@ -32,12 +32,12 @@ from tinct.api.routing import (
     parse_table,
 )
 from tinct.api.v1alpha1.common import GROUP, VERSION
+from tinct.kubewatch import ListWatch
 
 __all__ = ["FIELD_MANAGER", "ConflictError", "FoundTable", "ReleaseKube", "TableWatch"]
 
 FIELD_MANAGER = "tinct-operator"
 _APPLY = "application/apply-patch+yaml"
-_WATCH_SECONDS = 60
 _log = logging.getLogger(__name__)
 
 
@@ -227,25 +227,30 @@ def _found(cm: Any) -> FoundTable:
     return FoundTable(meta.name, version, digest, table, created)
 
 
-@dataclass
 class TableWatch:
     """The routing-table ConfigMaps of ``namespace``, kept current by list+watch in a thread."""
 
-    namespace: str
-    api: Callable[[], Any]
-    on_change: Callable[[], None] | None = None
-    tables: dict[str, FoundTable] = field(default_factory=dict)
-    #: The first listing arrived: absence in :attr:`tables` means absence in the cluster.
-    synced: threading.Event = field(default_factory=threading.Event)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    def __init__(self, namespace: str, api: Callable[[], Any]) -> None:
+        self.namespace = namespace
+        self.api = api
+        self.tables: dict[str, FoundTable] = {}
+        #: The first listing arrived: absence in :attr:`tables` means absence in the cluster.
+        self.synced = threading.Event()
+        self._watch = ListWatch(
+            self._list_call,
+            selector=f"{TABLE_LABEL}=true",
+            on_list=self._listed,
+            on_event=self._event,
+            what=f"routing tables in namespace {namespace}",
+            log=_log,
+            name="tinct-table-watch",
+        )
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="tinct-table-watch", daemon=True)
-        self._thread.start()
+        self._watch.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watch.stop()
 
     def get(self, name: str) -> FoundTable | None:
         return self.tables.get(name)
@@ -261,70 +266,17 @@ class TableWatch:
     def forget(self, name: str) -> None:
         self.tables.pop(name, None)
 
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            try:
-                self.on_change()
-            except Exception:  # a wake-up is a courtesy; never let it stop the watch
-                _log.debug("table watch callback failed", exc_info=True)
+    def _list_call(self) -> tuple[Callable[..., Any], dict[str, Any]]:
+        from kubernetes import client
 
-    def _run(self) -> None:
-        import kubernetes
-        from kubernetes.client.exceptions import ApiException
+        return client.CoreV1Api(self.api()).list_namespaced_config_map, {"namespace": self.namespace}
 
-        watch: Any = kubernetes.watch
-        selector = f"{TABLE_LABEL}=true"
-        backoff = 0.5
-        while not self._stop.is_set():
-            try:
-                from kubernetes import client
+    def _listed(self, items: list[Any]) -> None:
+        self.tables = {cm.metadata.name: _found(cm) for cm in items}
+        self.synced.set()
 
-                core = client.CoreV1Api(self.api())
-                listing: Any = core.list_namespaced_config_map(self.namespace, label_selector=selector)
-                self.tables = {cm.metadata.name: _found(cm) for cm in listing.items}
-                self.synced.set()
-                self._changed()
-                rv = listing.metadata.resource_version
-                backoff = 0.5
-                while not self._stop.is_set():
-                    w = watch.Watch()
-                    for ev in w.stream(
-                        core.list_namespaced_config_map,
-                        self.namespace,
-                        label_selector=selector,
-                        resource_version=rv,
-                        timeout_seconds=_WATCH_SECONDS,
-                        _request_timeout=_WATCH_SECONDS + 10,
-                    ):
-                        if self._stop.is_set():
-                            w.stop()
-                            break
-                        kind, obj = ev["type"], ev["object"]
-                        if kind == "ERROR":
-                            code = (
-                                obj.get("code", 500) if isinstance(obj, dict) else getattr(obj, "code", 500)
-                            )
-                            raise ApiException(status=code, reason=str(obj))
-                        rv = obj.metadata.resource_version
-                        if kind == "DELETED":
-                            self.tables.pop(obj.metadata.name, None)
-                        elif kind in ("ADDED", "MODIFIED"):
-                            self.tables[obj.metadata.name] = _found(obj)
-                        self._changed()
-            except ApiException as e:
-                if e.status == 410:
-                    continue
-                if self._stop.is_set():
-                    break
-                _log.warning(
-                    "watching routing tables in namespace %s failed: %s %s; retrying",
-                    self.namespace,
-                    e.status,
-                    e.reason,
-                )
-            except Exception as e:
-                _log.warning(
-                    "watching routing tables in namespace %s failed: %r; retrying", self.namespace, e
-                )
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+    def _event(self, kind: str, cm: Any) -> None:
+        if kind == "DELETED":
+            self.tables.pop(cm.metadata.name, None)
+        else:
+            self.tables[cm.metadata.name] = _found(cm)

@@ -1,0 +1,469 @@
+"""A client's connection to the router: one ``asyncio.Protocol``, parsed by httptools.
+
+Each request is handed to the handler as soon as its headers are parsed, so a body can be
+streamed onward while it arrives (:class:`~tinct.router.request.Body`); the handler answers
+through the connection's response methods, which frame the body (``Content-Length``,
+chunked, or close-delimited for HTTP/1.0) and write straight to the transport.
+
+Connections are kept alive between requests. Pipelining is refused politely: a request that
+arrives before the previous one is answered is not read, the answer in progress carries
+``Connection: close`` when it still can, and the connection closes after it, so the client
+sends the rest again on a new connection. A request that cannot be parsed gets a 400 (414,
+431 for an over-long target or header section) and the connection closes. An answer that
+ends before its request body was read whole closes the connection too, after reading and
+dropping the rest of the body for a moment so the client sees the answer, not a reset.
+
+Flow control goes both ways: a request body that piles up pauses reading from the client,
+and a client that does not keep up pauses the upstream that feeds it (:attr:`source`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, cast
+
+import httptools
+
+from tinct.router.flow import WriteFlow
+from tinct.router.request import Body, Request, target_path
+from tinct.router.wire import (
+    LAST_CHUNK,
+    RawHeaders,
+    chunk,
+    error_response,
+    header_block,
+    http_date,
+    reason_phrase,
+)
+
+_log = logging.getLogger(__name__)
+
+MAX_TARGET = 8190
+MAX_HEAD = 64 * 1024
+#: Bytes a request head (request line and header section) may take on the wire; counted as
+#: they arrive, so a header value sent without end is cut here, not when it completes.
+MAX_HEAD_BYTES = MAX_TARGET + MAX_HEAD + 1024
+#: Seconds an answered connection keeps reading (and dropping) an unread request body.
+LINGER = 2.0
+
+Handler = Callable[[Request, "ServerConnection"], Coroutine[Any, Any, None]]
+
+_NONE, _LENGTH, _CHUNKED, _CLOSE = range(4)
+
+
+class Pausable(Protocol):
+    """What feeds a response: paused while the client's socket buffer is full."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+class Listener(Protocol):
+    """What a connection needs of the server that accepted it
+    (:class:`~tinct.router.server.HttpServer`)."""
+
+    loop: asyncio.AbstractEventLoop
+    handler: Handler
+    #: Seconds a classified body may take in all; a streamed one may pause between pieces.
+    body_timeout: float | None
+    #: The server is shutting down: no request after the one in progress.
+    draining: bool
+    connections: set[ServerConnection]
+
+    def forget(self, conn: ServerConnection) -> None: ...
+
+
+class _RejectError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _PipelinedError(Exception):
+    pass
+
+
+class ServerConnection(asyncio.Protocol):
+    """One client connection: parses requests, runs the handler, writes the answers."""
+
+    def __init__(self, server: Listener) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.remote: str | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._target = b""
+        self._headers: RawHeaders = []
+        self._head_size = 0
+        #: Reading a request head: bytes of it seen so far, and since when.
+        self._in_head = True
+        self._head_seen = 0
+        self._head_since = 0.0
+        self.request: Request | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._message_done = False
+        self._ignore_input = False
+        self._closed = False
+        #: The client half-closed: no request follows the one in progress.
+        self._eof = False
+        self._lingering: asyncio.TimerHandle | None = None
+        #: Set by drain and pipelining: close once the answer in progress is sent.
+        self.close_after_response = False
+        self.last_active = self.loop.time()
+        # answer in progress
+        self._started = False
+        self._finished = False
+        self._framing = _NONE
+        self._keep_alive = False
+        self._pending: bytes | None = None
+        self._flow = WriteFlow(self.loop)
+        #: The upstream feeding the answer; paused while the client does not keep up.
+        self.source: Pausable | None = None
+
+    # --- transport events ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.remote = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.forget(self)
+        if self._lingering is not None:
+            self._lingering.cancel()
+        if self.request is not None and not self._message_done:
+            self.request.body.fail(ConnectionResetError("client closed the connection"))
+        if self._task is not None:
+            self._task.cancel()
+        self._flow.wake()
+
+    def eof_received(self) -> bool | None:
+        self._eof = True
+        if self.request is None or self._lingering is not None:
+            return None  # nothing in progress (or only a body being dropped): close
+        return True  # keep the write side open for the answer in progress
+
+    def pause_writing(self) -> None:
+        self._flow.pause()
+        if self.source is not None:
+            self.source.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._flow.resume()
+        if self.source is not None:
+            self.source.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._ignore_input:
+            return
+        if self._in_head:
+            if not self._head_seen:
+                self._head_since = self.loop.time()
+            self._head_seen += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # The request is whole; what follows is not HTTP. Answer it, then close.
+            self._refuse_more()
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__
+            if isinstance(cause, _PipelinedError):
+                self._refuse_more()
+            elif isinstance(cause, _RejectError):
+                self._bad_input(cause.status, str(cause))
+            else:
+                _log.exception("request parsing failed", exc_info=cause or e)
+                self._bad_input(400, "the request could not be parsed")
+        except httptools.HttpParserError as e:
+            self._bad_input(400, f"malformed HTTP request: {e}")
+        else:
+            if self._in_head and self._head_seen > MAX_HEAD_BYTES and not self._ignore_input:
+                self._bad_input(431, "the request header section is too large")
+
+    def _refuse_more(self) -> None:
+        self._ignore_input = True
+        self.close_after_response = True
+        if self.request is None:
+            self.close()
+
+    def _bad_input(self, status: int, message: str) -> None:
+        self._ignore_input = True
+        req = self.request
+        if req is not None:
+            # A request is being answered: its body is broken, or garbage follows it.
+            if not self._message_done:
+                req.body.fail(ValueError(message))
+            self.close_after_response = True
+            if self._finished:
+                self.close()
+            return
+        _, headers, body = error_response(status, "bad_request", message)
+        head = b"HTTP/1.1 %d %b\r\n" % (status, reason_phrase(status))
+        head += header_block([*headers, (b"Content-Length", b"%d" % len(body)), (b"Connection", b"close")])
+        if self.transport is not None:
+            self.transport.write(head + b"\r\n" + body)
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        # Closing with unread input would reset the connection, and a reset can destroy the
+        # answer before the client reads it: end the write side, drop input for a moment.
+        t = self.transport
+        if t is None or self._closed or not t.can_write_eof():
+            self.close()
+            return
+        t.write_eof()
+        self._lingering = self.loop.call_later(LINGER, self.close)
+
+    # --- parser callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.request is not None:
+            raise _PipelinedError
+        self._target = b""
+        self._headers = []
+        self._head_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._target += url
+        if len(self._target) > MAX_TARGET:
+            raise _RejectError(414, "the request target is too long")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > MAX_HEAD:
+            raise _RejectError(431, "the request header section is too large")
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_seen = 0
+        p = self._parser
+        target = self._target
+        path = target_path(target)
+        if path is None:
+            raise _RejectError(400, "the request target is not a path")
+        if target[:1] != b"/" and target != b"*":  # absolute-form: send origin-form upstream
+            url = httptools.parse_url(target)
+            target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
+        req = Request(
+            p.get_method().decode("ascii"),
+            target,
+            path,
+            p.get_http_version(),
+            self._headers,
+            p.should_keep_alive(),
+            self.remote,
+            Body(self, self.server.body_timeout),
+        )
+        self.request = req
+        self._message_done = False
+        self._started = self._finished = False
+        self._pending = None
+        self.source = None
+        task = self.loop.create_task(self.server.handler(req, self))
+        self._task = task
+        task.add_done_callback(self._handler_done)
+
+    def on_body(self, body: bytes) -> None:
+        assert self.request is not None
+        self.request.body.feed(body)
+
+    def on_message_complete(self) -> None:
+        self._message_done = True
+        assert self.request is not None
+        self.request.body.finish()
+        if self._lingering is not None:
+            self.close()
+
+    # --- answering -----------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Whether the answer's head is on its way: no other answer is possible any more."""
+        return self._started
+
+    def start_response(
+        self,
+        status: int,
+        headers: RawHeaders,
+        content_length: int | None,
+        reason: bytes | None = None,
+        has_date: bool = False,
+    ) -> None:
+        """Begin the answer; the head is written with the first body bytes or at the end.
+
+        Args:
+            content_length: the body's length when known; chunked (HTTP/1.1) or
+                close-delimited (HTTP/1.0) otherwise.
+            has_date: ``headers`` carry a ``Date`` already (from upstream).
+        """
+        req = self.request
+        assert req is not None
+        assert not self._started
+        self._started = True
+        keep = req.keep_alive and self._message_done and not self.close_after_response
+        extra: RawHeaders = []
+        if req.method == "HEAD" or status in (204, 304) or status < 200:
+            self._framing = _NONE
+            if content_length is not None and status >= 200 and status != 204:
+                extra.append((b"Content-Length", b"%d" % content_length))
+        elif content_length is not None:
+            self._framing = _LENGTH
+            extra.append((b"Content-Length", b"%d" % content_length))
+        elif req.version == "1.1":
+            self._framing = _CHUNKED
+            extra.append((b"Transfer-Encoding", b"chunked"))
+        else:
+            self._framing = _CLOSE
+            keep = False
+        if not keep:
+            extra.append((b"Connection", b"close"))
+        elif req.version == "1.0":
+            extra.append((b"Connection", b"keep-alive"))
+        if not has_date:
+            extra.append((b"Date", http_date()))
+        self._keep_alive = keep
+        line = b"HTTP/1.1 %d %b\r\n" % (status, reason or reason_phrase(status))
+        self._pending = line + header_block(headers) + header_block(extra) + b"\r\n"
+
+    def write(self, data: bytes) -> None:
+        """Send body bytes of the answer (framed as the head said)."""
+        if not data or self._framing == _NONE or self._closed:
+            if self._pending is not None and not self._closed:
+                self._flush(b"")
+            return
+        if self._framing == _CHUNKED:
+            data = chunk(data)
+        self._flush(data)
+
+    def send_head(self) -> None:
+        """Write the answer's head now if no body bytes took it along yet (a slow stream)."""
+        if self._pending is not None and not self._closed:
+            self._flush(b"")
+
+    def _flush(self, data: bytes) -> None:
+        if self._pending is not None:
+            data = self._pending + data
+            self._pending = None
+        assert self.transport is not None
+        self.transport.write(data)
+
+    def end_response(self) -> None:
+        """The answer is complete: the connection is ready for the next request at once."""
+        if not self._closed:
+            if self._framing == _CHUNKED:
+                self._flush(LAST_CHUNK)
+            elif self._pending is not None:
+                self._flush(b"")
+        self._finished = True
+        self._after_response()
+
+    def _after_response(self) -> None:
+        # Runs as the answer ends, not when the handler's task is reaped: the client may
+        # send its next request before that.
+        if self._closed:
+            return
+        if not self._keep_alive or self.close_after_response or self._eof:
+            if self._message_done or self._eof:
+                self.close()
+            else:
+                self._linger()
+            return
+        self.request = None
+        self._in_head = True
+        self.last_active = self.loop.time()
+        if self.server.draining:
+            self.close()
+
+    def respond(self, answer: tuple[int, RawHeaders, bytes]) -> None:
+        """A whole small answer at once."""
+        status, headers, body = answer
+        self.start_response(status, headers, len(body))
+        self.write(body)
+        self.end_response()
+
+    def send_continue(self) -> None:
+        """``100 Continue``: the handler is about to read a body the client holds back."""
+        if self.transport is not None and not self._started and not self._closed:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    async def drain(self) -> None:
+        """Wait while the client's socket buffer is full."""
+        if not self._closed:
+            await self._flow.drain()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        """Cut the connection after what is already written: the client sees a truncated answer."""
+        self._finished = True
+        self._keep_alive = False
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.close()
+        self._closed = True
+
+    # --- after the handler ---------------------------------------------------------------
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            _log.error("request handler failed", exc_info=exc)
+        if self._task is not task:
+            return  # its answer ended and the next request runs already
+        self._task = None
+        self.source = None
+        if self._finished:
+            return
+        if task.cancelled() or self._started or self._closed:
+            self.abort()
+        else:
+            self.respond(error_response(500, "internal_error", "the router failed on this request"))
+
+    def _linger(self) -> None:
+        assert self.request is not None
+        self.request.body.discard()
+        self._ignore_input = False
+        self._lingering = self.loop.call_later(LINGER, self.close)
+
+    @property
+    def idle(self) -> bool:
+        """No request in progress."""
+        return self.request is None
+
+    def head_overdue(self, since: float) -> bool:
+        """A request head started arriving before ``since`` and is still not complete."""
+        return self.request is None and self._head_seen > 0 and self._head_since < since
+
+    @property
+    def receiving(self) -> bool:
+        """A request is still arriving and no answer has begun: nothing is in flight yet."""
+        return self.request is None or (not self._message_done and not self._started)
+
+    def shut_down(self) -> None:
+        """For a drain: close now when idle or still receiving, else after the answer in progress."""
+        if self.receiving:
+            self.cancel()
+        else:
+            self.close_after_response = True
+
+    def cancel(self) -> None:
+        """End a drain that ran out of time: stop the handler and close."""
+        if self._task is not None:
+            self._task.cancel()
+        self.close()
+
+
+__all__ = ["LINGER", "MAX_HEAD_BYTES", "Handler", "Listener", "Pausable", "ServerConnection"]

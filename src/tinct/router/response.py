@@ -1,0 +1,251 @@
+"""What a backend answers, as the router's upstream client hands it to the proxy.
+
+A :class:`Response` has its head fields once :meth:`~tinct.router.upstream.UpstreamPool.request`
+returns it; the body then goes from the connection's ``data_received`` straight to a sink (the
+client's connection) chunk by chunk, with no task in between; bytes that arrive before the
+sink is attached are held until it is. The connection the answer arrives on
+(:class:`~tinct.router.upstream.UpstreamConnection`) feeds it through the methods under "fed
+by the connection".
+
+Every way a backend can fail is an :class:`UpstreamError`; :class:`UpstreamRejectedError`
+carries the ``reason`` the proxy counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
+
+from tinct.router.wire import Fields
+
+Sink = Callable[[bytes], None]
+#: Why an answer was refused before its body: ``head_too_large``, ``malformed``,
+#: ``head_timeout`` (the last one is the proxy's timer).
+RejectReason = Literal["head_too_large", "malformed", "head_timeout"]
+
+
+class UpstreamError(Exception):
+    """The backend failed: connection lost, malformed answer."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """The backend could not be connected."""
+
+
+class UpstreamIdleError(UpstreamError):
+    """The backend sent nothing of its answer's body for the idle timeout."""
+
+
+class UpstreamRejectedError(UpstreamError):
+    """The backend's answer was refused: its head over the limits or too slow, or unparsable."""
+
+    def __init__(self, reason: RejectReason, message: str) -> None:
+        super().__init__(message)
+        self.reason: RejectReason = reason
+
+
+class Feed(Protocol):
+    """What an answer needs of the connection it arrives on."""
+
+    loop: asyncio.AbstractEventLoop
+    #: Loop time of the last bytes from the backend (for the idle timeout).
+    last_data: float
+    #: Reading is paused: the client does not keep up.
+    paused: bool
+    #: The answer in progress on the connection.
+    resp: Response | None
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Response:
+    """One upstream answer: head fields once it is returned to the proxy, then the body."""
+
+    __slots__ = (
+        "_conn",
+        "_done",
+        "_error",
+        "_held",
+        "_idle",
+        "_informational",
+        "_sink",
+        "_timer",
+        "chunked",
+        "closing",
+        "complete",
+        "content_length",
+        "head",
+        "head_lines",
+        "head_only",
+        "head_seen",
+        "head_size",
+        "headers",
+        "hops",
+        "keep_alive",
+        "pump",
+        "reason",
+        "started",
+        "status",
+    )
+
+    def __init__(self, conn: Feed, head_only: bool) -> None:
+        self._conn: Feed | None = conn
+        self.head: asyncio.Future[None] = conn.loop.create_future()
+        self.head_only = head_only
+        self.status = 0
+        self.reason = b""
+        self.headers: Fields = []
+        self.content_length: int | None = None
+        self.chunked = False
+        #: Header names the backend's ``Connection`` header makes hop-by-hop (beyond the standard ones).
+        self.hops: frozenset[bytes] = frozenset()
+        #: The backend said ``Connection: close``.
+        self.closing = False
+        self.keep_alive = False
+        self.complete = False
+        #: Any byte of this answer came back.
+        self.started = False
+        #: Bytes received while the head was incomplete (whole reads, counted after each).
+        self.head_seen = 0
+        #: Bytes of the parsed head (status reason and header lines) and its header lines.
+        self.head_size = 0
+        self.head_lines = 0
+        self.pump: asyncio.Task[None] | None = None
+        self._informational = False
+        self._held: list[bytes] = []
+        self._sink: Sink | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._error: UpstreamError | None = None
+        self._idle = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # --- fed by the connection ---------------------------------------------------------
+
+    def _got_head(self, status: int, keep_alive: bool) -> None:
+        self.status = status
+        self.keep_alive = keep_alive and not self.closing
+        if self.chunked:
+            self.content_length = None
+        if not self.head.done():
+            self.head.set_result(None)
+
+    def _body(self, data: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink(data)
+        else:
+            self._held.append(data)
+
+    def _complete(self) -> None:
+        self.complete = True
+        self._conn = None
+        self._stop_timer()
+        d = self._done
+        if d is not None and not d.done():
+            d.set_result(None)
+
+    def _fail(self, exc: UpstreamError) -> None:
+        self._conn = None
+        self._stop_timer()
+        if not self.head.done():
+            self.head.set_exception(exc)
+            return
+        self._error = exc
+        d = self._done
+        if d is not None and not d.done():
+            d.set_exception(exc)
+
+    @property
+    def failed(self) -> UpstreamError | None:
+        """How the answer failed after its head, before any of it was sent on; None: it did not."""
+        return self._error
+
+    @property
+    def until_eof(self) -> bool:
+        """The body runs until the backend closes (no length, not chunked)."""
+        return (
+            self.content_length is None
+            and not self.chunked
+            and not self.head_only
+            and self.status >= 200
+            and self.status not in (204, 304)
+        )
+
+    # --- used by the proxy -------------------------------------------------------------
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        conn = self._conn
+        if conn is None or self.complete:
+            return
+        loop = conn.loop
+        quiet = loop.time() - conn.last_data
+        if conn.paused or quiet < self._idle:
+            # Paused, the backend waits for the client (flow control), not the other way round.
+            delay = self._idle if conn.paused else self._idle - quiet
+            self._timer = loop.call_later(delay, self._check_idle)
+            return
+        conn.resp = None
+        self._fail(UpstreamIdleError(f"the backend sent nothing for {self._idle:g}s mid-answer"))
+        conn.close()
+
+    def stream(self, sink: Sink, idle_timeout: float | None = None) -> Awaitable[None] | None:
+        """Send the body to ``sink`` as it arrives; None when it is already all sent.
+
+        The awaitable ends when the body is complete, or raises :class:`UpstreamError` when
+        the backend failed mid-answer (:class:`UpstreamIdleError` when it sent nothing for
+        ``idle_timeout`` seconds while the client was keeping up).
+        """
+        held, self._held = self._held, []
+        for data in held:
+            sink(data)
+        if self._error is not None:
+            raise self._error
+        if self.complete:
+            return None
+        self._sink = sink
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        if idle_timeout is not None and self._conn is not None:
+            self._idle = idle_timeout
+            self._timer = loop.call_later(idle_timeout, self._check_idle)
+        return self._done
+
+    def pause_reading(self) -> None:
+        if self._conn is not None:
+            self._conn.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._conn is not None:
+            self._conn.resume_reading()
+
+    def close(self) -> None:
+        """Done with this answer: an unfinished one takes its connection down with it."""
+        self._sink = None
+        self._stop_timer()
+        if self.pump is not None and not self.pump.done():
+            self.pump.cancel()
+        conn = self._conn
+        if conn is not None:
+            self._conn = None
+            conn.close()
+
+
+__all__ = [
+    "Feed",
+    "RejectReason",
+    "Response",
+    "Sink",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamIdleError",
+    "UpstreamRejectedError",
+]
