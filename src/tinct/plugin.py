@@ -13,11 +13,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "plugin_argv"]
+from tinct.release.cli import RELEASE_VERBS
 
-#: The ``tinct release`` verbs, usable as the plugin's first word.
-RELEASE_VERBS = ("status", "list", "pause", "resume", "promote", "abort", "retry")
-
+__all__ = ["RELEASE_VERBS", "main", "plugin_argv"]
 
 #: Flags of ``tinct release`` that take a value, which may come before the verb.
 _VALUED = ("-n", "--namespace", "--context", "--kubeconfig", "-o", "--output", "--color", "--wait")

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, round_, step
+from tinct.api.v1alpha1.action import ActionRequest, action_value, handled, parse_action
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.grayrelease.decide import (
     Capacity,
@@ -424,6 +425,18 @@ def test_an_action_present_at_creation_is_refused() -> None:
     assert d.status.last_action is not None
     assert d.status.last_action.result == "Refused"
     assert "present when the release was created" in d.status.last_action.message
+
+
+def test_the_value_tinct_release_writes_is_read_as_addressed_to_its_attempt() -> None:
+    value = action_value("promote", 3, "9f8c3854")
+    assert value == "promote@a3-9f8c3854"
+    assert parse_action(value) == ActionRequest(value, "promote", 3)
+    assert parse_action("Abort@1700000000") == ActionRequest("Abort@1700000000", "abort", None)
+    assert parse_action("explode@a1-x").verb is None
+    status = {"seenActions": ["abort@a1-x"], "acknowledgedAction": "retry@a1-r"}
+    assert handled("abort@a1-x", status)
+    assert handled("retry@a1-r", status)
+    assert not handled("promote@a2-p", status)
 
 
 def test_a_change_of_target_starts_a_new_attempt_at_step_one() -> None:

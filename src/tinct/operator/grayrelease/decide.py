@@ -30,19 +30,20 @@ each part of it is kept:
   ``spec.progressDeadlineSeconds`` is paused, or rolled back with ``progressDeadlineAbort``.
 - **Manual actions cannot replay** (:meth:`_Round.action`): a ``tinct.io/action`` value present
   when the release is created, one seen before, or one addressed to another attempt
-  (``<verb>@a<attempt>-<nonce>``, as ``tinct release`` writes) is refused with a message;
-  the rest are carried out in the order they were given, each once, and their outcome is
-  recorded in ``status.lastAction``.
+  (``<verb>@a<attempt>-<nonce>``, as ``tinct release`` writes) is refused with a message
+  (:func:`~tinct.api.v1alpha1.action.replay_refusal`, the annotation's contract); the rest
+  are carried out in the order they were given, each once, and their outcome is recorded in
+  ``status.lastAction``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS, parse_action, replay_refusal
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import (
     ActionRecord,
@@ -56,11 +57,10 @@ from tinct.api.v1alpha1.grayrelease import (
     cell_key,
     parse_duration,
 )
+from tinct.api.v1alpha1.releasestatus import HISTORY_LIMIT
 from tinct.operator.grayrelease.preconditions import Problem, preconditions
 
 __all__ = [
-    "ACTIONS",
-    "ACTION_ANNOTATION",
     "Capacity",
     "Decision",
     "Inputs",
@@ -78,15 +78,6 @@ __all__ = [
     "weights_for",
 ]
 
-#: Annotation carrying a manual request, ``<verb>@<nonce>``; a new nonce is a new request.
-ACTION_ANNOTATION = "tinct.io/action"
-ACTIONS = ("promote", "abort", "retry", "resume")
-#: Action values remembered in ``status.seenActions`` (the API's bound).
-SEEN_ACTIONS = 32
-#: Transitions kept in ``status.history`` until written to ``release_events`` (the API's bound).
-HISTORY_LIMIT = 64
-
-_ATTEMPT_NONCE = re.compile(r"^a([0-9]{1,9})-.+$")
 _FINAL = ("Promoted", "RolledBack")
 
 
@@ -244,14 +235,6 @@ def next_wakeup(release: GrayRelease, now: datetime, tick: float) -> float:
     return max(0.05, min(tick, (due - now).total_seconds()))
 
 
-def _parse_action(value: str) -> tuple[str | None, int | None]:
-    """(verb, attempt it is addressed to) of an action value; verb None when unknown."""
-    verb, _, nonce = value.partition("@")
-    verb = verb.strip().lower()
-    m = _ATTEMPT_NONCE.match(nonce.strip())
-    return (verb if verb in ACTIONS else None), (int(m.group(1)) if m else None)
-
-
 def _fmt(v: float) -> str:
     return f"{v:g}"
 
@@ -400,28 +383,13 @@ class _Round:
         st = self.st
         if value == st.acknowledged_action:
             return
-        verb, attempt = _parse_action(value)
-        if at_creation:
-            self.settle(
-                value,
-                "Refused",
-                "present when the release was created (applied again from an exported YAML?); "
-                "request it anew, e.g. `tinct release promote`",
-            )
-        elif value in st.seen_actions:
-            self.settle(
-                value, "Refused", "handled before; each request is carried out once: give a new nonce"
-            )
-        elif verb is None:
-            self.settle(value, "Refused", f"use one of {', '.join(ACTIONS)} as <verb>@<nonce>")
-        elif attempt is not None and attempt != st.attempt:
-            self.settle(
-                value,
-                "Refused",
-                f"meant for attempt {attempt}, but the release is on attempt {st.attempt}: request it anew",
-            )
+        request = parse_action(value)
+        why = replay_refusal(request, at_creation=at_creation, seen=st.seen_actions, attempt=st.attempt)
+        if why is not None:
+            self.settle(value, "Refused", why)
         else:
-            self.carry_out(value, verb)
+            assert request.verb is not None
+            self.carry_out(value, request.verb)
 
     def settle(self, value: str, result: ActionResult, message: str) -> None:
         st = self.st

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 import kopf
 
 from tinct.api.routing import RoutingTable, configmap_name
+from tinct.api.v1alpha1.action import ACTION_ANNOTATION
 from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus, HistoryEntry
 from tinct.lineage.records import release_event_rows
@@ -48,7 +49,6 @@ from tinct.operator import context
 from tinct.operator.grayrelease import analysis as analysis_
 from tinct.operator.grayrelease import prometheus
 from tinct.operator.grayrelease.decide import (
-    ACTION_ANNOTATION,
     Capacity,
     Decision,
     Inputs,
