@@ -56,8 +56,8 @@ from typing import Any
 
 import aiohttp
 
+from tinct.api.v1alpha1.analysis import ENGINE_METRICS, ROUTER_METRICS
 from tinct.api.v1alpha1.grayrelease import (
-    ENGINE_METRICS,
     Analysis,
     AnalysisResult,
     Backend,
@@ -355,7 +355,7 @@ def evaluate(
         results.append(r)
     cell_results: list[CellResult] = []
     if spec.per_cell and cells:
-        builtins = [m for m in spec.metrics if m.name != "custom" and m.name not in ENGINE_METRICS]
+        builtins = [m for m in spec.metrics if m.name in ROUTER_METRICS]
         for name, tags in cells.items():
             g = group(samples, tags)
             counted = g.requests if math.isfinite(g.requests) else 0.0
