@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from tinct.api.routing import cell_weights
 from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS, parse_action, replay_refusal
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import (
@@ -164,17 +165,9 @@ def weights_for(
     spec: GrayReleaseSpec, status: GrayReleaseStatus, withdrawn: bool = False
 ) -> dict[str, float]:
     """The weight of every cell that ``status`` puts in force (``withdrawn``: the candidate
-    is unavailable and serves nothing)."""
-    out: dict[str, float] = {}
-    for cell in spec.cells:
-        if status.phase == "Promoted":
-            w = 100.0
-        elif status.phase in ("RolledBack", "Failed") or status.step_started_at is None or withdrawn:
-            w = 0.0
-        else:
-            w = cell.weights[min(status.step, len(cell.weights) - 1)]
-        out[cell_key(cell.match)] = w
-    return out
+    is unavailable and serves nothing), by the routing table's weight rule."""
+    serving = status.step_started_at is not None and not withdrawn
+    return cell_weights(spec, status.phase, status.step, serving=serving)
 
 
 def _interval(release: GrayRelease) -> timedelta:
