@@ -9,19 +9,17 @@ import pytest
 
 from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
-from tinct.operator.grayrelease.scaledobject import (
-    QUEUE_METRICS,
-    keda_hpa_name,
-    scaled_object_name,
-    side_query,
-    targets,
-)
+from tinct.operator.grayrelease.engine import QUEUE_METRICS
 from tinct.operator.grayrelease.scaling import (
     KedaEnv,
     candidate_bounds,
     hpa_name,
+    keda_hpa_name,
     plan_autoscaling,
+    scaled_object_name,
+    side_query,
     stable_bounds,
+    targets,
 )
 
 PROM = "http://prometheus.monitoring:9090"

@@ -15,14 +15,13 @@ from tinct.operator.grayrelease.decide import (
     Problem,
     analysis_due,
     cell_key,
-    needed,
     needs_confirmation,
     next_wakeup,
     parse_duration,
     preconditions,
-    weights_for,
 )
 from tinct.operator.grayrelease.preconditions import Claim, model_conflict
+from tinct.operator.grayrelease.shares import needed, weights_for
 
 MINUTE = timedelta(minutes=1)
 CANDIDATE_FAILED = Problem(

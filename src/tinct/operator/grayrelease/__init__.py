@@ -11,7 +11,12 @@ One package, so the safety rules live where a reader can check them:
   (:mod:`~tinct.operator.grayrelease.engine`) in Prometheus;
   :mod:`~tinct.operator.grayrelease.prometheus`: the bounded client that reads them, and which
   Prometheus a release may read.
-- :mod:`~tinct.operator.grayrelease.scaling`: the HorizontalPodAutoscalers of both sides.
+- :mod:`~tinct.operator.grayrelease.shares`: the weights a status puts in force (by the
+  routing table's rule) and the replicas a share of the traffic needs.
+- :mod:`~tinct.operator.grayrelease.scaling`: the plan of what scales each side (HPA or KEDA
+  ScaledObject, its bounds and signal, whose scalers are there); its writers
+  :mod:`~tinct.operator.grayrelease.hpa` and :mod:`~tinct.operator.grayrelease.scaledobject`
+  render it, on what they share (:mod:`~tinct.operator.grayrelease.scalers`).
 - :mod:`~tinct.operator.grayrelease.tables`: the routing table a recorded status calls for.
 - :mod:`~tinct.operator.grayrelease.kube`: the Kubernetes writes.
 - :mod:`~tinct.operator.grayrelease.metrics`: the controller's own Prometheus metrics.

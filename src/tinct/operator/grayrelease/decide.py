@@ -43,7 +43,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from tinct.api.routing import cell_weights
 from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS, parse_action, replay_refusal
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import (
@@ -60,6 +59,7 @@ from tinct.api.v1alpha1.grayrelease import (
 )
 from tinct.api.v1alpha1.releasestatus import HISTORY_LIMIT
 from tinct.operator.grayrelease.preconditions import Problem, preconditions
+from tinct.operator.grayrelease.shares import needed, share_at, steps_of, weights_for
 
 __all__ = [
     "Capacity",
@@ -70,13 +70,10 @@ __all__ = [
     "analysis_due",
     "cell_key",
     "decide",
-    "needed",
     "needs_confirmation",
     "next_wakeup",
     "parse_duration",
     "preconditions",
-    "steps_of",
-    "weights_for",
 ]
 
 _FINAL = ("Promoted", "RolledBack")
@@ -135,39 +132,6 @@ class Decision:
     def transition(self) -> Transition | None:
         """The last transition of the round (the one that explains the status), if any."""
         return self.transitions[-1] if self.transitions else None
-
-
-def steps_of(spec: GrayReleaseSpec) -> int:
-    return len(spec.cells[0].weights)
-
-
-def _share(spec: GrayReleaseSpec, step: int) -> float:
-    """The candidate's share at ``step`` (its largest cell weight); 100 past the last step."""
-    if step >= steps_of(spec):
-        return 100.0
-    return max(c.weights[step] for c in spec.cells)
-
-
-def needed(spec: GrayReleaseSpec, status: GrayReleaseStatus, share: float) -> int:
-    """Available candidate replicas a ``share`` (percent) of the traffic needs.
-
-    In proportion to what stable served the whole traffic with when the release started
-    (``status.stableFloor``, at least ``autoscaling.minReplicas``), and never less than one
-    replica for any share above 0.
-    """
-    if share <= 0:
-        return 0
-    base = max(status.stable_floor or 1, spec.autoscaling.min_replicas if spec.autoscaling else 1)
-    return max(1, math.ceil(base * min(share, 100.0) / 100.0 - 1e-9))
-
-
-def weights_for(
-    spec: GrayReleaseSpec, status: GrayReleaseStatus, withdrawn: bool = False
-) -> dict[str, float]:
-    """The weight of every cell that ``status`` puts in force (``withdrawn``: the candidate
-    is unavailable and serves nothing), by the routing table's weight rule."""
-    serving = status.step_started_at is not None and not withdrawn
-    return cell_weights(spec, status.phase, status.step, serving=serving)
 
 
 def _interval(release: GrayRelease) -> timedelta:
@@ -540,7 +504,7 @@ class _Round:
         """What the candidate lacks to take the share of ``step`` (None: nothing)."""
         available = self.inputs.capacity.candidate_available
         dep = self.spec.candidate.deployment
-        share = _share(self.spec, step)
+        share = share_at(self.spec, step)
         need = needed(self.spec, self.st, share)
         ok = available is None or not dep or available >= need
         what = "promotion" if step >= self.n else f"step {self.label(step)}"

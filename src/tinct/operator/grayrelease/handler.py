@@ -63,8 +63,7 @@ from tinct.operator.grayrelease.kube import ConflictError, ReleaseKube, TableWat
 from tinct.operator.grayrelease.metrics import ReleaseMetrics, serve
 from tinct.operator.grayrelease.notify import Dispatcher
 from tinct.operator.grayrelease.preconditions import Claim, model_conflict
-from tinct.operator.grayrelease.scaledobject import scaled_object_name
-from tinct.operator.grayrelease.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling
+from tinct.operator.grayrelease.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling, scaled_object_name
 from tinct.operator.grayrelease.tables import (
     cells_by_tag,
     content_digest,

@@ -36,7 +36,6 @@ from tinct.api.routing import (
     routing_configmap,
     routing_table_from,
 )
-from tinct.api.v1alpha1.common import API_VERSION
 from tinct.api.v1alpha1.dye import cell_key
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, RoutingRef
 from tinct.router.table import CompiledTable
@@ -45,23 +44,12 @@ __all__ = [
     "cells_by_tag",
     "content_digest",
     "desired_table",
-    "owner_reference",
     "plan",
     "release_models",
     "standing_table",
     "table_manifest",
     "target_digest",
 ]
-
-
-def owner_reference(release: GrayRelease) -> dict[str, Any]:
-    """An ownerReference to ``release`` (needs ``metadata.uid``)."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "GrayRelease",
-        "name": release.metadata.name,
-        "uid": release.metadata.uid or "",
-    }
 
 
 def release_models(
