@@ -3,7 +3,12 @@
 One package, so the safety rules live where a reader can check them:
 
 - :mod:`~tinct.operator.grayrelease.decide`: the pure decision, recorded status in and new
-  status out; every rule about when traffic may move is in it.
+  status out; every rule about when traffic may move is in it. What it takes and gives
+  (:mod:`~tinct.operator.grayrelease.decision`); the round it works on and its moves
+  (:mod:`~tinct.operator.grayrelease.round`); manual actions
+  (:mod:`~tinct.operator.grayrelease.manual`); when a step's window closes
+  (:mod:`~tinct.operator.grayrelease.timing`); the conditions people read
+  (:mod:`~tinct.operator.grayrelease.conditions`).
 - :mod:`~tinct.operator.grayrelease.preconditions`: what keeps a release from progressing, and
   whose problem it is.
 - :mod:`~tinct.operator.grayrelease.analysis`: the verdict of one analysis window, from the

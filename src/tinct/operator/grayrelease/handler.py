@@ -48,21 +48,12 @@ from tinct.lineage.records import release_event_rows
 from tinct.operator import context
 from tinct.operator.grayrelease import analysis as analysis_
 from tinct.operator.grayrelease import prometheus
-from tinct.operator.grayrelease.decide import (
-    Capacity,
-    Decision,
-    Inputs,
-    Problem,
-    analysis_due,
-    decide,
-    needs_confirmation,
-    next_wakeup,
-    preconditions,
-)
+from tinct.operator.grayrelease.decide import decide
+from tinct.operator.grayrelease.decision import Capacity, Decision, Inputs
 from tinct.operator.grayrelease.kube import ConflictError, ReleaseKube, TableWatch
 from tinct.operator.grayrelease.metrics import ReleaseMetrics, serve
 from tinct.operator.grayrelease.notify import Dispatcher
-from tinct.operator.grayrelease.preconditions import Claim, model_conflict
+from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
 from tinct.operator.grayrelease.scaling import KedaEnv, Plan, hpa_name, plan_autoscaling, scaled_object_name
 from tinct.operator.grayrelease.tables import (
     cells_by_tag,
@@ -74,6 +65,7 @@ from tinct.operator.grayrelease.tables import (
     table_manifest,
     target_digest,
 )
+from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation, next_wakeup
 
 __all__ = ["PLURAL", "Runtime", "View", "reconcile"]
 
@@ -274,7 +266,6 @@ class View:
         return Capacity(
             candidate_available=cand["available"] if cand is not None else None,
             stable_replicas=stable["replicas"] if stable is not None else None,
-            stable_available=stable["available"] if stable is not None else None,
         )
 
 
