@@ -281,14 +281,14 @@ def test_kubectl_explain_describes_every_autoscaling_field() -> None:
 
 
 def test_a_scaledobject_with_fields_keda_defaulted_counts_as_applied() -> None:
-    from tinct.operator.grayrelease.handler import _so_current
+    from tinct.operator.grayrelease.act import so_current
 
     gr = keda_release()
     assert gr.status is not None
     want = plan_autoscaling(gr, gr.status, [], T0, [], KEDA).scaled_objects[1]
     stored = {"metadata": {"name": want["metadata"]["name"]}, "spec": {**want["spec"], "pollingInterval": 30}}
-    assert _so_current(want, [stored], None)
+    assert so_current(want, [stored], None)
     older = {**stored, "spec": {**stored["spec"], "maxReplicaCount": want["spec"]["maxReplicaCount"] + 1}}
-    assert not _so_current(want, [older], None)
-    assert _so_current(want, [older], want), "just applied: the watch has not caught up yet"
-    assert not _so_current(want, [], None)
+    assert not so_current(want, [older], None)
+    assert so_current(want, [older], want), "just applied: the watch has not caught up yet"
+    assert not so_current(want, [], None)
