@@ -17,11 +17,11 @@ Reading the world:
   gathers from them, Prometheus and the lineage tables.
 - :mod:`~tinct.operator.grayrelease.preconditions`: what keeps a release from progressing, and
   whose problem it is.
-- :mod:`~tinct.operator.grayrelease.analysis`: the verdict of one analysis window, from the
+- :mod:`~tinct.operator.grayrelease.analysis`: reads one analysis window from Prometheus, the
   router metrics (:mod:`~tinct.operator.grayrelease.samples`) and the engines' own
-  (:mod:`~tinct.operator.grayrelease.engine`) in Prometheus;
-  :mod:`~tinct.operator.grayrelease.prometheus`: the bounded client that reads them, and which
-  Prometheus a release may read.
+  (:mod:`~tinct.operator.grayrelease.engine`), and :mod:`~tinct.operator.grayrelease.verdict`
+  judges it; :mod:`~tinct.operator.grayrelease.prometheus`: the bounded client that reads
+  them, and which Prometheus a release may read.
 
 The decision (pure):
 
