@@ -190,7 +190,7 @@ async def _interfaces(gr: GrayRelease, rt: Runtime, view: View) -> None:
 async def gather(
     gr: GrayRelease, rt: Runtime, view: View, actions: Callable[[], Sequence[str]], now: datetime
 ) -> Inputs:
-    """What the round needs to decide: step 1 of the module doc."""
+    """What the round needs to decide (see the module doc)."""
     spec = gr.spec
     old = gr.status or GrayReleaseStatus()
     await _interfaces(gr, rt, view)
