@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from tinct.operator.grayrelease.scaledobject import QUEUE_METRICS
+from tinct.operator.grayrelease.engine import QUEUE_METRICS
 
 __all__ = ["QueueExporter"]
 

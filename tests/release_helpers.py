@@ -11,8 +11,11 @@ import yaml
 
 from conftest import EXAMPLES
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, MetricResult
-from tinct.operator.grayrelease.decide import Capacity, Decision, Inputs, Problem, decide, needs_confirmation
+from tinct.operator.grayrelease.decide import decide
+from tinct.operator.grayrelease.decision import Capacity, Decision, Inputs
+from tinct.operator.grayrelease.preconditions import Problem
 from tinct.operator.grayrelease.tables import plan
+from tinct.operator.grayrelease.timing import needs_confirmation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = "len:long+role:admin+latency:high"

@@ -19,12 +19,9 @@ from collections.abc import Sequence
 from tinct.cli import build_parser
 from tinct.cli import main as tinct_main
 from tinct.completion import complete
+from tinct.release.cli import RELEASE_VERBS
 
 __all__ = ["RELEASE_VERBS", "kubectl_complete", "main", "plugin_argv"]
-
-#: The ``tinct release`` verbs, usable as the plugin's first word.
-RELEASE_VERBS = ("status", "list", "pause", "resume", "promote", "abort", "retry")
-
 
 #: Flags of ``tinct release`` that take a value, which may come before the verb.
 _VALUED = ("-n", "--namespace", "--context", "--kubeconfig", "-o", "--output", "--color", "--wait")

@@ -17,16 +17,10 @@ import pytest
 
 from prometheus_fakes import FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult
-from tinct.operator.grayrelease.analysis import (
-    Samples,
-    Side,
-    analyse,
-    evaluate,
-    quantile,
-    queries,
-    samples_from,
-)
+from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
+from tinct.operator.grayrelease.samples import Samples, Side, quantile, queries, samples_from
+from tinct.operator.grayrelease.verdict import evaluate
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"

@@ -12,9 +12,11 @@ import pytest
 
 from prometheus_fakes import FakePrometheus
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend, MetricResult
-from tinct.operator.grayrelease.analysis import analyse, evaluate, queries, samples_from
+from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.engine import FORMS, engine_query, reading_from
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
+from tinct.operator.grayrelease.samples import queries, samples_from
+from tinct.operator.grayrelease.verdict import evaluate
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"

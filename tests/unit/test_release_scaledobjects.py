@@ -9,19 +9,17 @@ import pytest
 
 from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
-from tinct.operator.grayrelease.scaledobject import (
-    QUEUE_METRICS,
-    keda_hpa_name,
-    scaled_object_name,
-    side_query,
-    targets,
-)
+from tinct.operator.grayrelease.engine import QUEUE_METRICS
 from tinct.operator.grayrelease.scaling import (
     KedaEnv,
     candidate_bounds,
     hpa_name,
+    keda_hpa_name,
     plan_autoscaling,
+    scaled_object_name,
+    side_query,
     stable_bounds,
+    targets,
 )
 
 PROM = "http://prometheus.monitoring:9090"
@@ -283,14 +281,14 @@ def test_kubectl_explain_describes_every_autoscaling_field() -> None:
 
 
 def test_a_scaledobject_with_fields_keda_defaulted_counts_as_applied() -> None:
-    from tinct.operator.grayrelease.handler import _so_current
+    from tinct.operator.grayrelease.act import so_current
 
     gr = keda_release()
     assert gr.status is not None
     want = plan_autoscaling(gr, gr.status, [], T0, [], KEDA).scaled_objects[1]
     stored = {"metadata": {"name": want["metadata"]["name"]}, "spec": {**want["spec"], "pollingInterval": 30}}
-    assert _so_current(want, [stored], None)
+    assert so_current(want, [stored], None)
     older = {**stored, "spec": {**stored["spec"], "maxReplicaCount": want["spec"]["maxReplicaCount"] + 1}}
-    assert not _so_current(want, [older], None)
-    assert _so_current(want, [older], want), "just applied: the watch has not caught up yet"
-    assert not _so_current(want, [], None)
+    assert not so_current(want, [older], None)
+    assert so_current(want, [older], want), "just applied: the watch has not caught up yet"
+    assert not so_current(want, [], None)

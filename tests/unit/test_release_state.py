@@ -8,20 +8,13 @@ from datetime import timedelta
 import pytest
 
 from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, round_, step
-from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
-from tinct.operator.grayrelease.decide import (
-    Capacity,
-    Problem,
-    analysis_due,
-    cell_key,
-    needed,
-    needs_confirmation,
-    next_wakeup,
-    parse_duration,
-    preconditions,
-    weights_for,
-)
-from tinct.operator.grayrelease.preconditions import Claim, model_conflict
+from tinct.api.v1alpha1.action import ActionRequest, action_value, handled, parse_action
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, cell_key, parse_duration
+from tinct.operator.grayrelease.decision import Capacity, Inputs
+from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
+from tinct.operator.grayrelease.round import Round
+from tinct.operator.grayrelease.shares import needed, weights_for
+from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation, next_wakeup
 
 MINUTE = timedelta(minutes=1)
 CANDIDATE_FAILED = Problem(
@@ -320,7 +313,7 @@ def test_fatal_problem_fails_with_zero_weights_and_recovers_as_a_new_attempt() -
 def test_a_step_applies_only_with_the_replicas_its_share_needs() -> None:
     spec = {"autoscaling": {"minReplicas": 1, "maxReplicas": 12}}
     # stable served everything with 4 replicas: 50 % needs 2, 100 % needs 4.
-    four = Capacity(candidate_available=1, stable_replicas=4, stable_available=4)
+    four = Capacity(candidate_available=1, stable_replicas=4)
     gr = step(release(**spec), T0, capacity=four)
     assert st(gr).stable_floor == 4
     assert needed(gr.spec, st(gr), 20) == 1
@@ -355,6 +348,20 @@ def test_a_step_applies_only_with_the_replicas_its_share_needs() -> None:
         capacity=Capacity(candidate_available=4, stable_replicas=4),
     )
     assert (d.status.phase, set(d.status.weights.values())) == ("Promoted", {100.0})
+
+
+def test_asking_what_the_candidate_lacks_changes_nothing() -> None:
+    four = Capacity(candidate_available=1, stable_replicas=4)
+    gr = step(release(), T0, capacity=four)
+    r = Round(gr, Inputs(now=T0, capacity=four))
+    before = r.st.model_copy(deep=True)
+    short = r.short_of(2)
+    assert short.missing is not None
+    assert "2 available replicas" in short.missing
+    assert (short.condition.status, short.condition.reason) == ("False", "WaitingForReplicas")
+    assert (r.capacity, r.st, r.out) == (None, before, [])
+    assert r.record_capacity(2) == short.missing
+    assert r.capacity == short.condition
 
 
 def test_without_analysis_steps_do_not_advance_over_zero_available_replicas() -> None:
@@ -424,6 +431,18 @@ def test_an_action_present_at_creation_is_refused() -> None:
     assert d.status.last_action is not None
     assert d.status.last_action.result == "Refused"
     assert "present when the release was created" in d.status.last_action.message
+
+
+def test_the_value_tinct_release_writes_is_read_as_addressed_to_its_attempt() -> None:
+    value = action_value("promote", 3, "9f8c3854")
+    assert value == "promote@a3-9f8c3854"
+    assert parse_action(value) == ActionRequest(value, "promote", 3)
+    assert parse_action("Abort@1700000000") == ActionRequest("Abort@1700000000", "abort", None)
+    assert parse_action("explode@a1-x").verb is None
+    status = {"seenActions": ["abort@a1-x"], "acknowledgedAction": "retry@a1-r"}
+    assert handled("abort@a1-x", status)
+    assert handled("retry@a1-r", status)
+    assert not handled("promote@a2-p", status)
 
 
 def test_a_change_of_target_starts_a_new_attempt_at_step_one() -> None:

@@ -14,12 +14,14 @@ from tinct.api.routing import (
     TABLE_LABEL,
     RoutingTable,
     RoutingTableError,
+    cell_weights,
     configmap_name,
     parse_table,
     routing_configmap,
     routing_table_from,
 )
 from tinct.api.v1alpha1 import GrayRelease
+from tinct.api.v1alpha1.dye import cell_key
 from tinct.router.table import CompiledTable, TableHolder, TableRefusedError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grayrelease.yaml"
@@ -48,6 +50,18 @@ def test_builder_clamps_step_and_follows_terminal_states() -> None:
     assert [c.weight for c in routing_table_from(r, 99, "Progressing", version=1).cells] == [100, 100, 100]
     assert [c.weight for c in routing_table_from(r, 2, "RolledBack", version=2).cells] == [0, 0, 0]
     assert [c.weight for c in routing_table_from(r, 0, "Promoted", version=3).cells] == [100, 100, 100]
+
+
+def test_one_weight_rule_for_the_table_the_status_and_the_standing_route() -> None:
+    r = _release()
+    assert list(cell_weights(r.spec, "Progressing", 1).values()) == [20, 1, 10]
+    assert set(cell_weights(r.spec, "Progressing", 1, serving=False).values()) == {0}
+    assert set(cell_weights(r.spec, "Paused", 1, serving=False).values()) == {0}
+    assert set(cell_weights(r.spec, "Promoted", 1, serving=False).values()) == {100}
+    # A recorded status's weights are the ones in force; a cell it does not name gets none.
+    recorded = {cell_key(r.spec.cells[0].match): 5.0}
+    t = routing_table_from(r, 1, "Pending", version=2, weights=recorded, standing=True)
+    assert ([c.weight for c in t.cells], t.state, t.standing) == ([5, 0, 0], "Pending", True)
 
 
 def test_configmap_round_trips_the_table() -> None:

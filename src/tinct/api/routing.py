@@ -1,8 +1,10 @@
 """The routing table: what the GrayRelease operator tells the routers, as JSON in a ConfigMap.
 
 One table per GrayRelease. The operator builds it with :func:`routing_table_from` at every
-step, promotion and rollback and writes it with :func:`routing_configmap`; routers watch the
-ConfigMaps labelled :data:`TABLE_LABEL` and swap to a new table as soon as it validates.
+step, promotion and rollback, and for the standing route of a deleted release, its weights
+by one rule (:func:`cell_weights`), and writes it with :func:`routing_configmap`; routers
+watch the ConfigMaps labelled :data:`TABLE_LABEL` and swap to a new table as soon as it
+validates.
 
 The dye, cell-match and fallback models are those of ``GrayRelease``; what the table adds is
 the state of one moment: resolved endpoints, one weight per cell, the step, a version.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -32,8 +34,10 @@ from tinct.api.v1alpha1.grayrelease import (
     Fallback,
     GrayRelease,
     GrayReleasePhase,
+    GrayReleaseSpec,
     ModelName,
     Weight,
+    cell_key,
 )
 from tinct.api.v1alpha1.rules import Rule, cel
 
@@ -153,54 +157,86 @@ def _endpoint(backend: Backend, namespace: str, cluster_domain: str) -> Endpoint
     )
 
 
+def cell_weights(spec: GrayReleaseSpec, state: str, step: int, *, serving: bool = True) -> dict[str, float]:
+    """The weight rule: the percent of each cell's traffic (by :func:`cell_key`) the candidate
+    gets in ``state`` (a GrayRelease phase) at ``step``.
+
+    ``Promoted`` sends everything. ``RolledBack`` and ``Failed`` send nothing, and so does a
+    candidate that does not serve (``serving`` False: its step has not started, or it is
+    unavailable). Any other state uses each cell's weight at ``step``, clamped to the last step.
+    """
+    out: dict[str, float] = {}
+    for cell in spec.cells:
+        if state == "Promoted":
+            weight = 100.0
+        elif state in ("RolledBack", "Failed") or not serving:
+            weight = 0.0
+        else:
+            weight = cell.weights[min(step, len(cell.weights) - 1)]
+        out[cell_key(cell.match)] = weight
+    return out
+
+
 def routing_table_from(
     release: GrayRelease,
     step: int,
     state: str,
     *,
     version: int,
+    weights: Mapping[str, float] | None = None,
+    standing: bool = False,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
 ) -> RoutingTable:
-    """Build the table for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
+    """The table the routers get for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
 
-    Weights: ``RolledBack`` and ``Failed`` send nothing to the candidate, ``Promoted`` sends
-    everything, any other state uses each cell's weight at ``step`` (clamped to the last step).
+    Every table the operator writes comes from here: a step's, a rollback's, a promotion's,
+    and a deleted release's standing route.
 
     Args:
-        release: the GrayRelease, with ``metadata.name`` and ``metadata.namespace`` set.
+        release: the GrayRelease, with ``metadata.name`` and ``metadata.namespace`` set (and
+            ``metadata.uid``, which the table names).
         step: the current step, an index into each cell's ``weights``.
         state: the release phase the table is written for.
         version: the table version; must grow with every write for the same release.
+        weights: each cell's weight (by :func:`cell_key`) as a recorded status put it in force
+            (``status.weights``, which the decision takes from :func:`cell_weights`); default:
+            :func:`cell_weights` of ``state`` and ``step``. A cell missing from it gets 0.
+        standing: the table is the standing route of a deleted release.
         cluster_domain: DNS suffix of Services; empty to use the bare Service name.
         models: the ``model`` of the release's ModelVersions, the table's model names when
             the GrayRelease lists none.
     """
     spec = release.spec
     namespace = release.metadata.namespace or "default"
-    cells: list[RoutingCell] = []
-    for cell in spec.cells:
-        if state in ("RolledBack", "Failed"):
-            weight = 0.0
-        elif state == "Promoted":
-            weight = 100.0
-        else:
-            weight = cell.weights[min(step, len(cell.weights) - 1)]
-        cells.append(RoutingCell(match=cell.match, weight=weight))
-    return RoutingTable.model_validate(
+    if weights is None:
+        weights = cell_weights(spec, state, step)
+    table = RoutingTable.model_validate(
         {
             "release": release.metadata.name,
             "namespace": release.metadata.namespace,
+            "uid": release.metadata.uid,
             "version": version,
+            "standing": standing,
             "state": state,
             "step": step,
             "stable": _endpoint(spec.stable, namespace, cluster_domain),
             "candidate": _endpoint(spec.candidate, namespace, cluster_domain),
             "models": list(spec.models) or sorted(set(models)),
             "dye": spec.dye,
-            "cells": cells,
+            "cells": [
+                RoutingCell(match=c.match, weight=weights.get(cell_key(c.match), 0.0)) for c in spec.cells
+            ],
             "fallback": spec.fallback,
         }
+    )
+    # A backend's own URL is set after validation: one equal to the other side's makes a table
+    # the routers refuse (and say why), not a round that cannot record its decision.
+    urls = {side: b.url for side, b in (("stable", spec.stable), ("candidate", spec.candidate)) if b.url}
+    if not urls:
+        return table
+    return table.model_copy(
+        update={side: getattr(table, side).model_copy(update={"url": url}) for side, url in urls.items()}
     )
 
 
@@ -272,6 +308,7 @@ __all__ = [
     "RoutingTable",
     "RoutingTableError",
     "Side",
+    "cell_weights",
     "configmap_name",
     "parse_table",
     "routing_configmap",

@@ -1,4 +1,6 @@
 """The kopf operator: handler modules (``cli.HANDLER_MODULES``), their shared context, settings.
 
-Today one handler module: :mod:`tinct.operator.modelversion`.
+Two handler modules: :mod:`tinct.operator.modelversion` (ModelVersions: artifacts hashed,
+checked and recorded in the lineage tables) and :mod:`tinct.operator.grayrelease.handler`
+(the GrayRelease controller, :mod:`tinct.operator.grayrelease`).
 """

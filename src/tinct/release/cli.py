@@ -23,9 +23,11 @@ import time
 import uuid
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["RELEASE_VERBS", "register"]
 
-_VERBS = ("status", "list", "pause", "resume", "promote", "abort", "retry")
+#: The verbs of ``tinct release`` (and of ``kubectl tinct``); all but the first three are
+#: requests in the ``tinct.io/action`` annotation (:mod:`tinct.api.v1alpha1.action`).
+RELEASE_VERBS = ("status", "list", "pause", "resume", "promote", "abort", "retry")
 
 
 def _clients(args: argparse.Namespace) -> tuple[Any, str]:
@@ -84,23 +86,19 @@ def _list(api: Any, ns: str, args: argparse.Namespace) -> int:
 
 
 def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
-    from tinct.operator.grayrelease.decide import ACTION_ANNOTATION
+    from tinct.api.v1alpha1.action import ACTION_ANNOTATION, action_value, handled
 
     obj = _get(api, ns, name)
     status = obj.get("status") or {}
     current = (obj["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
-    if (
-        current
-        and current not in (status.get("seenActions") or [])
-        and current != status.get("acknowledgedAction")
-    ):
+    if current and not handled(current, status):
         print(
             f"tinct release: grayrelease {ns}/{name}: the earlier request {current} is not handled yet; "
             "wait for it (or for the operator to run) before giving another",
             file=sys.stderr,
         )
         return 1
-    value = f"{verb}@a{int(status.get('attempt') or 1)}-{uuid.uuid4().hex[:8]}"
+    value = action_value(verb, int(status.get("attempt") or 1), uuid.uuid4().hex[:8])
     body: dict[str, Any] = {
         "metadata": {
             "annotations": {ACTION_ANNOTATION: value},
@@ -183,7 +181,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "promote/abort/retry are requests in the tinct.io/action annotation that the operator "
         "carries out once. As a kubectl plugin: kubectl tinct status chat --watch.",
     )
-    p.add_argument("verb", choices=_VERBS, help="what to do: " + ", ".join(_VERBS))
+    p.add_argument("verb", choices=RELEASE_VERBS, help="what to do: " + ", ".join(RELEASE_VERBS))
     p.add_argument("name", nargs="?", help="GrayRelease name (every verb but list)")
     p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="list: every namespace")

@@ -9,9 +9,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
+from tinct.api.v1alpha1.action import SEEN_ACTIONS
 from tinct.api.v1alpha1.common import Condition, Model
 
 __all__ = [
+    "HISTORY_LIMIT",
     "READABLE_DIGITS",
     "ActionRecord",
     "ActionResult",
@@ -34,6 +36,8 @@ Verdict = Literal["Pass", "Fail", "Error", "Inconclusive"]
 
 #: Significant digits a measured number keeps in status: 99.8421, not 99.84210526315789.
 READABLE_DIGITS = 6
+#: Transitions kept in ``status.history`` until written to ``release_events`` (the field's bound).
+HISTORY_LIMIT = 64
 
 
 def readable(value: float | None) -> float | None:
@@ -229,7 +233,7 @@ class GrayReleaseStatus(Model):
     last_action: ActionRecord | None = None
     seen_actions: list[str] = Field(
         default_factory=list,
-        max_length=32,
+        max_length=SEEN_ACTIONS,
         description="tinct.io/action values already handled; seen again, they are refused.",
     )
     blocked_since: datetime | None = Field(
@@ -247,7 +251,7 @@ class GrayReleaseStatus(Model):
     )
     history: list[HistoryEntry] = Field(
         default_factory=list,
-        max_length=64,
+        max_length=HISTORY_LIMIT,
         description="Transitions recorded here and not yet in the release_events table.",
     )
     progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")

@@ -65,7 +65,7 @@ def _ratio(hits: str, total: str, shown: str) -> Form:
 
 #: Queue depth of each engine (requests waiting, not yet running), in every name it has been
 #: exported under, the first found winning: the analysis' queue-depth and KEDA's default
-#: scaling query (:mod:`tinct.operator.grayrelease.scaledobject`) read the same table.
+#: scaling query (:func:`tinct.operator.grayrelease.scaling.side_query`) read the same table.
 QUEUE_METRICS: dict[str, tuple[str, ...]] = {
     "vllm": ("vllm:num_requests_waiting",),
     "sglang": ("sglang:num_queue_reqs", "sglang_num_queue_reqs"),

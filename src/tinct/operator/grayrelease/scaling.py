@@ -1,17 +1,22 @@
-"""What scales the two sides of a release: HPAs or KEDA ScaledObjects; pure planning.
+"""What scales the two sides of a release: the plan, HPAs or KEDA ScaledObjects; pure.
 
-One scaler per named Deployment, owned by the GrayRelease (deleting the release removes
-them and leaves the Deployments as they are): an ``autoscaling/v2`` HPA on the metric of
-``spec.autoscaling`` (a pods metric at an average value; ``cpu`` / ``memory`` name a
-resource metric instead), or with ``spec.autoscaling.keda`` a KEDA ScaledObject on a
-Prometheus query of that side alone (:mod:`~tinct.operator.grayrelease.scaledobject`). Switching
-from one way to the other deletes the release's own scaler of the old way. The bounds —
-an HPA's ``minReplicas``/``maxReplicas``, a ScaledObject's ``minReplicaCount``/
-``maxReplicaCount`` alike — follow the *recorded* status, and capacity comes before weight:
+:func:`plan_autoscaling` decides everything for the recorded status, side by side: one
+scaler per named Deployment, owned by the GrayRelease (deleting the release removes them and
+leaves the Deployments as they are); which kind — an ``autoscaling/v2`` HPA on the metric of
+``spec.autoscaling``, or with ``spec.autoscaling.keda`` a KEDA ScaledObject on a Prometheus
+query of that side alone; its name, its bounds, the signal it scales on, and whether it may
+be written at all. The writers (:mod:`~tinct.operator.grayrelease.hpa`,
+:mod:`~tinct.operator.grayrelease.scaledobject`) render what it decided for each side
+(:class:`~tinct.operator.grayrelease.scalers.SideScaler`) and call nothing back.
+Switching from one way to the other deletes the release's own scaler of the old way.
+
+The bounds — an HPA's ``minReplicas``/``maxReplicas``, a ScaledObject's
+``minReplicaCount``/``maxReplicaCount`` alike — follow the *recorded* status, and capacity
+comes before weight:
 
 - **candidate**: sized for the share it is about to take, not only the one in force: while
   a decided step waits for replicas (``status.nextStep``) its minimum is already the
-  replicas that step needs (:func:`~tinct.operator.grayrelease.decide.needed`), so the HPA
+  replicas that step needs (:func:`~tinct.operator.grayrelease.shares.needed`), so the HPA
   controller brings them up before any weight moves; on promotion its bounds are raised to
   the full range before it takes 100 %. The maximum is ``ceil(maxReplicas * share)``, never
   below the minimum. After a rollback or abort its bounds stay as they were for
@@ -23,6 +28,14 @@ an HPA's ``minReplicas``/``maxReplicas``, a ScaledObject's ``minReplicaCount``/
   the candidate has the replicas for the whole traffic, its minimum and maximum step down
   to ``minReplicas`` over :data:`STEP_DOWN_INTERVALS` analysis intervals.
 
+With KEDA each side scales on its own signal, never on both sides together: its own query,
+else its engine's queue depth (:data:`~tinct.operator.grayrelease.engine.QUEUE_METRICS`:
+``vllm:num_requests_waiting``, ``sglang:num_queue_reqs`` or ``sglang_num_queue_reqs``,
+``tgi_queue_size``) summed over the series its own labels select (default: the release's
+namespace and the side's Service), so the candidate's queue never drives stable's replicas
+or the reverse. The Prometheus URL comes from the operator's configuration (resolved by the
+caller the way analyses resolve theirs, :class:`KedaEnv`), never from the spec.
+
 An HPA or ScaledObject on the same Deployment that this release did not create is left
 alone: the side is reported ``managed: false`` with an ``AutoscalingReady=False`` condition
 (``ForeignHPA`` or ``ForeignScaledObject``); the HPA KEDA keeps for the release's own
@@ -33,6 +46,7 @@ operator does not allow (``PrometheusNotAllowed``) or two sides on the same quer
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,52 +54,65 @@ from typing import Any
 
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import (
-    Autoscaling,
     Backend,
     GrayRelease,
     GrayReleaseSpec,
     GrayReleaseStatus,
+    Keda,
     ScalerStatus,
     parse_duration,
 )
-from tinct.operator.grayrelease.decide import needed, steps_of
-from tinct.operator.grayrelease.scaledobject import (
-    deployment_ref,
-    keda_hpa_name,
-    scaled_object_manifest,
-    scaled_object_name,
-    scaler_metadata,
-    side_query,
-    targets,
-)
+from tinct.operator.grayrelease.engine import QUEUE_METRICS
+from tinct.operator.grayrelease.hpa import hpa_manifest
+from tinct.operator.grayrelease.prometheus import selector
+from tinct.operator.grayrelease.scaledobject import scaled_object_manifest
+from tinct.operator.grayrelease.scalers import SideScaler, owner_reference
+from tinct.operator.grayrelease.shares import needed, share_at
 
 __all__ = [
     "SCALE_DOWN_DELAY",
     "STEP_DOWN_INTERVALS",
     "KedaEnv",
     "Plan",
+    "SideScaler",
     "candidate_bounds",
-    "hpa_manifest",
     "hpa_name",
+    "keda_hpa_name",
     "plan_autoscaling",
+    "scaled_object_name",
+    "side_query",
     "stable_bounds",
+    "targets",
 ]
 
 #: Analysis intervals over which stable's bounds come down after promotion.
 STEP_DOWN_INTERVALS = 4
 #: Seconds the candidate keeps its bounds after a rollback (at least one analysis interval).
 SCALE_DOWN_DELAY = 30.0
-_RESOURCES = ("cpu", "memory")
+#: KEDA uses a ScaledObject's name as a label value: at most 63 characters.
+_MAX_SO_NAME = 63
 
 
 def hpa_name(release: str, side: str) -> str:
     return f"tinct-{release}-{side}"[:253]
 
 
-def _share_at(spec: GrayReleaseSpec, step: int) -> float:
-    if step >= steps_of(spec):
-        return 100.0
-    return max(c.weights[min(step, len(c.weights) - 1)] for c in spec.cells)
+def scaled_object_name(release: str, side: str) -> str:
+    """``tinct-<release>-<side>``, shortened with a digest of the release's name past 63 characters."""
+    name = f"tinct-{release}-{side}"
+    if len(name) <= _MAX_SO_NAME:
+        return name
+    digest = hashlib.sha256(release.encode()).hexdigest()[:8]
+    keep = _MAX_SO_NAME - len(f"tinct--{digest}-{side}")
+    return f"tinct-{release[:keep].rstrip('-.')}-{digest}-{side}"
+
+
+def keda_hpa_name(scaled_object: str) -> str:
+    """The HPA KEDA keeps for a ScaledObject it scales (its default name)."""
+    return f"keda-hpa-{scaled_object}"
+
+
+# --- the bounds -----------------------------------------------------------------------------
 
 
 def _interval(spec: GrayReleaseSpec) -> float:
@@ -93,16 +120,16 @@ def _interval(spec: GrayReleaseSpec) -> float:
 
 
 def candidate_bounds(spec: GrayReleaseSpec, status: GrayReleaseStatus, now: datetime) -> tuple[int, int]:
-    """(minReplicas, maxReplicas) of the candidate's HPA for the recorded ``status``."""
+    """(minReplicas, maxReplicas) of the candidate's scaler for the recorded ``status``."""
     scaling = spec.autoscaling
     assert scaling is not None
     lo, hi = scaling.min_replicas, scaling.max_replicas
     share = max(status.weights.values(), default=0.0)
     if status.next_step is not None:
-        share = max(share, _share_at(spec, status.next_step))
+        share = max(share, share_at(spec, status.next_step))
     if status.phase in ("RolledBack", "Failed"):
         since = (now - status.step_started_at).total_seconds() if status.step_started_at else math.inf
-        share = _share_at(spec, status.step) if since < max(SCALE_DOWN_DELAY, _interval(spec)) else 0.0
+        share = share_at(spec, status.step) if since < max(SCALE_DOWN_DELAY, _interval(spec)) else 0.0
     if share <= 0:
         return lo, lo
     f = min(share, 100.0) / 100.0
@@ -112,7 +139,7 @@ def candidate_bounds(spec: GrayReleaseSpec, status: GrayReleaseStatus, now: date
 
 
 def stable_bounds(spec: GrayReleaseSpec, status: GrayReleaseStatus, now: datetime) -> tuple[int, int]:
-    """(minReplicas, maxReplicas) of stable's HPA for the recorded ``status``."""
+    """(minReplicas, maxReplicas) of stable's scaler for the recorded ``status``."""
     scaling = spec.autoscaling
     assert scaling is not None
     lo, hi = scaling.min_replicas, scaling.max_replicas
@@ -126,31 +153,94 @@ def stable_bounds(spec: GrayReleaseSpec, status: GrayReleaseStatus, now: datetim
     return min(smin, smax), smax
 
 
-def _metric(scaling: Autoscaling) -> dict[str, Any]:
-    m = scaling.metric
-    target = {"type": "AverageValue", "averageValue": m.average_value}
-    if m.pods in _RESOURCES:
-        return {"type": "Resource", "resource": {"name": m.pods, "target": target}}
-    return {"type": "Pods", "pods": {"metric": {"name": m.pods}, "target": target}}
+# --- the signal a side scales on (KEDA) ------------------------------------------------------
 
 
-def hpa_manifest(
-    release: GrayRelease, side: str, backend: Backend, lo: int, hi: int, owner: dict[str, Any]
-) -> dict[str, Any]:
-    """The HPA of one side, for server-side apply."""
-    if backend.deployment is None or release.spec.autoscaling is None:
-        raise ValueError(f"{side} has no deployment or the release no autoscaling")
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": scaler_metadata(release, hpa_name(release.metadata.name, side), side, owner),
-        "spec": {
-            "scaleTargetRef": deployment_ref(backend.deployment),
-            "minReplicas": lo,
-            "maxReplicas": hi,
-            "metrics": [_metric(release.spec.autoscaling)],
-        },
-    }
+def _keda(release: GrayRelease) -> Keda:
+    scaling = release.spec.autoscaling
+    if scaling is None or scaling.keda is None:
+        raise ValueError("the release has no spec.autoscaling.keda")
+    return scaling.keda
+
+
+def side_labels(release: GrayRelease, side: str) -> dict[str, str]:
+    """The labels selecting ``side``'s own engine series."""
+    given = getattr(_keda(release), side).labels
+    if given:
+        return dict(given)
+    backend: Backend = getattr(release.spec, side)
+    return {"namespace": release.metadata.namespace or "default", "service": backend.service}
+
+
+def side_query(release: GrayRelease, side: str) -> str | None:
+    """The PromQL ``side`` scales on: its own query, else its engine's queue depth; None without either."""
+    own = getattr(_keda(release), side).query
+    if own is not None:
+        return str(own)
+    engine = getattr(release.spec, side).engine
+    if engine is None:
+        return None
+    sel = selector(**side_labels(release, side))
+    return " or ".join(f"sum({metric}{{{sel}}})" for metric in QUEUE_METRICS[engine])
+
+
+# --- whose scalers are there -----------------------------------------------------------------
+
+
+def targets(obj: dict[str, Any], deployment: str) -> bool:
+    """Whether a ScaledObject or HPA (as the watch has it) scales Deployment ``deployment``."""
+    ref = (obj.get("spec") or {}).get("scaleTargetRef") or {}
+    kind = ref.get("kind") or "Deployment"  # a ScaledObject's default
+    group = (ref.get("apiVersion") or "apps/v1").split("/")[0]
+    return bool(kind == "Deployment" and group == "apps" and ref.get("name") == deployment)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _owned_by(obj: dict[str, Any], kind: str, *, uid: str | None = None, name: str | None = None) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        r.get("kind") == kind
+        and (uid is None or r.get("uid") == uid)
+        and (name is None or r.get("name") == name)
+        for r in refs
+    )
+
+
+def _ours(obj: dict[str, Any], name: str, uid: str | None) -> bool:
+    """The child ``name`` this release created (its owner reference carries the release's uid)."""
+    return _name(obj) == name and _owned_by(obj, "GrayRelease", uid=uid)
+
+
+def _foreign(
+    release: GrayRelease,
+    side: str,
+    deployment: str,
+    hpas: list[dict[str, Any]],
+    scaled_objects: list[dict[str, Any]],
+) -> tuple[list[str], list[str]]:
+    """(HPAs, ScaledObjects) scaling ``deployment`` that this release did not create.
+
+    KEDA's HPA for this release's own ScaledObject of the side is not foreign, whichever way
+    the release scales now (it goes with that ScaledObject).
+    """
+    uid = release.metadata.uid
+    hpa, so = hpa_name(release.metadata.name, side), scaled_object_name(release.metadata.name, side)
+    mine = any(_ours(o, so, uid) for o in scaled_objects) or not any(_name(o) == so for o in scaled_objects)
+    foreign_hpas = [
+        _name(h)
+        for h in hpas
+        if targets(h, deployment)
+        and not _ours(h, hpa, uid)
+        and not (mine and _owned_by(h, "ScaledObject", name=so))
+    ]
+    foreign_sos = [_name(o) for o in scaled_objects if targets(o, deployment) and not _ours(o, so, uid)]
+    return foreign_hpas, foreign_sos
+
+
+# --- the plan --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -205,51 +295,6 @@ class Plan:
         return set_condition(conds, new, now)
 
 
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
-def _owned_by(obj: dict[str, Any], kind: str, *, uid: str | None = None, name: str | None = None) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(
-        r.get("kind") == kind
-        and (uid is None or r.get("uid") == uid)
-        and (name is None or r.get("name") == name)
-        for r in refs
-    )
-
-
-def _ours(obj: dict[str, Any], name: str, uid: str | None) -> bool:
-    """The child ``name`` this release created (its owner reference carries the release's uid)."""
-    return _name(obj) == name and _owned_by(obj, "GrayRelease", uid=uid)
-
-
-def _foreign(
-    release: GrayRelease,
-    side: str,
-    deployment: str,
-    hpas: list[dict[str, Any]],
-    scaled_objects: list[dict[str, Any]],
-) -> tuple[list[str], list[str]]:
-    """(HPAs, ScaledObjects) scaling ``deployment`` that this release did not create.
-
-    KEDA's HPA for this release's own ScaledObject of the side is not foreign, whichever way
-    the release scales now (it goes with that ScaledObject).
-    """
-    uid = release.metadata.uid
-    hpa, so = hpa_name(release.metadata.name, side), scaled_object_name(release.metadata.name, side)
-    mine = any(_ours(o, so, uid) for o in scaled_objects) or not any(_name(o) == so for o in scaled_objects)
-    foreign_hpas = [
-        _name(h)
-        for h in hpas
-        if targets(h, deployment)
-        and not _ours(h, hpa, uid)
-        and not (mine and _owned_by(h, "ScaledObject", name=so))
-    ]
-    foreign_sos = [_name(o) for o in scaled_objects if targets(o, deployment) and not _ours(o, so, uid)]
-    return foreign_hpas, foreign_sos
-
-
 def plan_autoscaling(
     release: GrayRelease,
     status: GrayReleaseStatus,
@@ -262,8 +307,6 @@ def plan_autoscaling(
 
     ``keda`` is required when the release has ``spec.autoscaling.keda``.
     """
-    from tinct.operator.grayrelease.tables import owner_reference
-
     plan = Plan()
     spec = release.spec
     if spec.autoscaling is None:
@@ -277,6 +320,7 @@ def plan_autoscaling(
             raise ValueError("planning spec.autoscaling.keda needs a KedaEnv")
         queries = {side: side_query(release, side) for side in ("stable", "candidate")}
         plan.problem = _keda_problem(release, keda, queries)
+    writes: list[SideScaler] = []
     for side, backend in (("stable", spec.stable), ("candidate", spec.candidate)):
         if backend.deployment is None:
             continue
@@ -302,20 +346,21 @@ def plan_autoscaling(
             plan.status.append(entry.model_copy(update={"managed": False}))
             continue
         if not use_keda:
-            plan.manifests.append(hpa_manifest(release, side, backend, lo, hi, owner_reference(release)))
+            writes.append(SideScaler(side, backend.deployment, name, lo, hi))
             plan.delete_scaled_objects += [so for o in sos if _ours(o, so, uid)]
         else:
             query, url = queries[side], keda.url if keda is not None else None
             if plan.problem is not None or query is None or url is None:
                 plan.status.append(entry.model_copy(update={"managed": False}))
                 continue
-            plan.scaled_objects.append(
-                scaled_object_manifest(
-                    release, side, lo, hi, owner_reference(release), server_address=url, query=query
-                )
-            )
+            writes.append(SideScaler(side, backend.deployment, so, lo, hi, query=query, server_address=url))
             plan.delete_hpas += [name for h in hpas if _ours(h, name, uid)]
         plan.status.append(entry)
+    owner = owner_reference(release)
+    if use_keda:
+        plan.scaled_objects = [scaled_object_manifest(release, s, owner) for s in writes]
+    else:
+        plan.manifests = [hpa_manifest(release, s, owner) for s in writes]
     return plan
 
 

@@ -30,38 +30,26 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tinct.api.routing import (
-    RoutingCell,
     RoutingTable,
+    cell_weights,
     configmap_name,
     routing_configmap,
     routing_table_from,
 )
-from tinct.api.v1alpha1.common import API_VERSION
+from tinct.api.v1alpha1.dye import cell_key
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, RoutingRef
-from tinct.operator.grayrelease.decide import cell_key
 from tinct.router.table import CompiledTable
 
 __all__ = [
     "cells_by_tag",
     "content_digest",
     "desired_table",
-    "owner_reference",
     "plan",
     "release_models",
     "standing_table",
     "table_manifest",
     "target_digest",
 ]
-
-
-def owner_reference(release: GrayRelease) -> dict[str, Any]:
-    """An ownerReference to ``release`` (needs ``metadata.uid``)."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "GrayRelease",
-        "name": release.metadata.name,
-        "uid": release.metadata.uid or "",
-    }
 
 
 def release_models(
@@ -117,20 +105,16 @@ def desired_table(
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
 ) -> RoutingTable:
-    """The table for ``status``: its phase, its step, and ``status.weights`` per cell."""
-    table = routing_table_from(
-        release, status.step, status.phase, version=version, cluster_domain=cluster_domain, models=models
+    """The table ``status`` calls for: its phase, its step, and the weights it put in force."""
+    return routing_table_from(
+        release,
+        status.step,
+        status.phase,
+        version=version,
+        weights=status.weights,
+        cluster_domain=cluster_domain,
+        models=models,
     )
-    cells = [
-        RoutingCell(match=c.match, weight=status.weights.get(cell_key(c.match), 0.0))
-        for c in release.spec.cells
-    ]
-    spec = release.spec
-    update: dict[str, Any] = {"cells": cells, "uid": release.metadata.uid}
-    for side, backend in (("stable", spec.stable), ("candidate", spec.candidate)):
-        if backend.url:
-            update[side] = getattr(table, side).model_copy(update={"url": backend.url})
-    return table.model_copy(update=update)
 
 
 def content_digest(table: RoutingTable) -> str:
@@ -191,15 +175,20 @@ def standing_table(
     takes its models over.
 
     The candidate serves every cell when the release was Promoted; stable serves
-    everything otherwise. The version grows past everything the release wrote.
+    everything otherwise (the weight rule for a candidate that no longer serves). The
+    version grows past everything the release wrote.
     """
-    final = status.model_copy(deep=True)
-    promoted = status.phase == "Promoted"
-    final.weights = {cell_key(c.match): (100.0 if promoted else 0.0) for c in release.spec.cells}
-    models = status.routing.models if status.routing is not None else []
-    recorded = status.routing.version if status.routing is not None else 0
-    table = desired_table(release, final, max(recorded, found_version) + 1, cluster_domain, models)
-    return table.model_copy(update={"standing": True})
+    routing = status.routing
+    return routing_table_from(
+        release,
+        status.step,
+        status.phase,
+        version=max(routing.version if routing is not None else 0, found_version) + 1,
+        weights=cell_weights(release.spec, status.phase, status.step, serving=False),
+        standing=True,
+        cluster_domain=cluster_domain,
+        models=routing.models if routing is not None else [],
+    )
 
 
 def cells_by_tag(table: RoutingTable) -> dict[str, list[str]]:

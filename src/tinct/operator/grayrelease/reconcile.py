@@ -1,0 +1,151 @@
+"""One round of a release: gather, decide, record, act, history.
+
+1. **gather** (:func:`~tinct.operator.grayrelease.world.gather`) what the round needs;
+2. **decide** (:func:`~tinct.operator.grayrelease.decide.decide`, pure) the next status, and
+   plan what it calls for — the routing-table version and digest, the scalers' bounds — into
+   it (:func:`_planned`);
+3. **record** the status, conditioned on the resourceVersion it was decided from: a status
+   that changed meanwhile is never overwritten (the round starts again from it), and a
+   write that fails otherwise is retried with the *same* decision (:class:`~.runtime.Pending`);
+4. **act** on the recorded status only (:mod:`~tinct.operator.grayrelease.act`): apply the
+   routing table to the table namespace, then the HPAs or KEDA ScaledObjects, then retire
+   standing routes this release's table now covers;
+5. **history**: the transitions recorded in ``status.history`` are appended to
+   ``release_events`` (with a timeout; a lineage outage delays the history, never the
+   traffic) and then dropped from status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from tinct.api.routing import RoutingTable, configmap_name
+from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, HistoryEntry
+from tinct.operator import context
+from tinct.operator.grayrelease import act
+from tinct.operator.grayrelease.decide import decide
+from tinct.operator.grayrelease.decision import Decision
+from tinct.operator.grayrelease.kube import ConflictError
+from tinct.operator.grayrelease.runtime import Pending, Runtime
+from tinct.operator.grayrelease.tables import plan, release_models
+from tinct.operator.grayrelease.world import View, gather, keda_env
+
+__all__ = ["Outcome", "reconcile"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What one round decided and wrote."""
+
+    decision: Decision
+    status: GrayReleaseStatus
+    #: The release's resourceVersion after the round's writes (None: nothing was written).
+    resource_version: str | None
+    #: The transitions this round recorded in status (to notify of).
+    recorded: list[HistoryEntry] = field(default_factory=list)
+
+
+def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
+    """Plan the table and the scalers the decided status calls for into it (pure, recorded with it)."""
+    st = decision.status
+    old = gr.status or GrayReleaseStatus()
+    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    found_version, _ = rt.found(name)
+    recorded_models = old.routing.models if old.routing is not None else []
+    table = plan(
+        gr,
+        st,
+        table_namespace=rt.table_namespace,
+        found_version=found_version,
+        cluster_domain=rt.cluster_domain,
+        models=release_models(gr, view.modelversions, recorded_models),
+    )
+    if gr.spec.autoscaling is not None:
+        scaling = view.scaling(gr, st, now)
+        st.autoscaling = scaling.status
+        st.conditions = scaling.conditions(st.conditions, gr.metadata.generation, now)
+    return table
+
+
+async def reconcile(
+    gr: GrayRelease,
+    rt: Runtime,
+    view: View,
+    lineage: context.Context,
+    *,
+    base: str | None,
+    actions: Callable[[], Sequence[str]] = tuple,
+    pending: Pending | None = None,
+    now: datetime | None = None,
+) -> Outcome:
+    """One round for ``gr`` (its status being the one last recorded, at resourceVersion
+    ``base``); see the module doc. ``pending``: a decision whose write failed, written again."""
+    now = now or datetime.now(UTC)
+    ns = gr.metadata.namespace or "default"
+    old = gr.status or GrayReleaseStatus()
+    view.keda = await keda_env(gr, rt)
+    if pending is not None:
+        decision, table = pending.decision, pending.table
+    else:
+        inputs = await gather(gr, rt, view, actions, now)
+        decision = decide(gr, inputs)
+        table = _planned(gr, rt, view, decision, now)
+    st = decision.status
+    rv = await _record(gr, rt, base, decision, table)
+    recorded = [h for h in st.history if h.seq >= old.transitions]
+    if (ns, gr.metadata.name) in rt.deleting:
+        return Outcome(decision, st, rv, recorded)
+
+    # Act on what was recorded.
+    await act.apply_table(rt, table)
+    if gr.spec.autoscaling is not None:
+        await act.apply_scaling(rt, ns, view.scaling(gr, st, now), view.hpas, view.scaled_objects)
+    await act.retire_standing(rt, gr, table)
+
+    if st.history:
+        rv = await _history(gr, rt, st, lineage, rv)
+    return Outcome(decision, st, rv, recorded)
+
+
+async def _record(
+    gr: GrayRelease, rt: Runtime, base: str | None, decision: Decision, table: RoutingTable
+) -> str | None:
+    """Write the decided status, conditioned on ``base``; the resourceVersion after it.
+
+    A write refused for a conflict propagates (the round starts again from the newer
+    status); one that fails otherwise leaves the decision pending, to be written as it is.
+    """
+    ns, name = gr.metadata.namespace or "default", gr.metadata.name
+    st, old = decision.status, gr.status or GrayReleaseStatus()
+    if st.wire() == old.wire():
+        return base
+    try:
+        return await rt.run(rt.kube.patch_status, ns, name, st.model_dump(by_alias=True, mode="json"), base)
+    except ConflictError:
+        raise
+    except Exception:
+        rt.pending[(ns, name)] = Pending(gr.metadata.uid, base, decision, table)
+        raise
+
+
+async def _history(
+    gr: GrayRelease, rt: Runtime, st: GrayReleaseStatus, lineage: context.Context, rv: str | None
+) -> str | None:
+    """Append the status's history to ``release_events`` and drop what was written from status;
+    the resourceVersion after it."""
+    ns, name = gr.metadata.namespace or "default", gr.metadata.name
+    remaining = await act.record_history(gr, st, lineage)
+    if len(remaining) == len(st.history):
+        return rv
+    st.history = remaining
+    try:
+        patch = {"history": [h.model_dump(by_alias=True, mode="json") for h in remaining]}
+        return await rt.run(rt.kube.patch_status, ns, name, patch, rv)
+    except Exception as exc:  # written again by the next round; rows are idempotent
+        log.info("[%s/%s] could not drop written history from status: %s", ns, name, exc)
+        return rv
