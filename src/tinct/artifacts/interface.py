@@ -22,8 +22,12 @@ import hashlib
 import json
 import posixpath
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
+
+from tinct.artifacts.limits import SAFETENSORS_MAX_TENSORS, LimitExceededError
+from tinct.text import listing, quote
 
 __all__ = ["Interface", "InterfaceError", "combine", "digest", "summary"]
 
@@ -79,32 +83,25 @@ def _safetensors(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
             index = facts["index"]
             continue
         metadata.update(facts.get("metadata") or {})
+        shard = sys.intern(_name(uri))
         for name, layout in (facts.get("tensors") or {}).items():
             if name in tensors and tensors[name] != layout:
                 raise InterfaceError(
                     "safetensors",
-                    f"tensor {name!r} is {tensors[name]} in {where[name]} but {layout} in {_name(uri)}",
+                    f"tensor {quote(name)} is {tensors[name]} in {quote(where[name])} "
+                    f"but {layout} in {quote(shard)}",
                 )
             tensors[name] = layout
-            where[name] = _name(uri)
-    if index is not None:
-        shards = set(where.values())
-        missing = sorted(set(index.values()) - shards)
-        if missing:
-            raise InterfaceError(
-                "safetensors", f"the index names shard(s) {', '.join(missing)} that no artifact declares"
-            )
-        for name, shard in index.items():
-            if where.get(name) != shard:
-                found = f"in {where[name]}" if name in where else "in no shard"
-                raise InterfaceError(
-                    "safetensors", f"the index puts tensor {name!r} in {shard}, it is {found}"
+            where[name] = shard
+            if len(tensors) > SAFETENSORS_MAX_TENSORS:
+                raise LimitExceededError(
+                    "the safetensors shards hold more tensors together",
+                    "SAFETENSORS_MAX_TENSORS",
+                    SAFETENSORS_MAX_TENSORS,
+                    "tensors",
                 )
-        extra = sorted(set(tensors) - set(index))
-        if extra:
-            raise InterfaceError(
-                "safetensors", f"tensor(s) {', '.join(extra[:5])} are in the shards but not in the index"
-            )
+    if index is not None:
+        _check_index(index, where)
     vocab = hidden = None
     for suffix in _EMBEDDINGS:
         emb = next((n for n in sorted(tensors) if n == suffix or n.endswith("." + suffix)), None)
@@ -120,6 +117,28 @@ def _safetensors(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         "layers": max(indices) + 1 if indices else None,
         "indexed": index is not None,
     }
+
+
+def _check_index(index: dict[str, str], where: dict[str, str]) -> None:
+    """Every tensor is in the shard ``index`` names, and every shard it names is declared."""
+    missing = sorted(set(index.values()) - set(where.values()))
+    if missing:
+        raise InterfaceError(
+            "safetensors",
+            f"the index names {len(missing):,} shard(s) that no artifact declares: {listing(missing)}",
+        )
+    for name, shard in index.items():
+        if where.get(name) != shard:
+            found = f"in {quote(where[name])}" if name in where else "in no shard"
+            raise InterfaceError(
+                "safetensors", f"the index puts tensor {quote(name)} in {quote(shard)}, it is {found}"
+            )
+    extra = sorted(set(where) - set(index))
+    if extra:
+        raise InterfaceError(
+            "safetensors",
+            f"{len(extra):,} tensor(s) are in the shards but not in the index: {listing(extra, 5)}",
+        )
 
 
 def _tokenizer(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -147,6 +166,7 @@ def combine(files: Iterable[tuple[str, str, dict[str, Any]]]) -> Interface:
 
     Raises:
         InterfaceError: files of one format contradict each other.
+        LimitExceededError: the safetensors shards hold more than SAFETENSORS_MAX_TENSORS.
     """
     grouped: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for fmt, uri, facts in files:
