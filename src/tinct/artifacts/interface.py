@@ -102,19 +102,20 @@ def _safetensors(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
                 )
     if index is not None:
         _check_index(index, where)
+    names = sorted(tensors)
     vocab = hidden = None
     for suffix in _EMBEDDINGS:
-        emb = next((n for n in sorted(tensors) if n == suffix or n.endswith("." + suffix)), None)
+        emb = next((n for n in names if n == suffix or n.endswith("." + suffix)), None)
         if emb is not None and len(_shape(tensors[emb])) == 2:
             vocab, hidden = _shape(tensors[emb])
             break
-    indices = [int(m.group(1)) for n in tensors if (m := _LAYER.search(n))]
+    layers = max((int(m.group(1)) for n in names if (m := _LAYER.search(n))), default=None)
     return {
-        "tensors": dict(sorted(tensors.items())),
+        "tensors": {n: tensors[n] for n in names},
         "metadata": dict(sorted(metadata.items())),
         "vocab_size": vocab,
         "hidden_size": hidden,
-        "layers": max(indices) + 1 if indices else None,
+        "layers": layers + 1 if layers is not None else None,
         "indexed": index is not None,
     }
 
@@ -188,14 +189,29 @@ def combine(files: Iterable[tuple[str, str, dict[str, Any]]]) -> Interface:
     return out
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(interface: Interface) -> str:
     """The interface as canonical JSON (sorted keys, no spaces)."""
-    return json.dumps(interface, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(interface)
 
 
 def digest(interface: Interface) -> str:
-    """SHA-256 of :func:`canonical`."""
-    return hashlib.sha256(canonical(interface).encode("utf-8")).hexdigest()
+    """SHA-256 of :func:`canonical`, hashed as it is encoded (never the whole text at once:
+    the interface of half a million tensors is tens of megabytes of it)."""
+    sha = hashlib.sha256()
+    pending: list[str] = []
+    size = 0
+    for chunk in _CANONICAL.iterencode(interface):
+        pending.append(chunk)
+        size += len(chunk)
+        if size > 1 << 20:
+            sha.update("".join(pending).encode("utf-8", "surrogatepass"))
+            pending.clear()
+            size = 0
+    sha.update("".join(pending).encode("utf-8", "surrogatepass"))
+    return sha.hexdigest()
 
 
 def summary(interface: Interface) -> str:
