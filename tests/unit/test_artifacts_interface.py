@@ -222,6 +222,8 @@ def test_unigram_vocabulary_is_a_list(tmp_path: Path) -> None:
         (b"\xff\xfe not json", "not JSON"),
         (b"[1, 2]", "not a JSON object"),
         (b'{"model": {"type": "BPE", "vocab": {"a": -1}}}', "ids must be non-negative"),
+        (b'{"model": {"type": "BPE", "vocab": {"a": 18446744073709551616}}}', "ids must be non-negative"),
+        (b'{"model": {"type": "BPE", "vocab": {"a": 1e999}}}', "ids must be non-negative"),
         (b'{"version": "1.0"}', 'tokenizer.json has no "model" object'),
     ],
 )

@@ -67,6 +67,8 @@ def validate(
         return reader(uri, Window(f, int(f.size())), onnx_parse_limit)
     except ValueError as exc:  # UnicodeDecodeError and LimitExceededError are ValueErrors
         raise FormatError.of(uri, fmt, exc) from exc
+    except (ArithmeticError, RecursionError) as exc:  # numbers or nesting no file should have
+        raise FormatError(uri, fmt, f"{type(exc).__name__}: {exc}") from exc
     except OSError as exc:
         raise classify(uri, exc) from exc
     finally:

@@ -62,7 +62,7 @@ def _sha256(text: str) -> str:
 
 
 def _is_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62
 
 
 class _Vocabulary:
