@@ -62,6 +62,7 @@ from interface_artifacts import (  # noqa: E402
     onnx_with_inputs,
     onnx_with_sparse_initializers,
 )
+from lineage_artifacts import make_onnx  # noqa: E402
 from tinct.artifacts import limits  # noqa: E402
 from tinct.artifacts.onnx_wire import DEFAULT_ONNX_PARSE_LIMIT  # noqa: E402
 
@@ -134,25 +135,6 @@ def _write_chat_template(path: Path) -> None:
     path.write_text(json.dumps({"bos_token": "<s>", "chat_template": template}, ensure_ascii=False))
 
 
-def _full_parse_model(path: Path) -> None:
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    n = (DEFAULT_ONNX_PARSE_LIMIT - 4096) // 4
-    w = numpy_helper.from_array(np.ones(n, dtype=np.float32), name="W")
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["X", "W"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [n])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n])],
-        initializer=[w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-
-
 def _cases(tmp: Path) -> dict[str, tuple[Callable[[], Path], str, str]]:
     """case -> (make the file, format, the outcome expected: read, limit, or version: the
     whole version of that file)."""
@@ -220,7 +202,11 @@ def _cases(tmp: Path) -> dict[str, tuple[Callable[[], Path], str, str]]:
             "onnx",
             "read",
         ),
-        "onnx_full_parse_at_limit": (at("full.onnx", _full_parse_model), "onnx", "read"),
+        "onnx_full_parse_at_limit": (
+            at("full.onnx", lambda p: make_onnx(p, dim=(DEFAULT_ONNX_PARSE_LIMIT - 4096) // 4)),
+            "onnx",
+            "read",
+        ),
         "ptx_at_caps": (
             at(
                 "kernels.ptx", lambda p: big_ptx(p, limits.PTX_MAX_ENTRIES, limits.PTX_MAX_ENTRY_BYTES - 4096)
