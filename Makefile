@@ -51,6 +51,7 @@ dev: bootstrap
 # Each benchmark prints progress on stderr and a last line of JSON; they take minutes.
 bench: bootstrap
 	$(BIN)/python bench/controlplane.py
+	$(BIN)/python bench/artifacts.py
 	$(BIN)/python bench/lineage.py
 	$(BIN)/python bench/router.py
 	$(BIN)/python bench/release.py

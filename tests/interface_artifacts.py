@@ -7,10 +7,14 @@ the vocabulary grown), so two versions differ exactly where a test says they do.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from tinct.artifacts.fair import FairPool
+from tinct.artifacts.verify import Verification
 
 #: PTX as nvcc 12.4 writes it for ``nvcc -ptx -arch=sm_80`` (header comments included).
 PTX_HEADER = """//
@@ -173,6 +177,19 @@ def make_tokenizer(
     return [path, cfg]
 
 
+def verify_files(pool: FairPool, fmt: str, paths: Sequence[Path]) -> Verification:
+    """The verification of a version whose artifacts are ``paths``, all of format ``fmt``."""
+    import asyncio
+
+    from tinct.api.v1alpha1.modelversion import ModelVersionSpec
+    from tinct.artifacts.verify import verify
+
+    spec = ModelVersionSpec.model_validate(
+        {"model": "m", "version": "1.0.0", "artifacts": [{"format": fmt, "uri": p.as_uri()} for p in paths]}
+    )
+    return asyncio.run(verify(spec, pool.group("v"), artifact_roots=("/",)))
+
+
 def make_version(
     directory: Path,
     *,
@@ -197,3 +214,164 @@ def make_version(
         ("tokenizer", p) for p in make_tokenizer(directory / "tok", words=words, chat_template=chat_template)
     ]
     return files
+
+
+# --- Artifacts at (or over) the operator's caps, written fast and mostly sparse ----------
+
+
+def big_tokenizer(path: Path, entries: int, size: int, specials: Sequence[str] = ("<s>", "</s>")) -> str:
+    """A BPE ``tokenizer.json`` of ``entries`` vocabulary tokens padded to about ``size``
+    bytes, with ``specials`` as special added tokens after them; the vocabulary digest
+    it must have (SHA-256 of its ``id<TAB>token`` lines in id order)."""
+    import hashlib
+
+    per_entry = max(8, (size - 4096) // max(1, entries + len(specials)))
+    digest = hashlib.sha256()
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+    added = [{"id": entries + i, "content": s, **flags, "special": True} for i, s in enumerate(specials)]
+    with path.open("w", encoding="utf-8") as f:
+        f.write('{"version":"1.0","added_tokens":' + json.dumps(added) + ',"model":{"type":"BPE","vocab":{')
+        batch: list[str] = []
+        lines: list[str] = []
+        for i in range(entries):
+            tok = f"t{i:x}".ljust(max(2, per_entry - len(str(i)) - 4), "x")
+            batch.append(f'"{tok}":{i}')
+            lines.append(f"{i}\t{tok}")
+            if len(batch) == 65536 or i == entries - 1:
+                f.write(("," if i >= len(batch) else "") + ",".join(batch))
+                digest.update((b"\n" if i >= len(lines) else b"") + "\n".join(lines).encode())
+                batch, lines = [], []
+        for a in added:
+            digest.update(
+                f"{chr(10) if entries or a is not added[0] else ''}{a['id']}\t{a['content']}".encode()
+            )
+        f.write('},"merges":[]}}')
+    return digest.hexdigest()
+
+
+def big_safetensors_header(path: Path, tensors: int, header_size: int) -> Path:
+    """A safetensors file whose header lists ``tensors`` one-byte U8 tensors, their names
+    padded so the header has about ``header_size`` bytes."""
+    digits = len(str(tensors))
+    fixed = len('"":{"dtype":"U8","shape":[1],"data_offsets":[,]},') + 2 * digits
+    name_len = max(len(f"t{tensors}"), (header_size - 64) // max(1, tensors) - fixed)
+    with path.open("wb") as f:
+        f.write(b"\0" * 8)
+        f.write(b'{"__metadata__":{"format":"pt"}')
+        for start in range(0, tensors, 65536):
+            f.write(
+                "".join(
+                    f',"{f"t{i}".ljust(name_len, "x")}":'
+                    f'{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}'
+                    for i in range(start, min(tensors, start + 65536))
+                ).encode()
+            )
+        f.write(b"}")
+        n = f.tell() - 8
+        f.write(b"\x01" * tensors)
+        f.seek(0)
+        f.write(struct.pack("<Q", n))
+    return path
+
+
+def big_index(path: Path, entries: int, size: int, shards: int = 1) -> list[str]:
+    """A ``model.safetensors.index.json`` of ``entries`` tensors spread over ``shards`` shard
+    names, padded to about ``size`` bytes; the shard file names it uses."""
+    names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    fixed = len('"":"",') + len(names[0])
+    name_len = max(len(f"t.{entries}"), (size - 256) // max(1, entries) - fixed)
+    with path.open("w", encoding="utf-8") as f:
+        f.write('{"metadata":{"total_size":0},"weight_map":{')
+        for start in range(0, entries, 65536):
+            stop = min(entries, start + 65536)
+            f.write(
+                ("," if start else "")
+                + ",".join(
+                    f'"{f"t.{i}".ljust(name_len, "x")}":"{names[i % shards]}"' for i in range(start, stop)
+                )
+            )
+        f.write("}}")
+    return names
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _pb(field: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _pb_int(field: int, value: int) -> bytes:
+    return _varint(field << 3) + _varint(value)
+
+
+def _value_info(name: str) -> bytes:
+    """ValueInfoProto of a FLOAT tensor of shape [1]."""
+    shape = _pb(2, _pb(1, _pb_int(1, 1)))  # TensorShapeProto { dim { dim_value: 1 } }
+    return _pb(1, name.encode()) + _pb(2, _pb(1, _pb_int(1, 1) + shape))  # TypeProto.tensor_type
+
+
+def _model_head(graph_len: int) -> bytes:
+    """A ModelProto (ir_version 8, opset 17) up to its graph's fields, which it announces."""
+    return _pb_int(1, 8) + _pb(8, _pb_int(2, 17)) + _varint(7 << 3 | 2) + _varint(graph_len)
+
+
+def onnx_with_inputs(path: Path, inputs: int) -> Path:
+    """A valid ONNX model with ``inputs`` FLOAT[1] inputs ``x0``, ``x1``, ... and one output
+    ``y = Identity(x0)``, written on the wire directly (fast for a million inputs)."""
+    node = _pb(1, b"x0") + _pb(2, b"y") + _pb(4, b"Identity")
+    fields = [_pb(1, node), _pb(2, b"g")]
+    fields += [_pb(11, _value_info(f"x{i}")) for i in range(inputs)]
+    fields.append(_pb(12, _value_info("y")))
+    with path.open("wb") as f:
+        f.write(_model_head(sum(map(len, fields))))
+        for chunk in fields:
+            f.write(chunk)
+    return path
+
+
+def onnx_with_sparse_initializers(path: Path, total: int, count: int = 2) -> Path:
+    """An ONNX model whose graph holds ``count`` UINT8 initializers of ``total`` bytes
+    together (their payloads sparse, never written), an input ``bias`` one of them backs
+    (so it is optional), an input ``x`` and an output ``y = Add(x, bias)``."""
+    each = total // count
+    node = _pb(1, b"x") + _pb(1, b"bias") + _pb(2, b"y") + _pb(4, b"Add")
+    heads: list[bytes] = []
+    for i in range(count):
+        name = b"bias" if i == 0 else f"w{i}".encode()
+        tensor_head = _pb_int(1, each) + _pb_int(2, 2) + _pb(8, name) + _varint(9 << 3 | 2) + _varint(each)
+        heads.append(_varint(5 << 3 | 2) + _varint(len(tensor_head) + each) + tensor_head)
+    small = [_pb(1, node), _pb(2, b"g")]
+    rest = [_pb(11, _value_info("x")), _pb(11, _value_info("bias")), _pb(12, _value_info("y"))]
+    graph_len = sum(map(len, small)) + sum(len(h) + each for h in heads) + sum(map(len, rest))
+    with path.open("wb") as f:
+        f.write(_model_head(graph_len) + b"".join(small))
+        for h in heads:
+            f.write(h)
+            f.seek(each, 1)  # the payload: a hole in the file
+        f.write(b"".join(rest))
+    return path
+
+
+def big_ptx(path: Path, entries: int, name_bytes: int) -> list[str]:
+    """A PTX module of ``entries`` empty kernels whose names have ``name_bytes`` bytes
+    together; the names, sorted."""
+    name_len = max(len(f"k{entries}"), name_bytes // max(1, entries))
+    names = [f"k{i}".ljust(name_len, "x") for i in range(entries)]
+    with path.open("w") as f:
+        f.write(PTX_HEADER.format(version="8.4", target="sm_80", first=names[0] if names else "none"))
+        for start in range(0, entries, 4096):
+            f.write(
+                "".join(f"\n.visible .entry {n}()\n{{\n\tret;\n}}\n" for n in names[start : start + 4096])
+            )
+    return sorted(names)

@@ -3,7 +3,10 @@
 - ``file://`` reads only inside ``--artifact-root`` directories, whatever the spelling;
 - a small version does not wait behind a big one, and a delete or a new generation
   stops the hashing in progress;
-- SIGTERM while hashing ends the process promptly, and a restart finishes the version.
+- SIGTERM while hashing ends the process promptly, and a restart finishes the version;
+- artifacts at the caps of tinct.artifacts.limits are read, ones over a cap fail once
+  naming it, and an index naming 10,000 missing shards fails with a summarised message:
+  each failure is one status write and one Event, never a retry loop.
 
 Each test prints what it observed (seconds, bytes, messages).
 """
@@ -14,6 +17,7 @@ import hashlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -22,6 +26,14 @@ from pathlib import Path
 import pytest
 
 from controlplane.harness import Cluster
+from interface_artifacts import (
+    big_index,
+    big_safetensors_header,
+    big_tokenizer,
+    make_llm_shards,
+    onnx_with_inputs,
+    onnx_with_sparse_initializers,
+)
 from lineage_artifacts import make_onnx, make_ptx, sha256_file
 from modelversion_cluster import (
     FileOpens,
@@ -37,10 +49,12 @@ from modelversion_cluster import (
     wait,
     wait_phase,
 )
+from tinct.artifacts import limits
 
 pytestmark = pytest.mark.usefixtures("crds")
 
 GiB = 1024**3
+MiB = 1024**2
 
 
 def _bytes_read(pid: int) -> int:
@@ -267,3 +281,106 @@ def test_sigterm_while_hashing_exits_promptly_and_restart_finishes(
     assert obj["status"]["digests"]["source"] == sha256_file(big)
     assert rows(root, "SELECT event FROM model_versions") == [{"event": "registered"}]
     assert len(rows(root, "SELECT uri FROM artifacts")) == 2
+
+
+def _events(cluster: Cluster, ns: str, name: str) -> list[dict[str, object]]:
+    out = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    ).stdout
+    items: list[dict[str, object]] = json.loads(out)["items"]
+    return items
+
+
+def _sparse_safetensors(path: Path, header: int) -> Path:
+    """A file that announces a ``header``-byte JSON header (sparse: nothing is written)."""
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", header) + b"{")
+        f.truncate(8 + header + 1024)
+    return path
+
+
+def test_artifacts_at_the_caps_are_read_and_hostile_ones_fail_once(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    (tmp_path / "tok").mkdir()
+    tokenizer = tmp_path / "tok" / "tokenizer.json"
+    vocab_digest = big_tokenizer(tokenizer, limits.TOKENIZER_MAX_VOCAB - 2, limits.TOKENIZER_MAX_BYTES - MiB)
+    shard = big_safetensors_header(
+        tmp_path / "cap.safetensors", limits.SAFETENSORS_MAX_TENSORS, limits.SAFETENSORS_MAX_HEADER - MiB
+    )
+    weights = onnx_with_sparse_initializers(tmp_path / "weights.onnx", 2 * GiB)
+    million = onnx_with_inputs(tmp_path / "million.onnx", 1_000_000)
+    huge = _sparse_safetensors(tmp_path / "huge.safetensors", 97 * 1000 * 1000)
+    (tmp_path / "sharded").mkdir()
+    first = make_llm_shards(tmp_path / "sharded")[0]
+    index = tmp_path / "sharded" / "model.safetensors.index.json"
+    missing = big_index(index, 10_000, 2 * MiB, shards=10_000)
+    versions = {
+        "tok-caps": [("tokenizer", tokenizer)],
+        "st-caps": [("safetensors", shard)],
+        "onnx-2gib": [("onnx", weights)],
+        "onnx-1m": [("onnx", million)],
+        "st-huge": [("safetensors", huge)],
+        "index-10k": [("safetensors", first), ("safetensors", index)],
+    }
+    failing = {
+        "onnx-1m": ("LimitExceeded", "(ONNX_MAX_ENTRIES)"),
+        "st-huge": ("LimitExceeded", "(SAFETENSORS_MAX_HEADER)"),
+        "index-10k": (
+            "InterfaceInconsistent",
+            f"10,000 shard(s) that no artifact declares: {missing[0]}, {missing[1]}, {missing[2]}, "
+            "… and 9,997 more",
+        ),
+    }
+    root = tmp_path / "lineage"
+    opens = FileOpens(index)
+    try:
+        with operator(namespace, root, tmp_path) as runner:
+            for name, files in versions.items():
+                apply(cluster, namespace, mv_doc(name, [{"format": f, "uri": p.as_uri()} for f, p in files]))
+            got = {
+                name: wait_phase(cluster, namespace, name, "Ready", "Failed", timeout=900)
+                for name in versions
+            }
+            events = {
+                name: wait(f"{name} event", lambda name=name: _events(cluster, namespace, name))
+                for name in versions
+            }
+            index_opens = opens.take()[index.name]
+    finally:
+        opens.close()
+    for name, obj in got.items():
+        st = obj["status"]
+        print(f"{name}: {st['phase']}: {st['message'][:300]}")
+        if name not in failing:
+            assert st["phase"] == "Ready", (name, st)
+            continue
+        reason, text = failing[name]
+        assert st["phase"] == "Failed", (name, st)
+        c = cond(obj, "Verified")
+        assert (c["status"], c["reason"]) == ("False", reason), (name, c)
+        assert text in st["message"], (name, st["message"])
+        assert len(st["message"]) < 2048
+        assert [e["reason"] for e in events[name]] == [reason], (name, events[name])
+        assert [e.get("count", 1) for e in events[name]] == [1]
+    # Failed once: the handler finished (no exception, no retry), the index was read once.
+    assert "Will retry" not in runner.output
+    assert index_opens == 1
+    assert "vocab 2097152" in got["tok-caps"]["status"]["interface"]["summary"]
+    recorded = {
+        r["name"]: r
+        for r in rows(
+            root, "SELECT name, format, vocab_size, vocab_digest, tensor_count, facts FROM interfaces"
+        )
+    }
+    assert (recorded["tok-caps"]["vocab_size"], recorded["tok-caps"]["vocab_digest"]) == (
+        limits.TOKENIZER_MAX_VOCAB,
+        vocab_digest,
+    )
+    assert recorded["st-caps"]["tensor_count"] == limits.SAFETENSORS_MAX_TENSORS
+    assert json.loads(recorded["onnx-2gib"]["facts"])["inputs"] == {
+        "bias": {"dtype": "FLOAT", "shape": [1], "optional": True},
+        "x": {"dtype": "FLOAT", "shape": [1], "optional": False},
+    }
+    failed = rows(root, "SELECT name, event, reason FROM model_versions WHERE event = 'failed' ORDER BY name")
+    assert failed == [{"name": n, "event": "failed", "reason": failing[n][0]} for n in sorted(failing)]

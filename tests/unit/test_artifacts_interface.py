@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 from collections.abc import Iterator
@@ -10,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from interface_artifacts import make_llm_onnx, make_llm_shards, make_tokenizer, ptx_text
-from tinct.api.v1alpha1.modelversion import ModelVersionSpec
+from interface_artifacts import make_llm_onnx, make_llm_shards, make_tokenizer, ptx_text, verify_files
 from tinct.artifacts.fair import FairPool
 from tinct.artifacts.formats import FormatError, validate
 from tinct.artifacts.interface import InterfaceError, combine, digest, summary
-from tinct.artifacts.verify import verify
 
 
 @pytest.fixture
@@ -80,7 +77,10 @@ def test_onnx_oversized_input_entry_is_refused(tmp_path: Path) -> None:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, str(tmp_path / "m.onnx"))
-    with pytest.raises(FormatError, match=r"graph input or output of 2097.* bytes exceeds 1024 KiB"):
+    with pytest.raises(
+        FormatError,
+        match=r"graph input or output of 2,097,.* bytes: over the limit of 1 MiB \(ONNX_MAX_ENTRY\)",
+    ):
         validate((tmp_path / "m.onnx").as_uri(), "onnx", onnx_parse_limit=0)
 
 
@@ -99,21 +99,15 @@ def test_safetensors_index_naming_an_undeclared_shard_fails(tmp_path: Path) -> N
     first, _, index = make_llm_shards(tmp_path)
     facts = [("safetensors", p.as_uri(), validate(p.as_uri(), "safetensors")) for p in (first, index)]
     with pytest.raises(
-        InterfaceError, match=r"names shard.* model-00002-of-00002.safetensors that no artifact"
+        InterfaceError,
+        match=r"names 1 shard\(s\) that no artifact declares: model-00002-of-00002.safetensors",
     ):
         combine(facts)
 
 
 def test_verify_fails_a_version_whose_index_disagrees_with_its_shards(tmp_path: Path, pool: FairPool) -> None:
     first, _, index = make_llm_shards(tmp_path)
-    spec = ModelVersionSpec.model_validate(
-        {
-            "model": "m",
-            "version": "1.0.0",
-            "artifacts": [{"format": "safetensors", "uri": p.as_uri()} for p in (first, index)],
-        }
-    )
-    result = asyncio.run(verify(spec, pool.group("v"), artifact_roots=("/",)))
+    result = verify_files(pool, "safetensors", [first, index])
     assert result.failure is not None
     assert (result.failure.condition, result.failure.reason) == ("Verified", "InterfaceInconsistent")
     assert "re-export the safetensors artifacts together" in result.failure.message
@@ -224,10 +218,12 @@ def test_unigram_vocabulary_is_a_list(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
         (b"\xff\xfe not json", "not JSON"),
         (b"[1, 2]", "not a JSON object"),
         (b'{"model": {"type": "BPE", "vocab": {"a": -1}}}', "ids must be non-negative"),
+        (b'{"model": {"type": "BPE", "vocab": {"a": 18446744073709551616}}}', "ids must be non-negative"),
+        (b'{"model": {"type": "BPE", "vocab": {"a": 1e999}}}', "ids must be non-negative"),
         (b'{"version": "1.0"}', 'tokenizer.json has no "model" object'),
     ],
 )
@@ -243,7 +239,7 @@ def test_oversized_tokenizer_is_refused_before_reading(tmp_path: Path) -> None:
     with path.open("wb") as f:
         f.truncate(65 * 1024 * 1024)
     before = _rchar()
-    with pytest.raises(FormatError, match="exceeds the 64 MiB"):
+    with pytest.raises(FormatError, match=r"over the limit of 64 MiB \(TOKENIZER_MAX_BYTES\)"):
         validate(path.as_uri(), "tokenizer")
     assert _rchar() - before < 64 * 1024
 

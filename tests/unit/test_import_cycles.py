@@ -14,14 +14,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
-#: Cycles known to exist, each on its way out.
-KNOWN: set[frozenset[str]] = {
-    # Being removed in parallel with the change that brought this test: the integrator
-    # drops this entry when both meet.
-    frozenset({"tinct.artifacts.formats", "tinct.artifacts.tokenizer"}),
-}
-
-
 def modules(root: Path, package: str = "tinct") -> dict[str, Path]:
     """Dotted name -> file of every module of ``package`` below ``root``."""
     found: dict[str, Path] = {}
@@ -122,10 +114,7 @@ def _describe(cycle: frozenset[str], graph: Mapping[str, set[str]]) -> str:
 def test_tinct_modules_import_one_another_without_cycles() -> None:
     graph = import_graph(SRC)
     found = cycles(graph)
-    new = [c for c in found if c not in KNOWN]
-    assert not new, "import cycles among tinct modules:\n" + "\n".join(_describe(c, graph) for c in new)
-    gone = KNOWN - set(found)
-    assert not gone, f"no longer a cycle, drop it from KNOWN: {[sorted(c) for c in gone]}"
+    assert not found, "import cycles among tinct modules:\n" + "\n".join(_describe(c, graph) for c in found)
 
 
 def test_graph_holds_lazy_and_type_checking_imports() -> None:

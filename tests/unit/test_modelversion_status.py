@@ -93,3 +93,28 @@ def test_rows() -> None:
     assert retired["model_versions"][0]["event_id"] == "u1/retired"
     assert retired["model_versions"][0]["onnx_sha256"] == "b" * 64
     assert retired["artifacts"] == []
+
+
+def test_a_huge_failure_message_is_summarised_to_fit_the_status() -> None:
+    """340k characters (an index naming 10,000 missing shards, listed in full) still give a
+    status the API server accepts: the message cut in the middle, start and end kept."""
+    from tinct.api.v1alpha1.common import MESSAGE_MAX, Condition
+    from tinct.text import listing
+
+    names = [f"model-{i:05d}-of-10000.safetensors" for i in range(1, 10_001)]
+    huge = "the index names shard(s) " + ", ".join(names) + ": re-export the artifacts together"
+    assert len(huge) > 340_000
+    failed = Verification(failure=Failure("Verified", "InterfaceInconsistent", huge))
+    st = build_status(_mv(), failed, "/t/model_versions", 7, NOW)
+    verified = next(c for c in st.conditions if c.type == "Verified")
+    for text in (st.message or "", verified.message):
+        assert len(text) == MESSAGE_MAX
+        assert text.startswith("the index names shard(s) model-00001-of-10000.safetensors, ")
+        assert text.endswith(": re-export the artifacts together")
+        assert " … " in text
+    assert len(Condition(type="T", status="True", message="x" * 100_000).message) == MESSAGE_MAX
+    assert listing(names) == (
+        "model-00001-of-10000.safetensors, model-00002-of-10000.safetensors, "
+        "model-00003-of-10000.safetensors, … and 9,997 more"
+    )
+    assert listing(names[:2]) == "model-00001-of-10000.safetensors, model-00002-of-10000.safetensors"

@@ -22,8 +22,12 @@ import hashlib
 import json
 import posixpath
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
+
+from tinct.artifacts.limits import SAFETENSORS_MAX_TENSORS, LimitExceededError
+from tinct.text import listing, quote
 
 __all__ = ["Interface", "InterfaceError", "combine", "digest", "summary"]
 
@@ -79,47 +83,63 @@ def _safetensors(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
             index = facts["index"]
             continue
         metadata.update(facts.get("metadata") or {})
+        shard = sys.intern(_name(uri))
         for name, layout in (facts.get("tensors") or {}).items():
             if name in tensors and tensors[name] != layout:
                 raise InterfaceError(
                     "safetensors",
-                    f"tensor {name!r} is {tensors[name]} in {where[name]} but {layout} in {_name(uri)}",
+                    f"tensor {quote(name)} is {tensors[name]} in {quote(where[name])} "
+                    f"but {layout} in {quote(shard)}",
                 )
             tensors[name] = layout
-            where[name] = _name(uri)
-    if index is not None:
-        shards = set(where.values())
-        missing = sorted(set(index.values()) - shards)
-        if missing:
-            raise InterfaceError(
-                "safetensors", f"the index names shard(s) {', '.join(missing)} that no artifact declares"
-            )
-        for name, shard in index.items():
-            if where.get(name) != shard:
-                found = f"in {where[name]}" if name in where else "in no shard"
-                raise InterfaceError(
-                    "safetensors", f"the index puts tensor {name!r} in {shard}, it is {found}"
+            where[name] = shard
+            if len(tensors) > SAFETENSORS_MAX_TENSORS:
+                raise LimitExceededError(
+                    "the safetensors shards hold more tensors together",
+                    "SAFETENSORS_MAX_TENSORS",
+                    SAFETENSORS_MAX_TENSORS,
+                    "tensors",
                 )
-        extra = sorted(set(tensors) - set(index))
-        if extra:
-            raise InterfaceError(
-                "safetensors", f"tensor(s) {', '.join(extra[:5])} are in the shards but not in the index"
-            )
+    if index is not None:
+        _check_index(index, where)
+    names = sorted(tensors)
     vocab = hidden = None
     for suffix in _EMBEDDINGS:
-        emb = next((n for n in sorted(tensors) if n == suffix or n.endswith("." + suffix)), None)
+        emb = next((n for n in names if n == suffix or n.endswith("." + suffix)), None)
         if emb is not None and len(_shape(tensors[emb])) == 2:
             vocab, hidden = _shape(tensors[emb])
             break
-    indices = [int(m.group(1)) for n in tensors if (m := _LAYER.search(n))]
+    layers = max((int(m.group(1)) for n in names if (m := _LAYER.search(n))), default=None)
     return {
-        "tensors": dict(sorted(tensors.items())),
+        "tensors": {n: tensors[n] for n in names},
         "metadata": dict(sorted(metadata.items())),
         "vocab_size": vocab,
         "hidden_size": hidden,
-        "layers": max(indices) + 1 if indices else None,
+        "layers": layers + 1 if layers is not None else None,
         "indexed": index is not None,
     }
+
+
+def _check_index(index: dict[str, str], where: dict[str, str]) -> None:
+    """Every tensor is in the shard ``index`` names, and every shard it names is declared."""
+    missing = sorted(set(index.values()) - set(where.values()))
+    if missing:
+        raise InterfaceError(
+            "safetensors",
+            f"the index names {len(missing):,} shard(s) that no artifact declares: {listing(missing)}",
+        )
+    for name, shard in index.items():
+        if where.get(name) != shard:
+            found = f"in {quote(where[name])}" if name in where else "in no shard"
+            raise InterfaceError(
+                "safetensors", f"the index puts tensor {quote(name)} in {quote(shard)}, it is {found}"
+            )
+    extra = sorted(set(where) - set(index))
+    if extra:
+        raise InterfaceError(
+            "safetensors",
+            f"{len(extra):,} tensor(s) are in the shards but not in the index: {listing(extra, 5)}",
+        )
 
 
 def _tokenizer(files: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -147,6 +167,7 @@ def combine(files: Iterable[tuple[str, str, dict[str, Any]]]) -> Interface:
 
     Raises:
         InterfaceError: files of one format contradict each other.
+        LimitExceededError: the safetensors shards hold more than SAFETENSORS_MAX_TENSORS.
     """
     grouped: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for fmt, uri, facts in files:
@@ -168,14 +189,29 @@ def combine(files: Iterable[tuple[str, str, dict[str, Any]]]) -> Interface:
     return out
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(interface: Interface) -> str:
     """The interface as canonical JSON (sorted keys, no spaces)."""
-    return json.dumps(interface, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(interface)
 
 
 def digest(interface: Interface) -> str:
-    """SHA-256 of :func:`canonical`."""
-    return hashlib.sha256(canonical(interface).encode("utf-8")).hexdigest()
+    """SHA-256 of :func:`canonical`, hashed as it is encoded (never the whole text at once:
+    the interface of half a million tensors is tens of megabytes of it)."""
+    sha = hashlib.sha256()
+    pending: list[str] = []
+    size = 0
+    for chunk in _CANONICAL.iterencode(interface):
+        pending.append(chunk)
+        size += len(chunk)
+        if size > 1 << 20:
+            sha.update("".join(pending).encode("utf-8", "surrogatepass"))
+            pending.clear()
+            size = 0
+    sha.update("".join(pending).encode("utf-8", "surrogatepass"))
+    return sha.hexdigest()
 
 
 def summary(interface: Interface) -> str:

@@ -24,12 +24,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tinct.api.v1alpha1.common import MESSAGE_MAX
 from tinct.api.v1alpha1.modelversion import ModelVersionSpec
 from tinct.artifacts import compat
 from tinct.artifacts.fair import Group
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT, FormatError, validate
 from tinct.artifacts.hashing import FileDigest, Progress, format_digests, hash_steps
 from tinct.artifacts.interface import Interface, InterfaceError, combine
+from tinct.artifacts.limits import LimitExceededError
 from tinct.artifacts.storage import (
     ArtifactNotFoundError,
     ArtifactRefusedError,
@@ -37,6 +39,7 @@ from tinct.artifacts.storage import (
     confine,
     stat_size,
 )
+from tinct.text import clip
 
 __all__ = ["Failure", "SpecFile", "Verification", "spec_files", "verify"]
 
@@ -47,7 +50,10 @@ class Failure:
 
     condition: str
     reason: str
-    message: str
+    message: str  # clipped to MESSAGE_MAX, whatever the files and the spec say
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", clip(self.message, MESSAGE_MAX))
 
 
 @dataclass
@@ -100,6 +106,38 @@ def _fail(reason: str, message: str) -> Verification:
     return Verification(failure=Failure("Verified", reason, message))
 
 
+def _first_failure(files: Sequence[SpecFile], outcomes: Sequence[Any]) -> Verification | None:
+    """The failure the first refused file is (in spec order), or None when every outcome is
+    a result; an outcome that is another exception is raised (a transient fault).
+
+    A file that is missing (or vanished between two steps), invalid or over a cap fails
+    the version.
+    """
+    for f, outcome in zip(files, outcomes, strict=True):
+        if isinstance(outcome, ArtifactNotFoundError):
+            return _fail(
+                "ArtifactMissing",
+                f"{f.what} {f.uri} not found ({outcome.detail}): upload it or fix {f.field}.uri, "
+                "then change the spec to verify again",
+            )
+        if isinstance(outcome, FormatError) and outcome.limit is not None:
+            return _fail(
+                "LimitExceeded",
+                f"{f.uri} ({f.field}.uri) is over a limit of the operator: {outcome.detail}; "
+                'README "Limits" lists them',
+            )
+        if isinstance(outcome, FormatError):
+            return _fail(
+                "InvalidFormat",
+                f"{f.uri} is not valid {f.format}: {outcome.detail} ({f.field}.uri): "
+                "re-export the artifact or correct its format",
+            )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return None
+
+
 async def _results(futures: Sequence[Future[Any]]) -> list[Any]:
     """Every future's result or exception, once all are done (no read outlives the step)."""
     return await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
@@ -121,16 +159,8 @@ async def _check_presence(
 ) -> Verification | list[int]:
     """The size of every file, or the failure naming the first one that is not there."""
     sizes = await _results([group.call(stat_size, f.read_uri, config) for f in files])
-    for f, size in zip(files, sizes, strict=True):
-        if isinstance(size, ArtifactNotFoundError):
-            return _fail(
-                "ArtifactMissing",
-                f"{f.what} {f.uri} not found ({size.detail}): upload it or fix {f.field}.uri, "
-                "then change the spec to verify again",
-            )
-        if isinstance(size, BaseException):
-            raise size
-    return sizes
+    failure = _first_failure(files, sizes)
+    return sizes if failure is None else failure
 
 
 async def _check_formats(
@@ -144,17 +174,9 @@ async def _check_formats(
             for f in artifacts
         ]
     )
-    for f, outcome in zip(artifacts, outcomes, strict=True):
-        if isinstance(outcome, FormatError):
-            return _fail(
-                "InvalidFormat",
-                f"{f.uri} is not valid {f.format}: {outcome.detail} ({f.field}.uri): "
-                "re-export the artifact or correct its format",
-            )
-        if isinstance(outcome, ArtifactNotFoundError):
-            return _fail("ArtifactMissing", f"{f.uri} vanished: {outcome.detail}")
-        if isinstance(outcome, BaseException):
-            raise outcome
+    failure = _first_failure(artifacts, outcomes)
+    if failure is not None:
+        return failure
     return [(f.format, f.uri, facts) for f, facts in zip(artifacts, outcomes, strict=True)]
 
 
@@ -166,12 +188,9 @@ async def _check_digests(
     outcomes = await _results(
         [group.submit(hash_steps(f.read_uri, config, on_bytes=on_bytes)) for f in files]
     )
-    for f, outcome in zip(files, outcomes, strict=True):
-        if isinstance(outcome, ArtifactNotFoundError):
-            return _fail("ArtifactMissing", f"{f.uri} vanished: {outcome.detail}: upload it or fix the URI")
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            raise outcome
+    failure = _first_failure(files, outcomes)
+    if failure is not None:
+        return failure
     digests = [
         FileDigest(uri=f.uri, sha256=d.sha256, size=d.size) for f, d in zip(files, outcomes, strict=True)
     ]
@@ -224,6 +243,8 @@ async def verify(
         interface = combine(facts)
     except InterfaceError as exc:
         return _fail("InterfaceInconsistent", f"{exc}: re-export the {exc.fmt} artifacts together")
+    except LimitExceededError as exc:
+        return _fail("LimitExceeded", f"the artifacts together are over a limit of the operator: {exc}")
     verification = await _check_digests(files, group, config, progress)
     if verification.ok:
         verification.facts = facts

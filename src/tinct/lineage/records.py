@@ -88,6 +88,7 @@ def model_version_rows(
         for fmt, d in (verification.files if verification else [])
     ]
     interface = (verification.interface if verification else None) or {}
+    interface_digest = digest(interface)  # once: the interface of half a million tensors is big
     interfaces = [
         {
             "event_id": event_id,
@@ -98,7 +99,7 @@ def model_version_rows(
             "namespace": meta.namespace,
             "name": meta.name,
             "recorded_at": ts,
-            **interface_columns(fmt, uri, facts, interface),
+            **interface_columns(fmt, uri, facts, interface, interface_digest),
         }
         for fmt, uri, facts in (verification.facts if verification else [])
     ]
@@ -114,13 +115,16 @@ def _io(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def interface_columns(fmt: str, uri: str, facts: Mapping[str, Any], interface: Interface) -> dict[str, Any]:
-    """The ``interfaces`` columns of one artifact (all but the identity of the version)."""
+def interface_columns(
+    fmt: str, uri: str, facts: Mapping[str, Any], interface: Interface, interface_digest: str
+) -> dict[str, Any]:
+    """The ``interfaces`` columns of one artifact (all but the identity of the version);
+    ``interface_digest`` is ``digest(interface)``."""
     st = (interface.get("safetensors") or {}) if fmt == "safetensors" else {}
     return {
         "uri": uri,
         "format": fmt,
-        "interface_digest": digest(interface),
+        "interface_digest": interface_digest,
         "inputs": _io(facts["inputs"]) if "inputs" in facts else None,
         "outputs": _io(facts["outputs"]) if "outputs" in facts else None,
         "opsets": list(facts["opsets"].items()) if "opsets" in facts else None,

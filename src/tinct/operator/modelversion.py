@@ -42,10 +42,13 @@ from tinct.artifacts.verify import Verification, verify
 from tinct.lineage.records import Rows, model_version_rows
 from tinct.operator import context
 from tinct.operator.interface import Comparison, compare, condition_of
+from tinct.text import clip
 
 __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
 
 PLURAL = "modelversions"
+#: Characters of an Event's note (kopf cuts longer ones in the middle, without a word).
+EVENT_NOTE_MAX = 1024
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
@@ -307,11 +310,12 @@ async def verify_modelversion(
         return
     # Merge patch: the fields the new status sets, and a stale progress block dropped.
     patch.status.update(_patch(status, "progress") | status.wire())
+    note = clip(status.message or "", EVENT_NOTE_MAX)
     if status.phase == "Ready":
-        kopf.info(body, reason="Verified", message=status.message or "")
+        kopf.info(body, reason="Verified", message=note)
     else:
         reason = next((c.reason for c in status.conditions if c.status == "False"), "Failed")
-        kopf.warn(body, reason=reason, message=status.message or "")
+        kopf.warn(body, reason=reason, message=note)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from tinct.api.v1alpha1.rules import broken
+from tinct.text import clip
 
 GROUP = "tinct.io"
 VERSION = "v1alpha1"
@@ -17,6 +18,13 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 #: Lowercase RFC 1123 DNS label/subdomain, the shape of a Kubernetes object name.
 DNS_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+#: Characters of a condition's (or a status's) message, as metav1.Condition allows.
+MESSAGE_MAX = 32768
+
+#: A message that is clipped to :data:`MESSAGE_MAX` when set, never refused: whatever a
+#: file or a spec puts into it, the status that carries it can be written.
+Message = Annotated[str, BeforeValidator(lambda v: clip(v, MESSAGE_MAX) if isinstance(v, str) else v)]
 
 
 class Model(BaseModel):
@@ -61,7 +69,7 @@ class Condition(Model):
         description="Machine-readable CamelCase reason for the last transition (docs/troubleshooting.md "
         "has a section for each).",
     )
-    message: str = Field(default="", max_length=32768, description="Human-readable details.")
+    message: Message = Field(default="", max_length=MESSAGE_MAX, description="Human-readable details.")
     last_transition_time: datetime | None = Field(
         default=None, description="When status last changed (RFC 3339); a new message alone does not move it."
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import DNS_NAME, Condition, Model, Resource
+from tinct.api.v1alpha1.common import DNS_NAME, MESSAGE_MAX, Condition, Message, Model, Resource
 from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
 #: semver 2.0.0, https://semver.org (no leading "v"); RE2 and Python alike.
@@ -178,7 +178,9 @@ class ModelVersionStatus(Model):
         "Misversioned (its interface changed more than its version step allows), Failed (the "
         "message says why) or Retired (being deleted).",
     )
-    message: str | None = Field(default=None, description="What the phase means for this version, in a line.")
+    message: Message | None = Field(
+        default=None, max_length=MESSAGE_MAX, description="What the phase means for this version, in a line."
+    )
     observed_generation: int | None = Field(
         default=None, description="The metadata.generation this status was written for."
     )

@@ -1,0 +1,47 @@
+"""Text for people, bounded: what goes into a status, a condition or an Event.
+
+Whatever an artifact or a spec contains, a message built from it must fit the field it is
+written to (a condition message has 32,768 characters, an Event note 1,024), or the write
+fails and the object shows nothing at all. :func:`listing` names a few items of a long list
+and counts the rest; :func:`clip` cuts what is still too long in the middle, where a reader
+loses the least (the start says what, the end says what to do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["ELLIPSIS", "clip", "listing", "quote"]
+
+ELLIPSIS = " … "
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and end around `` … ``."""
+    if len(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return text[:limit]
+    keep = limit - len(ELLIPSIS)
+    head = keep - keep // 3
+    return text[:head] + ELLIPSIS + text[len(text) - (keep - head) :]
+
+
+def quote(value: str, limit: int = 200) -> str:
+    """``repr(value)`` clipped to about ``limit`` characters: a name quoted from a file."""
+    return clip(repr(value), limit)
+
+
+def listing(items: Iterable[str], most: int = 3, *, sep: str = ", ") -> str:
+    """The first ``most`` items, then how many more: ``a, b, c … and 9,997 more``.
+
+    Each item is clipped to 200 characters, so the result is short whatever the items are.
+    """
+    shown: list[str] = []
+    total = 0
+    for item in items:
+        if total < most:
+            shown.append(clip(item, 200))
+        total += 1
+    text = sep.join(shown)
+    return f"{text}{sep}… and {total - most:,} more" if total > most else text
