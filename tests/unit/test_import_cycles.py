@@ -14,6 +14,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
+
 def modules(root: Path, package: str = "tinct") -> dict[str, Path]:
     """Dotted name -> file of every module of ``package`` below ``root``."""
     found: dict[str, Path] = {}
