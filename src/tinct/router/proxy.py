@@ -40,9 +40,11 @@ import time
 
 from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
+from tinct.router.framing import FramingError
 from tinct.router.metrics import RouterMetrics
-from tinct.router.request import Body
+from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
+    ClientBodyError,
     Response,
     UpstreamConnectError,
     UpstreamError,
@@ -51,7 +53,7 @@ from tinct.router.response import (
 )
 from tinct.router.table import CompiledTable, Upstream
 from tinct.router.upstream import UpstreamPool
-from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
+from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders
 
 _log = logging.getLogger(__name__)
 
@@ -256,19 +258,38 @@ class Proxy:
                 if failed is not None:  # broken right after its head; the client has nothing yet
                     resp.close()
                     raise failed
+            except ClientBodyError as e:
+                self._client_failed(ex, e)
+                return
             except (UpstreamError, TimeoutError, OSError) as e:
-                _log.warning("stable %s failed: %r", up.url, e)
                 if isinstance(e, UpstreamRejectedError):
                     self._rejected(ex, "stable", e)
-                    code, message = "bad_gateway", f"stable backend's answer refused: {e}"
+                    code = "bad_gateway"
                 else:
-                    code, message = "stable_unavailable", f"stable backend failed: {e!r}"
-                extra = [(FALLBACK_REASON, reason.encode())] if reason else []
-                ex.conn.respond(error_response(502, code, message, extra))
-                ex.status = 502
+                    code = "stable_unavailable"
+                extra = [(FALLBACK_REASON, reason.encode())] if reason else None
+                detail = f"stable {up.url} failed: {e!r}"
+                ex.status = ex.conn.refuse(code, detail, extra, level=logging.WARNING)
                 self.metrics.request(ex)
                 return
         await self._stream(ex, resp, up, reason, since)
+
+    def _client_failed(self, ex: Exchange, e: ClientBodyError) -> None:
+        """The client's streamed body failed before stable answered: its fault, not stable's."""
+        conn, cause = ex.conn, e.cause
+        conn.close_after_response = True
+        if isinstance(cause, ConnectionError):
+            conn.abort()  # the client is gone: nobody to answer
+            return
+        code = (
+            cause.code
+            if isinstance(cause, FramingError)
+            else "request_timeout"
+            if isinstance(cause, BodyTimeoutError)
+            else "bad_request"
+        )
+        ex.status = conn.refuse(code, str(e))
+        self.metrics.request(ex)
 
     def _rejected(self, ex: Exchange, side: str, e: UpstreamRejectedError) -> None:
         table = ex.table
@@ -307,6 +328,11 @@ class Proxy:
                 await done
             conn.end_response()
             complete = True
+        except ClientBodyError as e:
+            # The backend answered early and the client's body then broke: cut, as there
+            # is no telling what the backend read; nothing to count against it.
+            _log.info("request %s: %s", ex.request.rid.decode(), e)
+            conn.abort()
         except UpstreamError as e:
             # Bytes may already be with the client: no retry. Cut the connection so the
             # client sees a truncated answer instead of a well-formed short one.

@@ -146,6 +146,7 @@ def config_from_json(text: str) -> RouterConfig:
     d = json.loads(text)
     d["table_files"] = tuple(Path(p) for p in d["table_files"])
     d["trust_role_from"] = tuple(d["trust_role_from"])
+    d["pass_through_prefixes"] = tuple(d["pass_through_prefixes"])
     d["resolve"] = tuple(d.get("resolve") or ())
     for key in ("kubeconfig", "metrics_socket"):
         if d[key] is not None:
