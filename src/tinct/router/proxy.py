@@ -64,6 +64,10 @@ SCHEDULER_ACTIVE = b"X-Scheduler-Active"
 #: On an answer after a fallback (or a 502 from stable after one): why the candidate's was not taken.
 FALLBACK_REASON = b"X-Fallback-Reason"
 
+#: ``Upgrade`` of a 426 whose backend named no protocol: the scheduler protocol that
+#: ``X-Scheduler-Version`` negotiates.
+UPGRADE_TO = b"tinct-scheduler"
+
 _DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", SCHEDULER_VERSION.lower()}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
@@ -112,6 +116,13 @@ def _answer_headers(resp: Response) -> tuple[RawHeaders, bool]:
             if n == b"date":
                 has_date = True
     return out, has_date
+
+
+def _upgrade_headers(resp: Response) -> RawHeaders:
+    """``Upgrade`` for a 426 relayed to the client, as RFC 9110 §15.5.22 requires (with the
+    ``Upgrade`` connection option, §7.8): the backend's own value, else :data:`UPGRADE_TO`."""
+    value = b", ".join(v for n, _, v in resp.headers if n == b"upgrade" and v.strip()) or UPGRADE_TO
+    return [(b"Upgrade", value), (b"Connection", b"Upgrade")]
 
 
 class Proxy:
@@ -192,6 +203,8 @@ class Proxy:
                 self._rejected(ex, "candidate", e)
         else:
             reason_ = reason_for_status(resp.status)
+            if reason_ == "version_mismatch":
+                self.metrics.version_mismatch(table, "candidate")
             failed = resp.failed
             if reason_ is None and failed is not None:
                 # Broken right after its head, and nothing of it went to the client yet.
@@ -208,6 +221,7 @@ class Proxy:
             # What the fallback cost is the candidate's (the latency limit is accounted for
             # apart, by the analysis).
             self.metrics.candidate_failed(ex, time.perf_counter() - ex.started)
+        self.metrics.candidate_failure(table, reason)
         if health.failure():
             self.metrics.ejection(table)
             _log.warning(
@@ -301,6 +315,9 @@ class Proxy:
         conn = ex.conn
         table = ex.table
         headers, has_date = _answer_headers(resp)
+        if resp.status == 426:
+            self.metrics.version_mismatch(table, up.side)
+            headers += _upgrade_headers(resp)
         headers.append((SCHEDULER_ACTIVE, up.version_b))
         if reason is not None:
             headers.append((FALLBACK_REASON, reason.encode()))
@@ -339,8 +356,10 @@ class Proxy:
             why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
             _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
             self.metrics.truncated.labels(table.namespace, table.release, up.side, why, ex.tag).inc()
-            if up.side == "candidate" and self.health(table).failure():
-                self.metrics.ejection(table)
+            if up.side == "candidate":
+                self.metrics.candidate_failure(table, "truncated" if why == "upstream_error" else why)
+                if self.health(table).failure():
+                    self.metrics.ejection(table)
             conn.abort()
         finally:
             conn.source = None
