@@ -32,8 +32,8 @@ import httptools
 
 #: Paths passed through to stable when no ``--pass-through-prefix`` is given: the OpenAI API.
 DEFAULT_PASS_THROUGH: tuple[str, ...] = ("/v1/",)
-_HEX = b"0123456789abcdefABCDEF"
-#: Bytes a path must not carry percent-encoded: ``%``, ``.``, ``/``, ``\\`` and controls.
+_HEX = "0123456789abcdefABCDEF"
+#: Characters a path must not carry percent-encoded: ``%``, ``.``, ``/``, ``\\`` and controls.
 _NO_ENCODED = frozenset({0x25, 0x2E, 0x2F, 0x5C, 0x7F, *range(0x20)})
 
 
@@ -41,37 +41,38 @@ class PathError(Exception):
     """A request target the router refuses to route (``400``)."""
 
 
-def _check_path(raw: bytes) -> None:
+def _check_path(raw: str) -> None:
     """Refuse a path with dot or empty segments, backslashes or dangerous encodings."""
-    if b"\\" in raw:
+    if "\\" in raw:
         raise PathError("a backslash in the path")
-    if b"//" in raw:
+    if "//" in raw:
         raise PathError("an empty segment (//) in the path")
-    i = raw.find(b"%")
+    i = raw.find("%")
     while i >= 0:
         h = raw[i + 1 : i + 3]
         if len(h) != 2 or h[0] not in _HEX or h[1] not in _HEX:
             raise PathError("a '%' not followed by two hex digits in the path")
         if int(h, 16) in _NO_ENCODED:
-            raise PathError(f"an encoded %{h.decode().upper()} in the path")
-        i = raw.find(b"%", i + 3)
-    if b"/." in raw:
-        for segment in raw.split(b"/"):
-            name = segment.split(b";", 1)[0]
-            if name == b"." or name == b"..":
+            raise PathError(f"an encoded %{h.upper()} in the path")
+        i = raw.find("%", i + 3)
+    if "/." in raw:
+        for segment in raw.split("/"):
+            name = segment.split(";", 1)[0]
+            if name == "." or name == "..":
                 raise PathError("a dot segment in the path")
 
 
 def check_target(target: bytes) -> tuple[bytes, str]:
     """(the target as sent upstream: origin-form path and query, undecoded; the path to route
     by: percent-decoded) of a request target, or :class:`PathError`."""
-    if b"#" in target:
+    # llhttp admits no byte above 0x7f in a target; str operations are the cheap ones here.
+    text = target.decode("latin-1")
+    if "#" in text:
         raise PathError("a fragment in the request target")
-    if target[:1] == b"/":
-        q = target.find(b"?")
-        raw = target if q < 0 else target[:q]
-    elif target == b"*":
-        return target, "*"
+    if text[:1] == "/":
+        path = text.partition("?")[0]
+    elif text == "*":
+        return target, text
     else:  # absolute-form: send origin-form upstream
         try:
             url = httptools.parse_url(target)
@@ -81,10 +82,12 @@ def check_target(target: bytes) -> tuple[bytes, str]:
             raise PathError("the request target is not a path")
         raw = url.path or b"/"
         target = raw + (b"?" + url.query if url.query else b"")
-    if b"%" in raw or b"/." in raw or b"//" in raw or b"\\" in raw:
-        _check_path(raw)
-    path = raw.decode("latin-1")  # llhttp admits no byte above 0x7f in a target
-    return target, unquote(path, "utf-8", "replace") if "%" in path else path
+        path = raw.decode("latin-1")
+    if "%" in path or "/." in path or "//" in path or "\\" in path:
+        _check_path(path)
+        if "%" in path:
+            return target, unquote(path, "utf-8", "replace")
+    return target, path
 
 
 def check_prefix(prefix: str) -> str:
@@ -94,7 +97,7 @@ def check_prefix(prefix: str) -> str:
             f"pass-through prefix {prefix!r}: give an absolute path such as /v1/, without ?, # or %"
         )
     try:
-        _check_path(prefix.encode("ascii"))
+        _check_path(prefix)
     except PathError as e:
         raise ValueError(f"pass-through prefix {prefix!r}: {e}") from None
     return prefix
