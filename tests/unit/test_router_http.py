@@ -306,3 +306,4 @@ async def test_metrics_port_serves_metrics_and_health_apart_from_the_proxy_port(
             assert r.status == 200
         async with http.get(f"{local}/v1/models") as r:
             assert r.status == 404
+            assert r.headers["X-Request-Id"]

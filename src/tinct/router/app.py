@@ -33,7 +33,7 @@ from tinct.router.choose import sticky_key, to_candidate
 from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify_doc, parse_body
 from tinct.router.config import RouterConfig, RouterState
 from tinct.router.connection import ServerConnection
-from tinct.router.errors import REQUEST_ID, status_of, with_request_id
+from tinct.router.errors import NOT_LOCAL, REQUEST_ID, status_of, with_request_id
 from tinct.router.exchange import Exchange
 from tinct.router.framing import FramingError
 from tinct.router.metrics import RouterMetrics
@@ -78,7 +78,6 @@ _LOCAL: dict[str, Callable[[RouterState], Answer]] = {
     "/readyz": _readyz,
     "/metrics": _metrics,
 }
-_NOT_LOCAL = text_response(404, "not found: /metrics, /healthz, /readyz\n")
 
 
 def _wire_metrics(st: RouterState) -> None:
@@ -223,7 +222,7 @@ class Router:
         """Answer on the metrics port: ``/metrics``, ``/healthz``, ``/readyz`` only."""
         local = _LOCAL.get(request.path) if request.method in ("GET", "HEAD") else None
         if local is None:
-            conn.respond(with_request_id(_NOT_LOCAL, request.rid))
+            conn.respond(with_request_id(NOT_LOCAL, request.rid))
         else:
             conn.respond(local(self.state))
 

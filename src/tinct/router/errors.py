@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Iterable
 
-from tinct.router.wire import RawHeaders
+from tinct.router.wire import RawHeaders, text_response
 
 _log = logging.getLogger("tinct.router")
 
@@ -53,6 +53,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "bad_gateway": (502, "The stable backend's answer was invalid."),
     "no_routing_table": (503, "The router has no routing table yet."),
 }
+#: The answer of a metrics port (``/metrics``, ``/healthz``, ``/readyz``) to any other request.
+NOT_LOCAL = text_response(404, "not found: /metrics, /healthz, /readyz\n")
 _TYPE = {400: "invalid_request_error", 404: "invalid_request_error"}
 _JSON = (b"Content-Type", b"application/json; charset=utf-8")
 
@@ -102,6 +104,7 @@ def with_request_id(answer: Answer, rid: bytes) -> Answer:
 __all__ = [
     "CATALOGUE",
     "MAX_ID",
+    "NOT_LOCAL",
     "REQUEST_ID",
     "Answer",
     "error_answer",

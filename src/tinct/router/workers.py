@@ -62,6 +62,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from tinct.router.config import RouterConfig
 from tinct.router.connection import ServerConnection
+from tinct.router.errors import NOT_LOCAL, with_request_id
 from tinct.router.request import Request
 from tinct.router.server import HttpServer
 from tinct.router.summing import Family, MetricsSum, parse, render, sample_sum
@@ -346,7 +347,7 @@ class Supervisor:
 
     async def handle(self, request: Request, conn: ServerConnection) -> None:
         if request.method not in ("GET", "HEAD"):
-            conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
+            conn.respond(with_request_id(NOT_LOCAL, request.rid))
         elif request.path == "/healthz":
             conn.respond(text_response(200, "ok\n"))
         elif request.path == "/readyz":
@@ -354,7 +355,7 @@ class Supervisor:
         elif request.path == "/metrics":
             conn.respond(await self._metrics())
         else:
-            conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
+            conn.respond(with_request_id(NOT_LOCAL, request.rid))
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
