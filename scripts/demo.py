@@ -450,7 +450,7 @@ def run_requests(port: int, backends: Engines) -> None:
         lines = [
             ln
             for ln in text.splitlines()
-            if ln.startswith(("tinct_router_fallbacks_total", "tinct_router_ejections_total"))
+            if ln.startswith(("tinct_router_fallbacks_total", "tinct_router_candidate_ejections_total"))
         ]
     say("router /metrics (fallbacks, ejections)")
     show("\n".join(lines) or "(none)")

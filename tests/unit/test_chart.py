@@ -233,6 +233,17 @@ def test_router_pre_stop_sleep_can_be_turned_off(helm: Helm) -> None:
     assert router["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 35
 
 
+def test_router_pass_through_prefixes_become_flags(helm: Helm) -> None:
+    args = container(one(template(helm), "Deployment", "t-tinct-router"))["args"]
+    assert not [a for a in args if a.startswith("--pass-through-prefix")], "the router's default: /v1/"
+    values = {"router.passThroughPrefixes": ["/v1/", "/tokenize"]}
+    args = container(one(template(helm, values), "Deployment", "t-tinct-router"))["args"]
+    assert [a for a in args if a.startswith("--pass-through-prefix")] == [
+        "--pass-through-prefix=/v1/",
+        "--pass-through-prefix=/tokenize",
+    ]
+
+
 def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> None:
     docs = template(
         helm,
@@ -458,6 +469,8 @@ def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:
         ({"router.autoscaling.maxReplica": 3}, "maxReplica"),
         ({"router.workers": 0}, "/router/workers"),
         ({"router.metricsPort": 70000}, "/router/metricsPort"),
+        ({"router.passThroughPrefixes": ["v1/"]}, "/router/passThroughPrefixes/0"),
+        ({"router.passThroughPrefixes": ["/v1/%2e/"]}, "/router/passThroughPrefixes/0"),
         ({"operator.prometheus.url": "prometheus:9090"}, "/operator/prometheus/url"),
         # helm's validator names a bad key, though not where it is.
         ({"operator.prometheus.named": {"Fleet_B": "http://p:9090"}}, "invalid propertyName 'Fleet_B'"),

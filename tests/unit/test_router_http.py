@@ -285,13 +285,20 @@ async def test_metrics_port_serves_metrics_and_health_apart_from_the_proxy_port(
     v1: FakeScheduler, v2: FakeScheduler
 ) -> None:
     mport = free_port()
-    cfg = RouterConfig(trust_role_from=("127.0.0.1/32",), metrics_port=mport)
+    cfg = RouterConfig(
+        trust_role_from=("127.0.0.1/32",), metrics_port=mport, pass_through_prefixes=("/v1/", "/metrics")
+    )
     async with running_router(table(v1.url, v2.url), cfg) as (base, _), aiohttp.ClientSession() as http:
         async with http.post(f"{base}/v1/chat/completions", data=CHAT) as r:
             assert r.status == 200
-        # On the proxy port /metrics is a path like any other: stable answers it.
+        # On the proxy port /metrics is a path like any other: under a pass-through prefix,
+        # stable answers it; /healthz is under none, so no backend sees it.
         async with http.get(f"{base}/metrics") as r:
             assert (await r.json())["served_by"] == "v1"
+        async with http.get(f"{base}/healthz") as r:
+            assert r.status == 404
+            assert (await r.json())["error"]["code"] == "not_found"
+        assert [s.path for s in v1.seen] == ["/v1/chat/completions", "/metrics"]
         local = f"http://127.0.0.1:{mport}"
         async with http.get(f"{local}/metrics") as r:
             assert "tinct_router_requests_total{" in await r.text()
@@ -299,3 +306,4 @@ async def test_metrics_port_serves_metrics_and_health_apart_from_the_proxy_port(
             assert r.status == 200
         async with http.get(f"{local}/v1/models") as r:
             assert r.status == 404
+            assert r.headers["X-Request-Id"]

@@ -173,8 +173,13 @@ async def test_two_workers_both_serve_and_the_metrics_port_sums_them(
         assert m["total"] == sent == m["worker 0"] + m["worker 1"]
         assert len(v1.seen) == sent
         # A single router's readiness and metrics are no longer on the proxy port.
-        async with aiohttp.ClientSession() as http, http.get(f"{fleet.base}/metrics") as r:
-            assert "tinct_router_requests" not in await r.text()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{fleet.base}/metrics") as r:
+                assert "tinct_router_requests" not in await r.text()
+            # The parent's own 404 carries a request id like every answer the router makes.
+            async with http.get(f"{fleet.metrics}/v1/models") as r:
+                assert r.status == 404
+                assert r.headers["X-Request-Id"]
 
 
 async def test_sigterm_drains_every_worker_then_the_parent_exits(

@@ -16,6 +16,8 @@ Endpoints (aiohttp, :func:`make_app`):
   at most :data:`MAX_CONTROL_BODY` bytes). A change applies to requests that arrive after it.
 
 Every answer carries ``X-Tinct-Emulator``: no model runs here, the tokens are placeholders.
+A request whose ``X-Scheduler-Version`` is not in ``accept_versions`` gets a 426 whose
+``Upgrade`` names the versions served (``tinct-scheduler/v1``), as RFC 9110 asks of a 426.
 Request bodies are bounded (:data:`MAX_BODY`); what cannot be parsed gets an OpenAI error.
 """
 
@@ -52,8 +54,10 @@ def _notice(b: Behaviour) -> str:
     return f"{b.engine} emulated by tinct; no model runs"
 
 
-def _error(status: int, message: str, kind: str, code: str, b: Behaviour) -> web.Response:
-    headers = {EMULATOR_HEADER: _notice(b)}
+def _error(
+    status: int, message: str, kind: str, code: str, b: Behaviour, extra: dict[str, str] | None = None
+) -> web.Response:
+    headers = {EMULATOR_HEADER: _notice(b), **(extra or {})}
     if b.contract == "error-body" and (status == 429 or status >= 500):
         return web.Response(status=status, text=f"{status} {message}\n", headers=headers)
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
@@ -197,7 +201,16 @@ async def _completion(request: web.Request) -> web.StreamResponse:
     version = request.headers.get("X-Scheduler-Version")
     if b.accept_versions and version not in b.accept_versions:
         msg = f"scheduler version {version!r} is not served here (serving {', '.join(b.accept_versions)})"
-        return _error(426, msg, "invalid_request_error", "version_mismatch", b)
+        # RFC 9110 §15.5.22: a 426 names the protocols to upgrade to: the versions served.
+        upgrade = ", ".join(f"tinct-scheduler/{v}" for v in b.accept_versions)
+        return _error(
+            426,
+            msg,
+            "invalid_request_error",
+            "version_mismatch",
+            b,
+            {"Upgrade": upgrade, "Connection": "Upgrade"},
+        )
     fate = request.app[_ADMISSION].pick(b)
     if fate == "throttle":
         return _error(429, "rate limit reached, retry later", "rate_limit_error", "rate_limit_exceeded", b)

@@ -10,10 +10,12 @@ Endpoints:
 - ``GET``/``HEAD`` ``/healthz``: the process serves. ``/readyz``: a routing table is in
   force (or, when following ConfigMaps, the first listing found none) and the router is
   not draining. ``/metrics``: Prometheus text.
-- anything else: passed to the default table's stable unclassified (request body
-  streamed), dye tag ``none``.
+- a path under a pass-through prefix (``--pass-through-prefix``, by default ``/v1/``):
+  passed to the default table's stable unclassified (request body streamed), dye tag
+  ``none``. Any other path gets a 404 and reaches no backend.
 
-Without a table every proxied request gets a 503.
+Without a table every proxied request gets a 503. The router's own error answers carry a
+fixed message and ``X-Request-Id`` (:mod:`tinct.router.errors`).
 
 :class:`Router` puts the pieces together: the HTTP/1.1 server (:mod:`tinct.router.server`),
 the upstream pool (:mod:`tinct.router.upstream`), the proxy and the table sources.
@@ -31,15 +33,18 @@ from tinct.router.choose import sticky_key, to_candidate
 from tinct.router.classify import CLASSIFIED_PATHS, ClassifyError, classify_doc, parse_body
 from tinct.router.config import RouterConfig, RouterState
 from tinct.router.connection import ServerConnection
+from tinct.router.errors import NOT_LOCAL, REQUEST_ID, status_of, with_request_id
 from tinct.router.exchange import Exchange
+from tinct.router.framing import FramingError
 from tinct.router.metrics import RouterMetrics
+from tinct.router.paths import PassThrough
 from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
-from tinct.router.wire import RawHeaders, error_response, json_response, simple_response, text_response
+from tinct.router.wire import RawHeaders, json_response, simple_response, text_response
 
 Answer = tuple[int, RawHeaders, bytes]
 
@@ -73,7 +78,6 @@ _LOCAL: dict[str, Callable[[RouterState], Answer]] = {
     "/readyz": _readyz,
     "/metrics": _metrics,
 }
-_NO_TABLE = error_response(503, "no_routing_table", "the router has no routing table yet")
 
 
 def _wire_metrics(st: RouterState) -> None:
@@ -112,6 +116,8 @@ class Router:
         self._local_on_proxy = config.metrics_port is None and config.metrics_socket is None
         self._pool: UpstreamPool | None = None
         self._sources = contextlib.AsyncExitStack()
+        #: Paths other than the classified ones that go to stable.
+        self.pass_through = PassThrough(config.pass_through_prefixes)
 
     @property
     def port(self) -> int:
@@ -195,11 +201,19 @@ class Router:
         started = time.perf_counter()
         table = st.holder.current
         proxy = st.proxy
+        classified = method == "POST" and request.path in CLASSIFIED_PATHS
+        if not classified and not self.pass_through.allows(request.path):
+            detail = f"{method} {request.path!r} is under no pass-through prefix"
+            if table is None:
+                conn.refuse("not_found", detail)
+            else:
+                self._refuse(Exchange(conn, request, table, started), "not_found", detail, close=False)
+            return
         if table is None or proxy is None:
-            conn.respond(_NO_TABLE)
+            conn.refuse("no_routing_table")
             return
         ex = Exchange(conn, request, table, started)
-        if method == "POST" and request.path in CLASSIFIED_PATHS:
+        if classified:
             await self._classified(ex, proxy)
         else:
             await proxy.forward(ex)
@@ -208,17 +222,17 @@ class Router:
         """Answer on the metrics port: ``/metrics``, ``/healthz``, ``/readyz`` only."""
         local = _LOCAL.get(request.path) if request.method in ("GET", "HEAD") else None
         if local is None:
-            conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
+            conn.respond(with_request_id(NOT_LOCAL, request.rid))
         else:
             conn.respond(local(self.state))
 
-    def _refuse(self, ex: Exchange, answer: Answer, *, close: bool = True) -> None:
-        """Answer a classified request the router will not pass on, and count it."""
-        ex.status = answer[0]
+    def _refuse(self, ex: Exchange, code: str, detail: str | None = None, *, close: bool = True) -> None:
+        """Answer a request the router will not pass on with its own error ``code``, and count it."""
+        ex.status = status_of(code)
         self.state.metrics.request(ex)
         if close:
             ex.conn.close_after_response = True
-        ex.conn.respond(answer)
+        ex.conn.refuse(code, detail)
 
     async def _classified(self, ex: Exchange, proxy: Proxy) -> None:
         st = self.state
@@ -227,15 +241,13 @@ class Router:
         try:
             body = await request.body.read_all(limit)
         except BodyTooLargeError:
-            msg = f"request body over the limit of {limit} bytes"
-            self._refuse(ex, error_response(413, "request_too_large", msg))
+            self._refuse(ex, "request_too_large", f"body over --max-body-bytes {limit}")
             return
         except BodyTimeoutError as e:
-            self._refuse(ex, error_response(408, "request_timeout", str(e)))
+            self._refuse(ex, "request_timeout", str(e))
             return
-        except ValueError as e:  # a malformed body framing
-            ex.conn.close_after_response = True
-            ex.conn.respond(error_response(400, "bad_request", str(e)))
+        except FramingError as e:  # the body's framing broke midway
+            self._refuse(ex, e.code, e.detail)
             return
         try:
             doc = parse_body(body)
@@ -248,7 +260,9 @@ class Router:
                 request.path, doc, request.headers, table, role_trusted=st.role_trust.allows(request.remote)
             )
         except ClassifyError as e:
-            self._refuse(ex, json_response(e.status, e.body()), close=False)
+            ex.status = e.status
+            st.metrics.request(ex)
+            ex.conn.respond(json_response(e.status, e.body(), [(REQUEST_ID, request.rid)]))
             return
         weight = route.weight
         ex.body = body

@@ -37,6 +37,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         context=args.context,
         trust_role_from=tuple(args.trust_role_from),
+        pass_through_prefixes=tuple(args.pass_through_prefix or _D.pass_through_prefixes),
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
@@ -74,8 +75,10 @@ def _cmd_router(args: argparse.Namespace) -> int:
     try:
         RoleTrust(args.trust_role_from)
         from tinct.router.app import parse_resolve
+        from tinct.router.paths import PassThrough
 
         parse_resolve(args.resolve or ())
+        PassThrough(args.pass_through_prefix or ())
     except ValueError as e:
         print(f"tinct router: {e}", file=sys.stderr)
         return 2
@@ -215,6 +218,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="believe the dye role header only from these peers, e.g. the gateway's range "
         "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
         "every caller gets the default role",
+    )
+    p.add_argument(
+        "--pass-through-prefix",
+        metavar="PATH",
+        action="append",
+        default=[x for x in os.environ.get("TINCT_ROUTER_PASS_THROUGH_PREFIX", "").split(",") if x] or None,
+        help="pass requests whose path is under PATH through to stable, unclassified; any other "
+        "path (besides POST /v1/chat/completions and /v1/completions, always classified) gets a "
+        "404. PATH ending in / takes every path under it, one without takes itself and what is "
+        "under it (repeatable; env TINCT_ROUTER_PASS_THROUGH_PREFIX, comma-separated). "
+        f"Default: {' '.join(_D.pass_through_prefixes)}",
     )
     p.add_argument(
         "--no-token-metrics",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tinct.api.routing import TABLE_LABEL
 from tinct.router.metrics import RouterMetrics
+from tinct.router.paths import DEFAULT_PASS_THROUGH
 from tinct.router.table import TableHolder
 from tinct.router.trust import RoleTrust
 
@@ -69,6 +70,9 @@ class RouterConfig:
     resolve: tuple[str, ...] = ()
     #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
     trust_role_from: tuple[str, ...] = ()
+    #: Path prefixes (besides the classified paths) passed through to stable; any other
+    #: path gets a 404 (:class:`~tinct.router.paths.PassThrough`).
+    pass_through_prefixes: tuple[str, ...] = DEFAULT_PASS_THROUGH
     #: Worker processes accepting on ``port`` (``SO_REUSEPORT``); 1: this process serves alone.
     workers: int = 1
     #: Listen with ``SO_REUSEPORT``, sharing ``port`` with the other workers of one router.

@@ -9,9 +9,15 @@ Connections are kept alive between requests. Pipelining is refused politely: a r
 arrives before the previous one is answered is not read, the answer in progress carries
 ``Connection: close`` when it still can, and the connection closes after it, so the client
 sends the rest again on a new connection. A request that cannot be parsed gets a 400 (414,
-431 for an over-long target or header section) and the connection closes. An answer that
-ends before its request body was read whole closes the connection too, after reading and
-dropping the rest of the body for a moment so the client sees the answer, not a reset.
+431 for an over-long target or header section) and the connection closes; so does one whose
+body framing is in doubt (:mod:`tinct.router.framing`: 400, or 501 for a transfer coding
+other than chunked) or whose path is refused (:mod:`tinct.router.paths`), decided when the
+head is complete and before the handler starts, so nothing of it is forwarded. An answer
+that ends before its request body was read whole closes the connection too, after reading
+and dropping the rest of the body for a moment so the client sees the answer, not a reset.
+
+The router's own error answers carry a fixed message and ``X-Request-Id``; the detail goes
+to the log with that id (:mod:`tinct.router.errors`).
 
 Flow control goes both ways: a request body that piles up pauses reading from the client,
 and a client that does not keep up pauses the upstream that feeds it (:attr:`source`).
@@ -26,17 +32,12 @@ from typing import Any, Protocol, cast
 
 import httptools
 
+from tinct.router.errors import error_answer, log_refusal, request_id, status_of
 from tinct.router.flow import WriteFlow
-from tinct.router.request import Body, Request, target_path
-from tinct.router.wire import (
-    LAST_CHUNK,
-    RawHeaders,
-    chunk,
-    error_response,
-    header_block,
-    http_date,
-    reason_phrase,
-)
+from tinct.router.framing import FramingError
+from tinct.router.paths import PathError, check_target
+from tinct.router.request import Body, Request
+from tinct.router.wire import LAST_CHUNK, RawHeaders, chunk, header_block, http_date, reason_phrase
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ LINGER = 2.0
 Handler = Callable[[Request, "ServerConnection"], Coroutine[Any, Any, None]]
 
 _NONE, _LENGTH, _CHUNKED, _CLOSE = range(4)
+#: Words of llhttp's errors about a body's framing (answered ``invalid_framing``).
+_FRAMING_WORDS = ("Content-Length", "Transfer-Encoding", "chunk")
 
 
 class Pausable(Protocol):
@@ -76,9 +79,9 @@ class Listener(Protocol):
 
 
 class _RejectError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
 
 
 class _PipelinedError(Exception):
@@ -174,15 +177,19 @@ class ServerConnection(asyncio.Protocol):
             if isinstance(cause, _PipelinedError):
                 self._refuse_more()
             elif isinstance(cause, _RejectError):
-                self._bad_input(cause.status, str(cause))
+                self._bad_input(cause.code, str(cause))
             else:
-                _log.exception("request parsing failed", exc_info=cause or e)
-                self._bad_input(400, "the request could not be parsed")
+                _log.error("request parsing failed", exc_info=cause or e)
+                self._bad_input("bad_request", f"parsing failed: {cause!r}")
         except httptools.HttpParserError as e:
-            self._bad_input(400, f"malformed HTTP request: {e}")
+            text = str(e)
+            framing = any(w in text for w in _FRAMING_WORDS)
+            self._bad_input(
+                "invalid_framing" if framing else "bad_request", f"malformed HTTP request: {text}"
+            )
         else:
             if self._in_head and self._head_seen > MAX_HEAD_BYTES and not self._ignore_input:
-                self._bad_input(431, "the request header section is too large")
+                self._bad_input("header_too_large", f"request head over {MAX_HEAD_BYTES} bytes")
 
     def _refuse_more(self) -> None:
         self._ignore_input = True
@@ -190,18 +197,21 @@ class ServerConnection(asyncio.Protocol):
         if self.request is None:
             self.close()
 
-    def _bad_input(self, status: int, message: str) -> None:
+    def _bad_input(self, code: str, detail: str) -> None:
         self._ignore_input = True
         req = self.request
         if req is not None:
             # A request is being answered: its body is broken, or garbage follows it.
             if not self._message_done:
-                req.body.fail(ValueError(message))
+                req.body.fail(FramingError(status_of(code), code, detail))
             self.close_after_response = True
             if self._finished:
                 self.close()
             return
-        _, headers, body = error_response(status, "bad_request", message)
+        given = next((v for n, v in self._headers if n.lower() == b"x-request-id"), None)
+        rid = request_id(given)
+        status, headers, body = error_answer(code, rid)
+        log_refusal(rid, self.remote, status, code, detail)
         head = b"HTTP/1.1 %d %b\r\n" % (status, reason_phrase(status))
         head += header_block([*headers, (b"Content-Length", b"%d" % len(body)), (b"Connection", b"close")])
         if self.transport is not None:
@@ -230,35 +240,36 @@ class ServerConnection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._target += url
         if len(self._target) > MAX_TARGET:
-            raise _RejectError(414, "the request target is too long")
+            raise _RejectError("uri_too_long", f"request target over {MAX_TARGET} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
         self._head_size += len(name) + len(value) + 4
         if self._head_size > MAX_HEAD:
-            raise _RejectError(431, "the request header section is too large")
+            raise _RejectError("header_too_large", f"request header section over {MAX_HEAD} bytes")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_seen = 0
         p = self._parser
-        target = self._target
-        path = target_path(target)
-        if path is None:
-            raise _RejectError(400, "the request target is not a path")
-        if target[:1] != b"/" and target != b"*":  # absolute-form: send origin-form upstream
-            url = httptools.parse_url(target)
-            target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
-        req = Request(
-            p.get_method().decode("ascii"),
-            target,
-            path,
-            p.get_http_version(),
-            self._headers,
-            p.should_keep_alive(),
-            self.remote,
-            Body(self, self.server.body_timeout),
-        )
+        # Framing and path are decided here, before the handler starts: nothing of a refused
+        # request is forwarded (llhttp would refuse some heads only after this callback).
+        try:
+            target, path = check_target(self._target)
+            req = Request(
+                p.get_method().decode("ascii"),
+                target,
+                path,
+                p.get_http_version(),
+                self._headers,
+                p.should_keep_alive(),
+                self.remote,
+                Body(self, self.server.body_timeout),
+            )
+        except PathError as e:
+            raise _RejectError("invalid_path", str(e)) from None
+        except FramingError as e:
+            raise _RejectError(e.code, e.detail) from None
         self.request = req
         self._message_done = False
         self._started = self._finished = False
@@ -386,6 +397,25 @@ class ServerConnection(asyncio.Protocol):
         self.write(body)
         self.end_response()
 
+    def refuse(
+        self,
+        code: str,
+        detail: str | None = None,
+        extra: RawHeaders | None = None,
+        *,
+        level: int = logging.INFO,
+    ) -> int:
+        """Answer the request in progress with the router's own error ``code``
+        (:data:`~tinct.router.errors.CATALOGUE`); ``detail`` goes to the log with the
+        request's id. Returns the status."""
+        req = self.request
+        assert req is not None
+        answer = error_answer(code, req.rid, extra or ())
+        if detail is not None:
+            log_refusal(req.rid, self.remote, answer[0], code, detail, level)
+        self.respond(answer)
+        return answer[0]
+
     def send_continue(self) -> None:
         """``100 Continue``: the handler is about to read a body the client holds back."""
         if self.transport is not None and not self._started and not self._closed:
@@ -420,7 +450,8 @@ class ServerConnection(asyncio.Protocol):
     def _handler_done(self, task: asyncio.Task[None]) -> None:
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
-            _log.error("request handler failed", exc_info=exc)
+            req = self.request if self._task is task else None
+            _log.error("request %s: the handler failed", req.rid.decode() if req else "-", exc_info=exc)
         if self._task is not task:
             return  # its answer ended and the next request runs already
         self._task = None
@@ -430,7 +461,7 @@ class ServerConnection(asyncio.Protocol):
         if task.cancelled() or self._started or self._closed:
             self.abort()
         else:
-            self.respond(error_response(500, "internal_error", "the router failed on this request"))
+            self.refuse("internal_error")
 
     def _linger(self) -> None:
         assert self.request is not None

@@ -5,6 +5,10 @@ Every failed candidate attempt (whatever its reason) counts towards
 for ``cooldownSeconds``: requests chosen for it go to stable with reason ``ejected``, without
 trying it. When the cooldown ends the count starts from zero and the candidate gets traffic
 again.
+
+An ejection is one event: requests that were already on their way to the candidate when it
+was ejected, and fail after, neither eject it again nor extend its cooldown (an outage with
+a hundred requests in flight is one ejection, not a hundred).
 """
 
 from __future__ import annotations
@@ -62,7 +66,9 @@ class CandidateHealth:
         self.failures = 0
 
     def failure(self) -> bool:
-        """Count a failure; True when it ejects the candidate."""
+        """Count a failure; True when it ejects the candidate (never while it is ejected)."""
+        if self.ejected():
+            return False  # a request in flight since before the ejection: nothing new
         self.failures += 1
         if self.failures >= self.limit:
             self.failures = 0

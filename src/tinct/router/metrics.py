@@ -162,8 +162,25 @@ class RouterMetrics:
         )
         self.ejections = Counter(
             "tinct_router_candidate_ejections",
-            "Times the candidate was ejected after consecutive failures.",
+            "Times the candidate was taken out of rotation after consecutive failures (once per "
+            "ejection, however many requests in flight fail after it).",
             ["namespace", "release"],
+            registry=r,
+        )
+        self.candidate_failures = Counter(
+            "tinct_router_candidate_failures",
+            "Failed candidate attempts, each counting towards fallback.consecutiveFailures: "
+            "before any of the answer reached the client, so the request fell back "
+            "(version_mismatch, latency_too_high, upstream_error, unreachable), or cut "
+            "mid-answer (truncated: the backend failed; idle_timeout: it went silent).",
+            ["namespace", "release", "reason"],
+            registry=r,
+        )
+        self.version_mismatches = Counter(
+            "tinct_router_version_mismatches",
+            "426 answers from a backend (it refused the X-Scheduler-Version it was sent): the "
+            "candidate's fall back to stable, stable's reach the client.",
+            ["namespace", "release", "side"],
             registry=r,
         )
         self.ejected = Gauge(
@@ -249,6 +266,12 @@ class RouterMetrics:
 
     def ejection(self, table: CompiledTable) -> None:
         self.ejections.labels(table.namespace, table.release).inc()
+
+    def candidate_failure(self, table: CompiledTable, reason: str) -> None:
+        self.candidate_failures.labels(table.namespace, table.release, reason).inc()
+
+    def version_mismatch(self, table: CompiledTable, side: str) -> None:
+        self.version_mismatches.labels(table.namespace, table.release, side).inc()
 
 
 __all__ = [

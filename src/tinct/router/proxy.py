@@ -40,9 +40,11 @@ import time
 
 from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
+from tinct.router.framing import FramingError
 from tinct.router.metrics import RouterMetrics
-from tinct.router.request import Body
+from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
+    ClientBodyError,
     Response,
     UpstreamConnectError,
     UpstreamError,
@@ -51,7 +53,7 @@ from tinct.router.response import (
 )
 from tinct.router.table import CompiledTable, Upstream
 from tinct.router.upstream import UpstreamPool
-from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, error_response
+from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders
 
 _log = logging.getLogger(__name__)
 
@@ -61,6 +63,10 @@ SCHEDULER_VERSION = b"X-Scheduler-Version"
 SCHEDULER_ACTIVE = b"X-Scheduler-Active"
 #: On an answer after a fallback (or a 502 from stable after one): why the candidate's was not taken.
 FALLBACK_REASON = b"X-Fallback-Reason"
+
+#: ``Upgrade`` of a 426 whose backend named no protocol: the scheduler protocol that
+#: ``X-Scheduler-Version`` negotiates.
+UPGRADE_TO = b"tinct-scheduler"
 
 _DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", SCHEDULER_VERSION.lower()}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
@@ -110,6 +116,13 @@ def _answer_headers(resp: Response) -> tuple[RawHeaders, bool]:
             if n == b"date":
                 has_date = True
     return out, has_date
+
+
+def _upgrade_headers(resp: Response) -> RawHeaders:
+    """``Upgrade`` for a 426 relayed to the client, as RFC 9110 §15.5.22 requires (with the
+    ``Upgrade`` connection option, §7.8): the backend's own value, else :data:`UPGRADE_TO`."""
+    value = b", ".join(v for n, _, v in resp.headers if n == b"upgrade" and v.strip()) or UPGRADE_TO
+    return [(b"Upgrade", value), (b"Connection", b"Upgrade")]
 
 
 class Proxy:
@@ -190,6 +203,8 @@ class Proxy:
                 self._rejected(ex, "candidate", e)
         else:
             reason_ = reason_for_status(resp.status)
+            if reason_ == "version_mismatch":
+                self.metrics.version_mismatch(table, "candidate")
             failed = resp.failed
             if reason_ is None and failed is not None:
                 # Broken right after its head, and nothing of it went to the client yet.
@@ -206,6 +221,7 @@ class Proxy:
             # What the fallback cost is the candidate's (the latency limit is accounted for
             # apart, by the analysis).
             self.metrics.candidate_failed(ex, time.perf_counter() - ex.started)
+        self.metrics.candidate_failure(table, reason)
         if health.failure():
             self.metrics.ejection(table)
             _log.warning(
@@ -256,19 +272,38 @@ class Proxy:
                 if failed is not None:  # broken right after its head; the client has nothing yet
                     resp.close()
                     raise failed
+            except ClientBodyError as e:
+                self._client_failed(ex, e)
+                return
             except (UpstreamError, TimeoutError, OSError) as e:
-                _log.warning("stable %s failed: %r", up.url, e)
                 if isinstance(e, UpstreamRejectedError):
                     self._rejected(ex, "stable", e)
-                    code, message = "bad_gateway", f"stable backend's answer refused: {e}"
+                    code = "bad_gateway"
                 else:
-                    code, message = "stable_unavailable", f"stable backend failed: {e!r}"
-                extra = [(FALLBACK_REASON, reason.encode())] if reason else []
-                ex.conn.respond(error_response(502, code, message, extra))
-                ex.status = 502
+                    code = "stable_unavailable"
+                extra = [(FALLBACK_REASON, reason.encode())] if reason else None
+                detail = f"stable {up.url} failed: {e!r}"
+                ex.status = ex.conn.refuse(code, detail, extra, level=logging.WARNING)
                 self.metrics.request(ex)
                 return
         await self._stream(ex, resp, up, reason, since)
+
+    def _client_failed(self, ex: Exchange, e: ClientBodyError) -> None:
+        """The client's streamed body failed before stable answered: its fault, not stable's."""
+        conn, cause = ex.conn, e.cause
+        conn.close_after_response = True
+        if isinstance(cause, ConnectionError):
+            conn.abort()  # the client is gone: nobody to answer
+            return
+        code = (
+            cause.code
+            if isinstance(cause, FramingError)
+            else "request_timeout"
+            if isinstance(cause, BodyTimeoutError)
+            else "bad_request"
+        )
+        ex.status = conn.refuse(code, str(e))
+        self.metrics.request(ex)
 
     def _rejected(self, ex: Exchange, side: str, e: UpstreamRejectedError) -> None:
         table = ex.table
@@ -280,6 +315,9 @@ class Proxy:
         conn = ex.conn
         table = ex.table
         headers, has_date = _answer_headers(resp)
+        if resp.status == 426:
+            self.metrics.version_mismatch(table, up.side)
+            headers += _upgrade_headers(resp)
         headers.append((SCHEDULER_ACTIVE, up.version_b))
         if reason is not None:
             headers.append((FALLBACK_REASON, reason.encode()))
@@ -307,14 +345,21 @@ class Proxy:
                 await done
             conn.end_response()
             complete = True
+        except ClientBodyError as e:
+            # The backend answered early and the client's body then broke: cut, as there
+            # is no telling what the backend read; nothing to count against it.
+            _log.info("request %s: %s", ex.request.rid.decode(), e)
+            conn.abort()
         except UpstreamError as e:
             # Bytes may already be with the client: no retry. Cut the connection so the
             # client sees a truncated answer instead of a well-formed short one.
             why = "idle_timeout" if isinstance(e, UpstreamIdleError) else "upstream_error"
             _log.warning("%s %s failed mid-answer (%s), no retry possible: %s", up.side, up.url, why, e)
             self.metrics.truncated.labels(table.namespace, table.release, up.side, why, ex.tag).inc()
-            if up.side == "candidate" and self.health(table).failure():
-                self.metrics.ejection(table)
+            if up.side == "candidate":
+                self.metrics.candidate_failure(table, "truncated" if why == "upstream_error" else why)
+                if self.health(table).failure():
+                    self.metrics.ejection(table)
             conn.abort()
         finally:
             conn.source = None

@@ -13,10 +13,9 @@ import asyncio
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Protocol, TypeVar, overload
-from urllib.parse import unquote
 
-import httptools
-
+from tinct.router.errors import request_id
+from tinct.router.framing import request_framing
 from tinct.router.wire import HOP_BY_HOP_B, Fields, RawHeaders, connection_tokens
 
 _T = TypeVar("_T")
@@ -190,24 +189,6 @@ class Body:
         return data
 
 
-def target_path(target: bytes) -> str | None:
-    """The decoded path of a request target (origin-form, absolute-form or ``*``), or None."""
-    if target[:1] == b"/":
-        raw = target.split(b"?", 1)[0]
-    elif target == b"*":
-        return "*"
-    else:
-        try:
-            url = httptools.parse_url(target)
-        except httptools.HttpParserInvalidURLError:
-            return None
-        if not url.schema:
-            return None
-        raw = url.path or b"/"
-    path = raw.decode("latin-1")
-    return unquote(path, "utf-8", "replace") if "%" in path else path
-
-
 class HeaderView(Mapping[str, str]):
     """Case-insensitive read access to request headers (the first value of each name)."""
 
@@ -238,10 +219,16 @@ class HeaderView(Mapping[str, str]):
 
 
 class Request:
-    """One parsed request head and its body."""
+    """One parsed request head and its body.
+
+    Raises:
+        FramingError: the head leaves the body's framing in doubt
+            (:func:`~tinct.router.framing.request_framing`).
+    """
 
     __slots__ = (
         "_by_name",
+        "_rid",
         "body",
         "chunked",
         "fields",
@@ -277,21 +264,26 @@ class Request:
         self.chunked = False
         #: Header names the client's ``Connection`` header makes hop-by-hop (beyond the standard ones).
         self.hops: frozenset[bytes] = frozenset()
+        self._rid: bytes | None = None
         fields: Fields = []
         by_name: dict[bytes, bytes] = {}
+        te: list[bytes] | None = None
+        cl: list[bytes] | None = None
         for name, value in raw_headers:
             n = name.lower()
             fields.append((n, name, value))
             if n not in by_name:
                 by_name[n] = value
             if n == b"content-length":
-                body.declared = int(value)
+                cl = [value] if cl is None else [*cl, value]
             elif n == b"transfer-encoding":
-                self.chunked = b"chunked" in value.lower()
+                te = [value] if te is None else [*te, value]
             elif n == b"connection":
                 self.hops |= connection_tokens(value) - HOP_BY_HOP_B
             elif n == b"expect" and version == "1.1":
                 body.expect_continue = value.strip().lower() == b"100-continue"
+        if te is not None or cl is not None:
+            self.chunked, body.declared = request_framing(te or [], cl or [], version)
         self.fields = fields
         self._by_name = by_name
 
@@ -299,6 +291,14 @@ class Request:
     def has_body(self) -> bool:
         """The client sends a body (length-delimited or chunked)."""
         return self.chunked or self.body.declared is not None
+
+    @property
+    def rid(self) -> bytes:
+        """The request's id: its ``X-Request-Id`` when sane, else one made up once
+        (:func:`~tinct.router.errors.request_id`)."""
+        if self._rid is None:
+            self._rid = request_id(self._by_name.get(b"x-request-id"))
+        return self._rid
 
     @property
     def headers(self) -> HeaderView:
@@ -315,5 +315,4 @@ __all__ = [
     "BodyTooLargeError",
     "HeaderView",
     "Request",
-    "target_path",
 ]

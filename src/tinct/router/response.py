@@ -33,6 +33,16 @@ class UpstreamConnectError(UpstreamError):
     """The backend could not be connected."""
 
 
+class ClientBodyError(UpstreamError):
+    """The request body streamed to the backend failed on the client's side: broken framing
+    (``cause`` a ``ValueError``), too slow (a ``BodyTimeoutError``) or the client went away
+    (a ``ConnectionError``). The backend is not to blame."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"the request body could not be read from the client: {cause!r}")
+        self.cause = cause
+
+
 class UpstreamIdleError(UpstreamError):
     """The backend sent nothing of its answer's body for the idle timeout."""
 
@@ -240,6 +250,7 @@ class Response:
 
 
 __all__ = [
+    "ClientBodyError",
     "Feed",
     "RejectReason",
     "Response",

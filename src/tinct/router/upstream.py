@@ -31,8 +31,15 @@ from typing import TypeAlias, cast
 import httptools
 
 from tinct.router.flow import WriteFlow
+from tinct.router.framing import final_chunked
 from tinct.router.request import Body, BodyTimeoutError
-from tinct.router.response import Response, UpstreamConnectError, UpstreamError, UpstreamRejectedError
+from tinct.router.response import (
+    ClientBodyError,
+    Response,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamRejectedError,
+)
 from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, chunk, connection_tokens
 
 _log = logging.getLogger(__name__)
@@ -184,7 +191,7 @@ class UpstreamConnection(asyncio.Protocol):
         if n == b"content-length":
             r.content_length = int(value)
         elif n == b"transfer-encoding":
-            r.chunked = b"chunked" in value.lower()
+            r.chunked = final_chunked([value])
         elif n == b"connection":
             tokens = connection_tokens(value)
             r.closing = r.closing or b"close" in tokens
@@ -339,7 +346,7 @@ class UpstreamPool:
             r = conn.resp
             conn.resp = None
             if r is not None:
-                r._fail(UpstreamError(f"the request body could not be read from the client: {e}"))
+                r._fail(ClientBodyError(e))
             conn.close()
 
     async def _acquire(self, origin: Origin) -> UpstreamConnection:

@@ -91,14 +91,6 @@ def json_response(
     return simple_response(status, json.dumps(doc).encode(), b"application/json; charset=utf-8", extra)
 
 
-def error_response(
-    status: int, code: str, message: str, extra: Iterable[tuple[bytes, bytes]] = ()
-) -> tuple[int, RawHeaders, bytes]:
-    """An OpenAI-shaped JSON error."""
-    body = {"error": {"message": message, "type": "router_error", "code": code}}
-    return json_response(status, body, extra)
-
-
 def text_response(status: int, text: str) -> tuple[int, RawHeaders, bytes]:
     """A small plain-text answer made by the router."""
     return simple_response(status, text.encode(), b"text/plain; charset=utf-8")
@@ -113,7 +105,6 @@ __all__ = [
     "RawHeaders",
     "chunk",
     "connection_tokens",
-    "error_response",
     "header_block",
     "http_date",
     "json_response",

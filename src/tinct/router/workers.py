@@ -62,6 +62,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from tinct.router.config import RouterConfig
 from tinct.router.connection import ServerConnection
+from tinct.router.errors import NOT_LOCAL, with_request_id
 from tinct.router.request import Request
 from tinct.router.server import HttpServer
 from tinct.router.summing import Family, MetricsSum, parse, render, sample_sum
@@ -146,6 +147,7 @@ def config_from_json(text: str) -> RouterConfig:
     d = json.loads(text)
     d["table_files"] = tuple(Path(p) for p in d["table_files"])
     d["trust_role_from"] = tuple(d["trust_role_from"])
+    d["pass_through_prefixes"] = tuple(d["pass_through_prefixes"])
     d["resolve"] = tuple(d.get("resolve") or ())
     for key in ("kubeconfig", "metrics_socket"):
         if d[key] is not None:
@@ -345,7 +347,7 @@ class Supervisor:
 
     async def handle(self, request: Request, conn: ServerConnection) -> None:
         if request.method not in ("GET", "HEAD"):
-            conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
+            conn.respond(with_request_id(NOT_LOCAL, request.rid))
         elif request.path == "/healthz":
             conn.respond(text_response(200, "ok\n"))
         elif request.path == "/readyz":
@@ -353,7 +355,7 @@ class Supervisor:
         elif request.path == "/metrics":
             conn.respond(await self._metrics())
         else:
-            conn.respond(text_response(404, "not found: /metrics, /healthz, /readyz\n"))
+            conn.respond(with_request_id(NOT_LOCAL, request.rid))
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
