@@ -60,6 +60,8 @@ from tinct.api.v1alpha1.releasestatus import (
     Readable,
     RoutingRef,
     ScalerStatus,
+    ShadowCell,
+    ShadowResult,
     Verdict,
     readable,
 )
@@ -112,6 +114,8 @@ __all__ = [
     "ScaleMetric",
     "ScalerStatus",
     "Shadow",
+    "ShadowCell",
+    "ShadowResult",
     "ShadowTable",
     "StickyKey",
     "TransitionReason",
