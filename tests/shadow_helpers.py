@@ -1,21 +1,29 @@
-"""Pairs made of real answers, and a small OpenAI-compatible judge, for the comparer's tests.
+"""Pairs made of real answers, a small OpenAI-compatible judge, and a comparer process, for
+the comparer's tests.
 
 :func:`mirror` does what a router does for one mirrored request: the same body to stable
 and to the candidate (or to stable twice, for the noise floor), both answers kept byte for
 byte, as one pair line of ``POST /v1/pairs``. :class:`JudgeServer` answers the judge's
 questions as a test tells it to: agree, disagree, depend on which answer it reads first,
-be unsure, be slow, or fail.
+be unsure, be slow, or fail. :func:`comparer` runs ``tinct comparer --watch`` as a process and
+:class:`PairPump` feeds it pairs from a thread, as routers would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -144,3 +152,131 @@ async def judge_server(mode: str = "match") -> AsyncIterator[JudgeServer]:
         yield judge
     finally:
         await runner.cleanup()
+
+
+@dataclass
+class Comparer:
+    port: int
+    url: str
+    token: str
+
+
+def _get(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+@contextlib.contextmanager
+def comparer(namespace: str, log: Path, lineage: Path, token: str = "test-token") -> Iterator[Comparer]:
+    """`tinct comparer --watch` on the table namespace ``namespace``, on a free port, recording
+    to ``lineage``; ready once it listed the tables."""
+    from controlplane.harness import free_port
+
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "tinct.cli", "comparer", "--watch", "--namespace", namespace,
+        "--host", "127.0.0.1", "--port", str(port), "--lineage-root", str(lineage),
+    ]  # fmt: skip
+    env = {**os.environ, "TINCT_COMPARER_TOKEN": token}
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"the comparer exited: {log.read_text()[-2000:]}")
+                try:
+                    if _get(f"http://127.0.0.1:{port}/readyz") == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError("the comparer did not get ready")
+                time.sleep(0.2)
+            yield Comparer(port, f"http://127.0.0.1:{port}", token)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class Mirrored:
+    """What a router mirrors of one cell: requests of ``dye_tag`` saying ``prompt``."""
+
+    dye_tag: str
+    prompt: str
+
+
+@dataclass
+class PairPump:
+    """From a thread: mirror ``cells``' requests to the engines and post the pairs to the
+    comparer, as routers do, until stopped; every ``noise_every``-th pair is a noise pair.
+    ``uid`` is read each round (the release's, once it exists)."""
+
+    comparer: Comparer
+    stable: str
+    candidate: str
+    cells: list[Mirrored]
+    uid: Callable[[], str | None]
+    namespace: str
+    release: str = "chat"
+    noise_every: int = 5
+    request: dict[str, Any] = field(default_factory=lambda: {"model": "m", "temperature": 0})
+    accepted: int = 0
+    refused: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    async def _run(self) -> None:
+        i = 0
+        async with aiohttp.ClientSession() as http:
+            while not self._stop.is_set():
+                uid = self.uid()
+                if uid is None:
+                    await asyncio.sleep(0.2)
+                    continue
+                batch = []
+                for cell in self.cells:
+                    target = "stable" if i % self.noise_every == self.noise_every - 1 else "candidate"
+                    body = {**self.request, "messages": [{"role": "user", "content": f"{cell.prompt} #{i}"}]}
+                    pair = await mirror(
+                        http,
+                        self.stable,
+                        self.candidate,
+                        body,
+                        target=target,
+                        release=self.release,
+                        namespace=self.namespace,
+                        uid=uid,
+                        dye_tag=cell.dye_tag,
+                    )
+                    batch.append(pair)
+                    i += 1
+                try:
+                    status, got = await post_pairs(http, self.comparer.url, batch, self.comparer.token)
+                except (aiohttp.ClientError, OSError):
+                    status, got = 0, {}
+                if status == 202:
+                    self.accepted += got["accepted"]
+                    self.refused += got["refused"]
+                await asyncio.sleep(0.05)
+
+    def __enter__(self) -> PairPump:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True, name="pairs")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)

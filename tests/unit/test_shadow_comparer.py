@@ -295,3 +295,52 @@ def test_the_command_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     )
     assert (run.returncode, run.stderr.strip()) == (2, f"tinct comparer: the token file {empty} is empty")
     assert json.loads(path.read_text())["shadow"]["noiseShare"] == 10
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+    for n in ("search", "weather", "calendar")
+]
+JSON_CHAT = {**CHAT, "response_format": {"type": "json_object"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_real_json_and_tool_call_answers(
+    tmp_path: Path, engines: tuple[Emulator, Emulator], stream: bool
+) -> None:
+    v1, v2 = engines
+    tools = {**CHAT, "tools": TOOLS, "stream": stream}
+    as_json = {**JSON_CHAT, "stream": stream}
+    async with await _comparer(tmp_path, table()) as c, aiohttp.ClientSession() as http:
+
+        async def verdict(request: dict[str, Any], **behaviour: Any) -> tuple[str, str | None]:
+            v2.set(
+                **{
+                    "json_add_field": None,
+                    "json_drop_field": None,
+                    "tool_order": "given",
+                    "tool_drop": False,
+                    **behaviour,
+                }
+            )
+            before = c.done
+            assert (await post_pairs(http, c.url, [await mirror(http, v1.url, v2.url, request)], TOKEN))[
+                0
+            ] == 202
+            await settle(c, before + 1)
+            assert c.recorder is not None
+            c.recorder.flush()
+            for _ in range(500):
+                got = [r for r in rows(tmp_path, c) if r["recorded_at"] is not None]
+                if len(got) == before + 1:
+                    last = max(got, key=lambda r: r["recorded_at"])
+                    return last["verdict"], last["layer"]
+                await asyncio.sleep(0.02)
+            raise AssertionError("the pair was not recorded")
+
+        assert await verdict(as_json) == ("same", "text")
+        assert await verdict(as_json, json_add_field="citations") == ("same", "text")
+        assert await verdict(as_json, json_drop_field="confidence") == ("different", "structure")
+        assert await verdict(tools) == ("same", "tools")
+        assert await verdict(tools, tool_order="reversed") == ("same", "tools")
+        assert await verdict(tools, tool_drop=True) == ("different", "tools")
