@@ -10,6 +10,7 @@ for the noise stable has too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import ROOT
 from controlplane.harness import Cluster
 from controlplane.prometheus import Prometheus
 from engines import Engines
@@ -36,6 +38,8 @@ from shadow_helpers import Comparer, Mirrored, PairPump, comparer
 from tinct.lineage.sql import query
 
 pytestmark = pytest.mark.usefixtures("crds")
+
+README = ROOT / "README.md"
 
 LONG = "len:long+role:admin+latency:high"
 DEFAULT = "len:*+role:*+latency:*"
@@ -138,13 +142,11 @@ def test_a_dark_step_whose_candidate_answers_alike_advances(stack: Stack) -> Non
         r for r in rows if r["reason"].startswith("StepAdvanced") or r["reason"].startswith("Promoted")
     )
     assert "shadow-agreement 100" in advanced["reason"]
-    # The pairs are rows of shadow_pairs, by cell: the README's query.
-    by_cell = query(
-        "SELECT cell, verdict, count(*) AS n FROM shadow_pairs WHERE release = 'chat' "
-        "AND target = 'candidate' GROUP BY cell, verdict ORDER BY cell",
-        str(stack.root),
-    ).to_pylist()
-    assert {(r["cell"], r["verdict"]) for r in by_cell} == {(LONG, "same"), (DEFAULT, "same")}
+    # The pairs are rows of shadow_pairs: the README's query says how each cell agreed.
+    (sql,) = re.findall(r'^tinct lineage sql "(.*FROM shadow_pairs.*)"$', README.read_text(), re.M)
+    by_cell = query(sql, str(stack.root)).to_pylist()
+    assert {r["cell"]: r["agree_pct"] for r in by_cell} == {LONG: 100.0, DEFAULT: 100.0}
+    assert all(r["pairs"] > 0 and r["judged"] == 0 and r["since"] is not None for r in by_cell)
 
 
 def test_a_candidate_that_drifts_in_one_cell_is_rolled_back_at_the_dark_step_naming_it(stack: Stack) -> None:

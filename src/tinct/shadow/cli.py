@@ -34,16 +34,6 @@ def _judge(text: str) -> tuple[str, str]:
     return name, url
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
-
-
 def _token(args: argparse.Namespace) -> str | None:
     """The token from --comparer-token-file, else $TINCT_COMPARER_TOKEN."""
     if args.token_file:
@@ -144,6 +134,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tinct.kubeconfig import add_flags
+    from tinct.router.cli import _positive_int as _positive
     from tinct.shadow.service import ComparerConfig
 
     d = ComparerConfig()

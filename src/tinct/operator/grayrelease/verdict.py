@@ -38,9 +38,10 @@ What counts is what users saw:
   per cell and overall, with its own ``minPairs``; ``minRequests`` does not apply to it.
 - At a **dark step** (no cell sends the candidate live traffic: every weight 0) the router
   built-ins have no candidate requests to judge: they are left out, not held inconclusive,
-  and the message says so. The step is judged by what else the analysis names
-  (``shadow-agreement``, engine and custom metrics); with nothing else it passes, as a step
-  without analysis metrics does (the candidate answered no one).
+  and the message says so, and ``minRequests`` does not hold the others. The step is judged
+  by what else the analysis names (``shadow-agreement``, engine and custom metrics); with
+  nothing else it passes, as a step without analysis metrics does (the candidate answered
+  no one).
 - Fewer candidate requests than ``minRequests``, no data, NaN or an infinity, more than one
   series, Prometheus unreachable or answering an error: the verdict is ``Inconclusive`` with
   the reason in the message, never ``Fail``. A result never holds a non-finite number: it is
