@@ -14,7 +14,10 @@ Starts, on this machine and all on loopback:
 - ``tinct operator`` (routing tables in ``tinct-system``, the lineage under ``--dir``);
 - ``tinct router --watch``, reaching the Services' DNS names at the engines through
   ``--resolve``, with OpenAI clients sending it a steady mix of dye cells, so analyses have
-  requests to judge.
+  requests to judge;
+- ``tinct comparer --watch`` (shadow traffic: the pairs routers mirror, compared; the
+  ``shadow_pairs`` table beside the others), with a token in ``TINCT_COMPARER_TOKEN`` that
+  the env file exports too, scraped by Prometheus.
 
 It prints the lines to paste into another shell (``KUBECONFIG`` first), then stays up until
 Ctrl-C or SIGTERM, and stops everything it started. ``make demo`` stays the scripted tour.
@@ -66,6 +69,10 @@ S3_ENV = {
     "AWS_SECRET_ACCESS_KEY": "tinct-dev",
     "AWS_REGION": "us-east-1",
 }
+
+
+#: The token the local comparer takes pairs with (a local stack only: not a secret).
+COMPARER_TOKEN = "dev-comparer-token"
 
 
 def say(msg: str) -> None:
@@ -165,6 +172,7 @@ def env_file(work: Path, kubeconfig: Path, lineage: Path, router_port: int, kube
         f"export KUBECONFIG={kubeconfig}\n"
         f"export TINCT_LINEAGE_ROOT={lineage}\n"
         f"export OPENAI_BASE_URL=http://127.0.0.1:{router_port}/v1\n"
+        f"export TINCT_COMPARER_TOKEN={COMPARER_TOKEN}\n"
         f"export PATH={kubectl.parent}:{BIN}:$PATH\n"
     )
     return path
@@ -224,11 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         objs += [deployment("sched-v1"), deployment("sched-v2")]
         cp.kubectl("apply", "-n", "default", "-f", "-", input=yaml.safe_dump_all(objs))
 
-        router_metrics, operator_metrics = free_port(), free_port()
+        router_metrics, operator_metrics, comparer_port = free_port(), free_port(), free_port()
         prom = stack.enter_context(Prometheus(build.ensure_prometheus(), work / "prometheus"))
         prom.set_target_groups(
             [
-                ([f"127.0.0.1:{router_metrics}", f"127.0.0.1:{operator_metrics}"], {}),
+                ([f"127.0.0.1:{p}" for p in (router_metrics, operator_metrics, comparer_port)], {}),
                 *(
                     ([f"127.0.0.1:{port}"], {"namespace": "default", "service": name})
                     for name, port in engines.items()
@@ -261,6 +269,29 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         wait_http(f"http://127.0.0.1:{operator_metrics}/metrics", "the operator", op, op_log)
+
+        say(f"tinct comparer on 127.0.0.1:{comparer_port}")
+        comparer_log = work / "comparer.log"
+        comparer = stack.enter_context(
+            process(
+                [
+                    TINCT,
+                    "comparer",
+                    "--watch",
+                    "--namespace",
+                    TABLES,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(comparer_port),
+                    "--lineage-root",
+                    str(lineage),
+                ],
+                comparer_log,
+                {**env, "TINCT_COMPARER_TOKEN": COMPARER_TOKEN},
+            )
+        )
+        wait_http(f"http://127.0.0.1:{comparer_port}/readyz", "the comparer", comparer, comparer_log)
 
         say(f"tinct router on 127.0.0.1:{args.router_port}")
         resolve: list[str] = []
@@ -303,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         while not stop.wait(1.0):
-            for what, proc, log in (("the operator", op, op_log), ("the router", router, router_log)):
+            for what, proc, log in (
+                ("the operator", op, op_log),
+                ("the router", router, router_log),
+                ("the comparer", comparer, comparer_log),
+            ):
                 if proc.poll() is not None:
                     print(f"{what} exited with {proc.returncode}; its log: {log}", file=sys.stderr)
                     return 1

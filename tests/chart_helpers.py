@@ -40,7 +40,10 @@ def one(docs: Sequence[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return found[0]
 
 
-def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    (c,) = deployment["spec"]["template"]["spec"]["containers"]
-    result: dict[str, Any] = c
+def container(deployment: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The Deployment's container ``name``; without a name, its first (its main one)."""
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = (
+        containers[0] if name is None else next(c for c in containers if c["name"] == name)
+    )
     return result

@@ -121,6 +121,12 @@ def _add_release(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     register(sub)
 
 
+def _add_comparer(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tinct.shadow.cli import register
+
+    register(sub)
+
+
 def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tinct.emulator.cli import register
 
@@ -134,6 +140,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     _add_operator,
     _add_lineage,
     _add_release,
+    _add_comparer,
     _add_emulator,
     _add_version,
     _add_completion,

@@ -1,7 +1,8 @@
 """The chart's Grafana dashboard and alerting rules hold against a real Prometheus scraping a
-real router and the operator through a release that steps forward, falls back, ejects its
-candidate and rolls back: every dashboard expression parses and returns series, and every
-alert rule loads, evaluates without error, and selects series that exist."""
+real router, the operator and the comparer through a release that mirrors a cell, steps
+forward, falls back, ejects its candidate and rolls back: every dashboard expression parses
+and returns series, and every alert rule loads, evaluates without error, and selects series
+that exist."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from chart_helpers import CHART
 from controlplane.harness import Cluster, free_port
 from controlplane.prometheus import Prometheus
 from engines import Engines
-from release_cluster import apply, backends, example, operator, wait, wait_release
+from release_cluster import apply, backends, example, get, operator, wait, wait_release
 from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
+from shadow_helpers import Mirrored, PairPump, comparer
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -65,9 +67,19 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
     schedulers = Engines()  # emulated engines: streamed answers give the token timings
     metrics_port = free_port()
     try:
-        with router(ns, tmp_path / "router.log") as r:
+        with (
+            router(ns, tmp_path / "router.log") as r,
+            comparer(ns, tmp_path / "comparer.log", tmp_path / "lineage") as c,
+        ):
             prom = prometheus(rule_files=[RULES])
-            prom.set_targets([f"127.0.0.1:{r.port}", f"127.0.0.1:{metrics_port}"])
+            prom.set_targets([f"127.0.0.1:{r.port}", f"127.0.0.1:{metrics_port}", f"127.0.0.1:{c.port}"])
+
+            def uid() -> str | None:
+                obj = get(cluster, ns, "grayrelease", "chat")
+                return None if obj is None else str(obj["metadata"]["uid"])
+
+            # Pairs of the default cell, mirrored as a router would, once the release exists.
+            mirrored = [Mirrored("len:medium+role:audit+latency:low", "a question")]
             with (
                 operator(
                     ns,
@@ -80,6 +92,7 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                     TINCT_NOTIFY_BACKOFF="0.1",
                 ),
                 Background(r.port, [LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW]),
+                PairPump(c, schedulers.v1.url, schedulers.v2.url, mirrored, uid, ns, noise_every=2),
             ):
                 doc = example(
                     analysis={
@@ -96,7 +109,9 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                 )
                 doc["spec"]["stable"]["url"] = schedulers.v1.url
                 doc["spec"]["candidate"]["url"] = schedulers.v2.url
+                doc["spec"]["cells"][2]["shadow"] = [10, 10, 10, 0]  # the default cell mirrors
                 apply(cluster, ns, doc)
+
                 # Healthy: the candidate serves its share and the analysis passes a step.
                 wait_release(cluster, ns, lambda s: s.get("step", 0) >= 1, "step 2/4", timeout=180)
                 # Then failing: fallbacks, ejections, failed analyses, the rollback.
@@ -105,8 +120,15 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                 prom.wait_for(f'tinct_release_phase{{namespace="{ns}",phase="RolledBack"}} == 1', timeout=60)
                 prom.wait_for(f'tinct_router_candidate_ejections_total{{namespace="{ns}"}}', timeout=60)
                 prom.wait_for('tinct_release_notifications_total{result="failed"}', timeout=60)
+                # The comparer counted the mirroring cell's pairs while its table mirrored; its
+                # counters stay exported after the rollback, when no cell mirrors any more.
+                for target in ("candidate", "stable"):
+                    prom.wait_for(
+                        f'tinct_shadow_pairs_total{{namespace="{ns}",target="{target}"}}', timeout=60
+                    )
 
                 dash = json.loads(DASHBOARD.read_text())
+                assert any("tinct_shadow_" in e for _, e in dashboard_queries(dash)), "a shadow panel"
                 empty = []
                 for where, expr in dashboard_queries(dash):
                     promql = grafana(expr, ns)

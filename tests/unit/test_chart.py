@@ -84,6 +84,8 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
             "HorizontalPodAutoscaler",
             "PersistentVolumeClaim",
             "PodDisruptionBudget",
+            "Secret",
+            "Service",
             "Service",
             "ServiceAccount",
             "ServiceAccount",
@@ -477,6 +479,8 @@ def test_crds_enabled_renders_the_chart_crds_with_keep(helm: Helm) -> None:
         ({"operator.prometheus.named": {"default": "http://p:9090"}}, "invalid propertyName 'default'"),
         ({"operator.prometheus.named": {"b": "http://p:9090,c=http://q"}}, "/operator/prometheus/named/b"),
         ({"operator.prometheus.timeout": 0}, "/operator/prometheus/timeout"),
+        ({"comparer.judges": {"local": {"url": "judge:8000"}}}, "/comparer/judges/local/url"),
+        ({"comparer.port": 0}, "/comparer/port"),
     ],
 )
 def test_schema_refuses_bad_values_and_names_them(helm: Helm, values: dict[str, Any], message: str) -> None:
@@ -537,3 +541,64 @@ def test_every_value_is_commented() -> None:
         else:
             assert commented, f"values.yaml:{number} has no comment: {line!r}"
         previous = stripped
+
+
+def test_the_comparer_runs_beside_the_operator_with_its_token_service_and_judges(helm: Helm) -> None:
+    docs = template(
+        helm,
+        {
+            "comparer": {
+                "judges": {
+                    "local": {"url": "http://judge.llm:8000/v1"},
+                    "team-b": {
+                        "url": "https://judge.example/v1",
+                        "apiKeySecret": {"name": "keys", "key": "b"},
+                    },
+                }
+            },
+            "serviceMonitor": {"enabled": True},
+            "networkPolicy": {"enabled": True},
+        },
+    )
+    operator = one(docs, "Deployment", "t-tinct-operator")
+    cmp = container(operator, "comparer")
+    assert cmp["args"][:4] == ["comparer", "--watch", "--namespace=tinct", "--port=8090"]
+    assert "--comparer-token-file=/var/run/tinct/comparer/token" in cmp["args"]
+    assert "--lineage-root=/var/lib/tinct/lineage" in cmp["args"]
+    assert {"--judge=local=http://judge.llm:8000/v1", "--judge=team-b=https://judge.example/v1"} <= set(
+        cmp["args"]
+    )
+    key = next(e for e in cmp["env"] if e["name"] == "TINCT_JUDGE_API_KEY_TEAM_B")
+    assert key["valueFrom"] == {"secretKeyRef": {"name": "keys", "key": "b"}}
+    assert cmp["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "comparer"}
+    mounts = {m["name"]: m["mountPath"] for m in cmp["volumeMounts"]}
+    assert mounts["lineage"] == "/var/lib/tinct/lineage", (
+        "it writes shadow_pairs beside the operator's tables"
+    )
+    spec = operator["spec"]["template"]["spec"]
+    token = next(v for v in spec["volumes"] if v["name"] == "comparer-token")
+    assert token["secret"]["secretName"] == "t-tinct-comparer-token"
+    secret = one(docs, "Secret", "t-tinct-comparer-token")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(secret["data"]["token"]) > 40
+    svc = one(docs, "Service", "t-tinct-comparer")
+    assert svc["spec"]["selector"] == operator["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"] == [
+        {"name": "comparer", "port": 8090, "targetPort": "comparer", "protocol": "TCP"}
+    ]
+    monitor = one(docs, "ServiceMonitor", "t-tinct-comparer")
+    assert monitor["spec"]["endpoints"][0]["port"] == "comparer"
+    policy = one(docs, "NetworkPolicy", "t-tinct-operator")
+    assert {"port": "comparer", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]
+
+
+def test_the_comparer_can_use_a_given_token_secret_or_be_left_out(helm: Helm) -> None:
+    docs = template(helm, {"comparer": {"tokenSecret": {"name": "mine", "key": "k"}}})
+    assert not by_kind(docs, "Secret")
+    spec = one(docs, "Deployment", "t-tinct-operator")["spec"]["template"]["spec"]
+    token = next(v for v in spec["volumes"] if v["name"] == "comparer-token")
+    assert token["secret"] == {"secretName": "mine", "items": [{"key": "k", "path": "token"}]}
+    docs = template(helm, {"comparer": {"enabled": False}})
+    operator = one(docs, "Deployment", "t-tinct-operator")
+    assert [c["name"] for c in operator["spec"]["template"]["spec"]["containers"]] == ["operator"]
+    assert not [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "t-tinct-comparer"]

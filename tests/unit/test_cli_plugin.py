@@ -26,7 +26,20 @@ def _names(what: str, namespace: str | None) -> list[str]:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        ([""], ["crds", "router", "operator", "lineage", "release", "emulator", "version", "completion"]),
+        (
+            [""],
+            [
+                "crds",
+                "router",
+                "operator",
+                "lineage",
+                "release",
+                "comparer",
+                "emulator",
+                "version",
+                "completion",
+            ],
+        ),
         (["rel"], ["release"]),
         (["release", ""], ["status", "list", "pause", "resume", "promote", "abort", "retry"]),
         (["release", "status", "ch"], ["chat", "chat-2"]),
@@ -57,7 +70,7 @@ def test_the_bash_script_completes_through_tinct() -> None:
     assert out.stdout.splitlines() == [
         "status",
         "yaml",
-        "crds router operator lineage release emulator version completion",
+        "crds router operator lineage release comparer emulator version completion",
     ]
 
 

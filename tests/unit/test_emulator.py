@@ -309,3 +309,101 @@ def test_the_command_serves_and_its_help_says_it_emulates() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def test_drift_by_marker_and_by_share_of_prompts(emu: Emulator) -> None:
+    emu.set(drift_marker="[cell-b]")
+    async with client(emu) as c:
+
+        async def say(prompt: str) -> str:
+            r = await c.chat.completions.create(model="m1", messages=[{"role": "user", "content": prompt}])
+            return r.choices[0].message.content or ""
+
+        assert (await say("plain question")).startswith("Emulated answer from m1.")
+        drifted = await say("a question [cell-b] here")
+        assert drifted.startswith("Drifted reply: the candidate")
+        assert "Emulated" not in drifted
+        emu.set(drift_marker=None, drift_rate=0.3)
+        prompts = [f"prompt number {i}" for i in range(200)]
+        first = [await say(p) for p in prompts]
+        share = sum(a.startswith("Drifted") for a in first) / len(first)
+        assert 0.15 < share < 0.45
+        # The same prompt drifts every time: it is picked by the prompt, not by chance.
+        assert [await say(p) for p in prompts[:40]] == first[:40]
+
+
+async def test_noise_replaces_a_word_in_its_share_of_sampled_or_deterministic_answers(emu: Emulator) -> None:
+    emu.set(noise_rate=0.5)
+    async with client(emu) as c:
+
+        async def answers(**kw: object) -> list[str]:
+            out = []
+            for _ in range(20):
+                r = await c.chat.completions.create(model="m1", messages=CHAT, **kw)  # type: ignore[call-overload]
+                out.append(r.choices[0].message.content or "")
+            return out
+
+        plain = "Emulated answer from m1. Emulated answer"
+        sampled = await answers(temperature=0.7)
+        assert sum(a != plain for a in sampled) == 10
+        assert all(len(a.split()) == len(plain.split()) for a in sampled)
+        assert set(await answers(temperature=0)) == {plain}
+        assert set(await answers(seed=7)) == {plain}
+        emu.set(noise_rate=0.0, noise_rate_deterministic=0.25)
+        assert sum(a != plain for a in await answers(temperature=0)) == 5
+
+
+async def test_json_answers_with_an_added_or_dropped_field_streamed_or_whole(emu: Emulator) -> None:
+    async with client(emu) as c:
+
+        async def obj(stream: bool) -> dict[str, object]:
+            kw = {"model": "m1", "messages": CHAT, "response_format": {"type": "json_object"}}
+            if not stream:
+                r = await c.chat.completions.create(**kw)  # type: ignore[call-overload]
+                return json.loads(r.choices[0].message.content)  # type: ignore[no-any-return]
+            s = await c.chat.completions.create(stream=True, **kw)  # type: ignore[call-overload]
+            text = "".join([ch.choices[0].delta.content or "" async for ch in s if ch.choices])
+            return json.loads(text)  # type: ignore[no-any-return]
+
+        for stream in (False, True):
+            assert set(await obj(stream)) == {"answer", "confidence", "sources"}
+        emu.set(json_add_field="citations", json_drop_field="confidence")
+        for stream in (False, True):
+            assert set(await obj(stream)) == {"answer", "sources", "citations"}
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+    for n in ("search", "weather", "calendar")
+]
+
+
+async def test_tool_calls_one_per_tool_in_an_order_that_can_change(emu: Emulator) -> None:
+    async with client(emu) as c:
+
+        async def calls(stream: bool) -> list[tuple[str, str]]:
+            kw = {"model": "m1", "messages": CHAT, "tools": TOOLS}
+            if not stream:
+                r = await c.chat.completions.create(**kw)  # type: ignore[call-overload]
+                assert r.choices[0].finish_reason == "tool_calls"
+                assert r.choices[0].message.content is None
+                return [(t.function.name, t.function.arguments) for t in r.choices[0].message.tool_calls]
+            s = await c.chat.completions.create(stream=True, **kw)  # type: ignore[call-overload]
+            got: dict[int, tuple[str, str]] = {}
+            finish = None
+            async for ch in s:
+                for t in ch.choices[0].delta.tool_calls or [] if ch.choices else []:
+                    got[t.index] = (t.function.name, t.function.arguments)
+                finish = (ch.choices[0].finish_reason if ch.choices else None) or finish
+            assert finish == "tool_calls"
+            return [got[i] for i in sorted(got)]
+
+        given = await calls(False)
+        assert [n for n, _ in given] == ["search", "weather", "calendar"]
+        assert {json.loads(a)["limit"] for _, a in given} == {3}
+        assert await calls(True) == given
+        emu.set(tool_order="reversed")
+        assert await calls(False) == given[::-1]
+        assert await calls(True) == given[::-1]
+        emu.set(tool_order="given", tool_drop=True)
+        assert await calls(False) == given[:2]

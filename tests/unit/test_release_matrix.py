@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from release_helpers import LONG, T0, release, result, step
+from release_helpers import LONG, SHORT, T0, release, result, step
+from tinct.api.v1alpha1.grayrelease import AnalysisResult, MetricResult, ShadowCell, ShadowResult
 from tinct.release.matrix import matrix, render
 
 
@@ -13,7 +14,14 @@ def test_matrix_marks_the_current_step_and_weights_in_force() -> None:
     gr = step(gr, T0 + timedelta(minutes=1), result("Pass", T0 + timedelta(minutes=1)))
     data = matrix(gr)
     assert (data["phase"], data["step"], data["steps"]) == ("Progressing", "2/4", 4)
-    assert data["cells"][0] == {"cell": LONG, "weights": [5, 20, 50, 100], "inForce": 20}
+    assert data["cells"][0] == {
+        "cell": LONG,
+        "weights": [5, 20, 50, 100],
+        "inForce": 20,
+        "shadow": None,
+        "shadowInForce": 0,
+    }
+    assert not any(ln.startswith("shadow") for ln in render(data).splitlines())
     assert data["lastAnalysis"]["verdict"] == "Pass"
     assert data["lastAnalysis"]["step"] == "1/4"  # the step it judged, numbered as everywhere else
 
@@ -93,3 +101,46 @@ def test_llm_metrics_show_their_units_and_the_engine_series_read() -> None:
         "8",
         "(vllm:num_requests_waiting)",
     ]
+
+
+def test_shadow_shares_agreement_per_cell_and_the_noise_floor_are_shown() -> None:
+    cells = release().wire()["spec"]["cells"]
+    cells[1].update(weights=[0, 1, 10, 100], shadow=[20, 10, 0, 0])
+    gr = step(release(cells=cells), T0)
+    shadow = ShadowResult(
+        pairs=140,
+        agreement=80,
+        noise_pairs=14,
+        noise_floor=7.14,
+        adjusted=86.8,
+        skipped=3,
+        worst_cell=SHORT,
+        cells=[
+            ShadowCell(
+                cell=SHORT,
+                pairs=140,
+                agreement=80,
+                noise_pairs=14,
+                noise_floor=7.14,
+                adjusted=86.8,
+                verdict="Fail",
+            )
+        ],
+    )
+    gate = MetricResult(
+        name="shadow-agreement", value=86.8, threshold=">= 95% after the noise floor", verdict="Fail"
+    )
+    st = gr.status
+    assert st is not None
+    st.last_analysis = AnalysisResult(time=T0, verdict="Fail", metrics=[gate], step=0, shadow=shadow)
+    data = matrix(gr)
+    assert next(c for c in data["cells"] if c["cell"] == SHORT)["shadowInForce"] == 20
+    lines = render(data).splitlines()
+    assert lines[lines.index("shadow (percent mirrored per step; agreement in the last analysis)") + 1].split() == [
+        SHORT, "20/10/0/0", "in", "force", "20", "agreement", "86.8%", "after", "a", "noise", "floor", "of",
+        "7.14%", "(140", "pairs,", "14", "noise", "pairs)", "Fail",
+    ]  # fmt: skip
+    assert (
+        f"  overall agreement 86.8% after a noise floor of 7.14% (140 pairs, 14 noise pairs), 3 skipped; least: {SHORT}"
+        in lines
+    )

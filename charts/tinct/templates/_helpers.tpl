@@ -210,3 +210,8 @@ without a limit: `tinct router` then reads the container's CPU quota itself).
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret holding the token routers send the comparer: the given one, or the chart's. */}}
+{{- define "tinct.comparer.tokenSecret" -}}
+{{- .Values.comparer.tokenSecret.name | default (printf "%s-comparer-token" (include "tinct.fullname" .)) -}}
+{{- end }}

@@ -85,6 +85,49 @@ class Behaviour(BaseModel):
         default=0.5, ge=0, le=1, description="share of prompt tokens found in the prefix cache"
     )
 
+    drift_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="share of prompts (picked by a hash of the prompt: the same prompt always) answered "
+        'with other words ("Drifted reply: ..."), as a model that answers differently',
+    )
+    drift_marker: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="prompts containing this text are always answered with other words (drift in one "
+        "cell: put the marker in that cell's prompts)",
+    )
+    noise_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="share of sampled answers (temperature above 0, no seed) with one word replaced at "
+        "random, as sampling does",
+    )
+    noise_rate_deterministic: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="the same for requests with temperature 0 or a seed, as batch nondeterminism does",
+    )
+    json_add_field: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="a field added to JSON answers (response_format json_object or json_schema); they "
+        "hold answer, confidence and sources",
+    )
+    json_drop_field: str | None = Field(
+        default=None, min_length=1, max_length=64, description="a field left out of JSON answers"
+    )
+    tool_order: Literal["given", "reversed", "shuffled"] = Field(
+        default="given",
+        description="order of the tool calls answered to a request with tools (one call per tool)",
+    )
+    tool_drop: bool = Field(default=False, description="leave the last tool call out")
+
     def public(self) -> dict[str, Any]:
         """The settings as JSON-able data (what the control endpoint answers)."""
         return self.model_dump(mode="json")

@@ -20,7 +20,10 @@ Serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/model
 EMULATES an LLM serving engine: no model runs, no GPU is used, the tokens are placeholders
 ("Emulated answer from MODEL."). It streams Server-Sent Events or answers whole with the
 configured time to first token, inter-token latency, error and rate-limit (429) shares, and
-can break the OpenAI contract on purpose; requests beyond --slots wait in a queue. /metrics
+can break the OpenAI contract on purpose; requests beyond --slots wait in a queue. Its
+answers can drift (a share of prompts, or prompts with a marker), carry sampling noise, be
+JSON objects (response_format) with a field added or dropped, or tool calls (tools) in an
+order it can change: made-up differences between two versions, for shadow comparisons. /metrics
 exports the named engine's own metric names (vLLM, SGLang or TGI), so the queue depth and
 KV-cache usage move with the load as theirs do; /healthz answers ok. Every answer carries the
 header X-Tinct-Emulator. Each flag has an environment variable TINCT_EMULATOR_<FLAG>

@@ -9,6 +9,8 @@ Endpoints (aiohttp, :func:`make_app`):
   ``finish_reason``, one with ``usage`` when ``stream_options.include_usage`` asks, and
   ``data: [DONE]``. Without, one ``chat.completion`` / ``text_completion`` object once the
   whole answer is generated. ``max_tokens`` (or ``max_completion_tokens``) caps the tokens.
+  What the answer says -- text, JSON for ``response_format``, tool calls for ``tools``, and
+  the drift and noise that tell two engines apart -- comes from :mod:`tinct.emulator.answers`.
 - ``GET /v1/models``: the one model, ``owned_by`` saying it is emulated.
 - ``GET /healthz``: ``ok``. ``GET /metrics``: the engine's metrics (:mod:`tinct.emulator.metrics`).
 - ``GET``/``POST /emulator/config`` (only when started with ``control``): the behaviour as
@@ -33,6 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tinct.emulator.answers import Content, Sampler, compose
 from tinct.emulator.behaviour import Behaviour, BehaviourError, updated
 from tinct.emulator.engine import EngineState, Slot
 from tinct.emulator.metrics import exposition
@@ -47,7 +50,7 @@ CHARS_PER_TOKEN = 4
 
 STATE: web.AppKey[EngineState] = web.AppKey("state", EngineState)
 _ADMISSION: web.AppKey[_Admission] = web.AppKey("admission")
-_WORDS = ("Emulated", " answer", " from")
+_SAMPLER: web.AppKey[Sampler] = web.AppKey("sampler", Sampler)
 
 
 def _notice(b: Behaviour) -> str:
@@ -82,12 +85,6 @@ class _Admission:
             self.throttle -= 1.0
             return "throttle"
         return None
-
-
-def _token(i: int, model: str) -> str:
-    words = (*_WORDS, f" {model}", ".")
-    w = words[i % len(words)]
-    return " " + w if i and i % len(words) == 0 else w
 
 
 def _prompt_tokens(path: str, doc: dict[str, Any]) -> int:
@@ -146,15 +143,25 @@ class _Answer:
             return self.chunk({"index": 0, "delta": d, "logprobs": None, "finish_reason": finish})
         return self.chunk({"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish})
 
-    def whole(self, text: str, usage: dict[str, int]) -> dict[str, Any]:
+    def call(self, index: int, call: dict[str, Any]) -> dict[str, Any]:
+        """A stream chunk with one whole tool call at ``index``."""
+        d = {"tool_calls": [{"index": index, **call}]}
+        return self.chunk({"index": 0, "delta": d, "logprobs": None, "finish_reason": None})
+
+    def whole(self, content: Content, usage: dict[str, int]) -> dict[str, Any]:
         doc = self.base()
         doc["object"] = "chat.completion" if self.chat else "text_completion"
+        finish = content.finish_reason
         if self.b.contract != "no-choices":
             if self.chat:
-                message = {"role": "assistant", "content": text}
-                doc["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}]
+                message: dict[str, Any] = {"role": "assistant", "content": content.text}
+                if content.tool_calls:
+                    message.update(content=None, tool_calls=content.tool_calls)
+                doc["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
             else:
-                doc["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}]
+                doc["choices"] = [
+                    {"index": 0, "text": content.text, "logprobs": None, "finish_reason": finish}
+                ]
         doc["usage"] = usage
         return doc
 
@@ -166,10 +173,8 @@ def _event(doc: dict[str, Any] | str, b: Behaviour) -> bytes:
     return f"data: {text}\n\n".encode()
 
 
-async def _generate(
-    st: EngineState, slot: Slot, n: int, arrived: float, b: Behaviour
-) -> AsyncIterator[tuple[int, str]]:
-    """The tokens of one answer, each when its time comes; counted in ``st`` as they go."""
+async def _generate(st: EngineState, slot: Slot, n: int, arrived: float, b: Behaviour) -> AsyncIterator[int]:
+    """The ``n`` tokens of one answer, each when its time comes; counted in ``st`` as they go."""
     await asyncio.sleep(b.ttft_ms / 1000)
     last = time.monotonic()
     st.observe("ttft", last - arrived)
@@ -180,7 +185,7 @@ async def _generate(
             st.observe("itl", now - last)
             last = now
         slot.token()
-        yield i, _token(i, b.model)
+        yield i
 
 
 async def _completion(request: web.Request) -> web.StreamResponse:
@@ -218,19 +223,19 @@ async def _completion(request: web.Request) -> web.StreamResponse:
         return _error(b.error_status, "the engine failed (emulated)", "server_error", "engine_error", b)
     chat = request.path == "/v1/chat/completions"
     answer = _Answer(chat, b, int(time.time()), f"{'chatcmpl' if chat else 'cmpl'}-emu{st.requests}")
-    n = _wanted_tokens(doc, b)
+    content = compose(doc, _wanted_tokens(doc, b), b, request.app[_SAMPLER], answer.rid, chat)
+    n = len(content.tool_calls) or len(content.tokens)
     prompt = _prompt_tokens(request.path, doc)
     if doc.get("stream") is True:
         opts = doc.get("stream_options")
         usage = isinstance(opts, dict) and opts.get("include_usage") is True
-        return await _stream(request, st, answer, n, prompt, arrived, usage)
-    text: list[str] = []
+        return await _stream(request, st, answer, content, prompt, arrived, usage)
     async with st.slot(prompt) as slot:
-        async for _, token in _generate(st, slot, n, arrived, b):
-            text.append(token)
+        async for _ in _generate(st, slot, n, arrived, b):
+            pass
     _finished(st, n, arrived)
     counts = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
-    return web.json_response(answer.whole("".join(text), counts), headers={EMULATOR_HEADER: _notice(b)})
+    return web.json_response(answer.whole(content, counts), headers={EMULATOR_HEADER: _notice(b)})
 
 
 def _finished(st: EngineState, n: int, arrived: float) -> None:
@@ -240,9 +245,16 @@ def _finished(st: EngineState, n: int, arrived: float) -> None:
 
 
 async def _stream(
-    request: web.Request, st: EngineState, answer: _Answer, n: int, prompt: int, arrived: float, usage: bool
+    request: web.Request,
+    st: EngineState,
+    answer: _Answer,
+    content: Content,
+    prompt: int,
+    arrived: float,
+    usage: bool,
 ) -> web.StreamResponse:
     b = answer.b
+    n = len(content.tool_calls) or len(content.tokens)
     resp = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -254,15 +266,18 @@ async def _stream(
     if answer.chat:  # the role comes at once: bytes flow before the first token
         await resp.write(_event(answer.delta(None, None, role=True), b))
     async with st.slot(prompt) as slot:
-        async for i, token in _generate(st, slot, n, arrived, b):
+        async for i in _generate(st, slot, n, arrived, b):
             if b.cut_after_tokens is not None and i >= b.cut_after_tokens:
                 st.finish("abort")
                 assert request.transport is not None
                 request.transport.close()  # a dying engine: the stream ends without its end
                 return resp
-            await resp.write(_event(answer.delta(token, None), b))
+            if content.tool_calls:
+                await resp.write(_event(answer.call(i, content.tool_calls[i]), b))
+            else:
+                await resp.write(_event(answer.delta(content.tokens[i], None), b))
     _finished(st, n, arrived)
-    await resp.write(_event(answer.delta(None if answer.chat else "", "stop"), b))
+    await resp.write(_event(answer.delta(None if answer.chat else "", content.finish_reason), b))
     if usage:
         doc = answer.base()
         if b.contract != "no-choices":
@@ -320,6 +335,7 @@ def make_app(behaviour: Behaviour, *, control: bool = False) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[STATE] = EngineState(behaviour)
     app[_ADMISSION] = _Admission()
+    app[_SAMPLER] = Sampler()
     app.router.add_post("/v1/chat/completions", _completion)
     app.router.add_post("/v1/completions", _completion)
     app.router.add_get("/v1/models", _models)

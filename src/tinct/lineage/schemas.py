@@ -10,6 +10,9 @@ one recorded fact; writes MERGE on it so a retried reconcile never adds a row tw
   ``event_id`` + ``uri``, like ``artifacts``.
 - ``release_events.event_id`` = ``"<uid>/<generation>/<step>/<state>"`` by default
   (see :func:`release_event_id`).
+- ``shadow_pairs.event_id`` = a digest of the pair as the router sent it: a pair sent twice is
+  one row. The comparer (``tinct comparer``) writes this table, and only it
+  (:data:`COMPARER_TABLES`); the operator writes the others (:data:`OPERATOR_TABLES`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import pyarrow as pa
 
 __all__ = [
     "ARTIFACTS",
+    "COMPARER_TABLES",
     "INTERFACES",
     "KEYS",
     "MODEL_VERSIONS",
     "MODEL_VERSION_EVENTS",
+    "OPERATOR_TABLES",
     "RELEASE_EVENTS",
     "SCHEMAS",
+    "SHADOW_PAIRS",
     "model_version_event_id",
     "release_event_id",
 ]
@@ -131,13 +137,62 @@ RELEASE_EVENTS = pa.schema(
     ]
 )
 
+#: One row per mirrored request compared: both answers' verdict, the layer that decided, the
+#: judge's word; the prompt and answers as hashes and lengths, their text only with the
+#: release's ``shadow.keepText`` (cut to ``maxTextBytes``).
+SHADOW_PAIRS = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("release", pa.string(), nullable=False),
+        pa.field("namespace", pa.string()),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("table_version", pa.int64()),
+        pa.field("cell", pa.string()),
+        pa.field("dye_tag", pa.string(), nullable=False),
+        pa.field("target", pa.string(), nullable=False),
+        pa.field("stable_model_version", pa.string()),
+        pa.field("candidate_model_version", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("deterministic", pa.bool_()),
+        pa.field("prompt_sha256", pa.string()),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("stable_status", pa.int32()),
+        pa.field("candidate_status", pa.int32()),
+        pa.field("stable_bytes", pa.int64()),
+        pa.field("candidate_bytes", pa.int64()),
+        pa.field("stable_ms", pa.float64()),
+        pa.field("candidate_ms", pa.float64()),
+        pa.field("stable_sha256", pa.string()),
+        pa.field("candidate_sha256", pa.string()),
+        pa.field("verdict", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+        pa.field("layer", pa.string()),
+        pa.field("detail", pa.string()),
+        pa.field("similarity", pa.float64()),
+        pa.field("judge_outcome", pa.string()),
+        pa.field("judge_confidence", pa.float64()),
+        pa.field("judge_reasoning", pa.string()),
+        pa.field("prompt_text", pa.string()),
+        pa.field("stable_text", pa.string()),
+        pa.field("candidate_text", pa.string()),
+        pa.field("requested_at", _TS),
+        pa.field("recorded_at", _TS, nullable=False),
+    ]
+)
+
 #: Table name -> schema.
 SCHEMAS: dict[str, pa.Schema] = {
     "model_versions": MODEL_VERSIONS,
     "artifacts": ARTIFACTS,
     "interfaces": INTERFACES,
     "release_events": RELEASE_EVENTS,
+    "shadow_pairs": SHADOW_PAIRS,
 }
+
+#: The tables the comparer writes (creates, appends to, maintains); the operator never does.
+COMPARER_TABLES: tuple[str, ...] = ("shadow_pairs",)
+#: The tables the operator writes.
+OPERATOR_TABLES: tuple[str, ...] = tuple(t for t in SCHEMAS if t not in COMPARER_TABLES)
 
 #: Table name -> columns that identify a row (the MERGE key).
 KEYS: dict[str, tuple[str, ...]] = {
@@ -145,6 +200,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "artifacts": ("event_id", "uri"),
     "interfaces": ("event_id", "uri"),
     "release_events": ("event_id",),
+    "shadow_pairs": ("event_id",),
 }
 
 

@@ -1,8 +1,10 @@
 """The Delta Lake lineage store: idempotent, metadata-stamped writes and maintenance.
 
 All tables live under one root URI (a local directory or an object-store prefix):
-``<root>/model_versions``, ``<root>/artifacts``, ``<root>/interfaces``, ``<root>/release_events``. They are
-created empty on first use, so version 0 of each is its empty schema and time travel to
+``<root>/model_versions``, ``<root>/artifacts``, ``<root>/interfaces``, ``<root>/release_events``,
+``<root>/shadow_pairs``. Each has one writer: a store ``owns`` the tables it creates and
+maintains (the operator's by default, :data:`~tinct.lineage.schemas.OPERATOR_TABLES`; the
+comparer's store owns ``shadow_pairs``). They are created empty on first use, so version 0 of each is its empty schema and time travel to
 before any event works.
 
 **Idempotency.** :meth:`LineageStore.merge` has the effect of ``MERGE ... WHEN NOT
@@ -35,7 +37,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from tinct import __version__
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
 from tinct.lineage.keyindex import KeyIndex, key_hash
-from tinct.lineage.schemas import KEYS, SCHEMAS
+from tinct.lineage.schemas import KEYS, OPERATOR_TABLES, SCHEMAS
 
 __all__ = ["MERGE_ATTEMPTS", "VACUUM_RETENTION_HOURS", "LineageStore", "commit_metadata"]
 
@@ -63,8 +65,11 @@ class LineageStore:
         root: str,
         config: StorageConfig | None = None,
         operator_version: str = __version__,
+        owns: Iterable[str] = OPERATOR_TABLES,
     ) -> None:
         self.root = root.rstrip("/")
+        #: The tables this store creates and maintains: one writer per table.
+        self.owns = tuple(owns)
         self.config = config or StorageConfig()
         self.operator_version = operator_version
         self._tables: dict[str, DeltaTable] = {}
@@ -109,8 +114,8 @@ class LineageStore:
         return dt
 
     def ensure(self) -> None:
-        """Create any missing table (empty, version 0)."""
-        for name in SCHEMAS:
+        """Create any missing table this store owns (empty, version 0)."""
+        for name in self.owns:
             with self._locks[name]:
                 self._open(name)
         self._ensured = True
@@ -165,7 +170,7 @@ class LineageStore:
     def maintain(self, tables: Iterable[str] | None = None, *, vacuum: bool = True) -> dict[str, Any]:
         """Compact, checkpoint, clean expired logs and vacuum; returns per-table metrics."""
         out: dict[str, Any] = {}
-        for name in tables or SCHEMAS:
+        for name in tables or self.owns:
             with self._locks[name]:
                 dt = self._open(name)
                 _refresh(dt)

@@ -10,6 +10,7 @@ weights, is 1 there).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, cell_key
@@ -66,6 +67,8 @@ def matrix(release: GrayRelease) -> dict[str, Any]:
                 "cell": cell_key(c.match),
                 "weights": list(c.weights),
                 "inForce": st.weights.get(cell_key(c.match)),
+                "shadow": list(c.shadow) if c.shadow else None,
+                "shadowInForce": st.shadows.get(cell_key(c.match)),
             }
             for c in release.spec.cells
         ],
@@ -94,6 +97,39 @@ def _num(w: float | None) -> str:
     if w is None:
         return "-"
     return f"{w:g}"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}%"
+
+
+def _agreement(a: dict[str, Any]) -> str:
+    return (
+        f"agreement {_pct(a.get('adjusted'))} after a noise floor of {_pct(a.get('noiseFloor'))} "
+        f"({a.get('pairs', 0):.0f} pairs, {a.get('noisePairs', 0):.0f} noise pairs)"
+    )
+
+
+def _shadow_lines(
+    data: dict[str, Any], shadow: dict[str, Any] | None, width: int, paint: Callable[[str, str | None], str]
+) -> list[str]:
+    """Each mirroring cell's shadow shares and its agreement in the last analysis."""
+    mirrored = [c for c in data["cells"] if c.get("shadow")]
+    if not mirrored:
+        return []
+    lines = [paint("shadow (percent mirrored per step; agreement in the last analysis)", "bold")]
+    by_cell = {c["cell"]: c for c in (shadow or {}).get("cells", [])}
+    for c in mirrored:
+        shares = "/".join(_num(x) for x in c["shadow"])
+        row = f"  {c['cell'].ljust(width)}  {shares}  in force {_num(c.get('shadowInForce'))}"
+        seen = by_cell.get(c["cell"])
+        if seen:
+            row += f"  {_agreement(seen)} {paint(seen['verdict'], _VERDICT_STYLE.get(seen['verdict']))}"
+        lines.append(row)
+    if shadow:
+        worst = f"; least: {shadow['worstCell']}" if shadow.get("worstCell") else ""
+        lines.append(f"  overall {_agreement(shadow)}, {shadow.get('skipped', 0):.0f} skipped{worst}")
+    return lines
 
 
 def render(data: dict[str, Any], color: bool = False) -> str:
@@ -127,6 +163,7 @@ def render(data: dict[str, Any], color: bool = False) -> str:
         row += paint(_num(now).rjust(colw + 2), "green" if now else None)
         lines.append(row)
     la = data.get("lastAnalysis")
+    lines.extend(_shadow_lines(data, (la or {}).get("shadow"), width, paint))
     if la:
         verdict = la["verdict"]
         lines.append(

@@ -26,6 +26,8 @@ __all__ = [
     "Readable",
     "RoutingRef",
     "ScalerStatus",
+    "ShadowCell",
+    "ShadowResult",
     "Verdict",
     "readable",
 ]
@@ -79,6 +81,45 @@ class CellResult(Model):
     metrics: list[MetricResult] = Field(default_factory=list, description="This cell's metrics.")
 
 
+class ShadowCell(Model):
+    """How often the candidate answered one cell's mirrored requests like stable."""
+
+    cell: str = Field(description="The cell, as `len:<bucket>+role:<role>+latency:<class>`.")
+    pairs: Readable = Field(
+        default=0, description="Candidate pairs compared in the window (skipped ones aside)."
+    )
+    agreement: Readable | None = Field(default=None, description="Percent of them that agreed.")
+    noise_pairs: Readable = Field(
+        default=0, description="Noise pairs compared: stable's answer against stable's second answer."
+    )
+    noise_floor: Readable | None = Field(
+        default=None,
+        description="Percent of the noise pairs that disagreed (the release's, when the cell has "
+        "fewer than 10).",
+    )
+    adjusted: Readable | None = Field(
+        default=None, description="Agreement after the noise floor: 100 - max(0, disagreement - noise floor)."
+    )
+    verdict: Verdict = Field(description="Pass, Fail, or Inconclusive (fewer pairs than minPairs).")
+
+
+class ShadowResult(Model):
+    """The shadow-agreement of the window: overall, and per cell."""
+
+    pairs: Readable = Field(default=0, description="Candidate pairs compared in the window.")
+    agreement: Readable | None = Field(default=None, description="Percent of them that agreed.")
+    noise_pairs: Readable = Field(default=0, description="Noise pairs (stable against itself) compared.")
+    noise_floor: Readable | None = Field(
+        default=None, description="Percent of the noise pairs that disagreed."
+    )
+    adjusted: Readable | None = Field(
+        default=None, description="Agreement after the noise floor, in percent."
+    )
+    skipped: Readable = Field(default=0, description="Pairs skipped (too long, binary, stable's error).")
+    cells: list[ShadowCell] = Field(default_factory=list, description="Each mirrored cell's agreement.")
+    worst_cell: str | None = Field(default=None, description="The cell that agreed least.")
+
+
 class AnalysisResult(Model):
     """The last analysis of the release: the window's metrics and the verdict."""
 
@@ -92,6 +133,10 @@ class AnalysisResult(Model):
     message: str | None = Field(default=None, description="Why the verdict, in a line.")
     cells: list[CellResult] = Field(
         default_factory=list, description="Per-cell verdicts, with analysis.perCell."
+    )
+    shadow: ShadowResult | None = Field(
+        default=None,
+        description="shadow-agreement: the pairs compared, agreement and noise floor, overall and per cell.",
     )
 
 
@@ -191,6 +236,11 @@ class GrayReleaseStatus(Model):
         default_factory=dict,
         description="Candidate weight in percent per cell (len:<bucket>+role:<role>+latency:<class>) "
         "in force.",
+    )
+    shadows: dict[str, float] = Field(
+        default_factory=dict,
+        description="Shadow share in percent per cell in force: the share of the requests stable "
+        "answers that routers mirror to the candidate (cells[].shadow).",
     )
     failed_analyses: int = Field(
         default=0, ge=0, description="Failed analyses in this attempt; failureLimit of them roll back."

@@ -1,12 +1,14 @@
 """Analysis of a release's candidate: one window read from Prometheus, then judged.
 
-The built-ins read from the routers (:mod:`tinct.operator.grayrelease.samples`: a few PromQL
+The built-ins read from the routers (not at a dark step, where the candidate has no live
+traffic) (:mod:`tinct.operator.grayrelease.samples`: a few PromQL
 queries per analysis, only those the release's metrics need, selected by the release's
 namespace and name, over the last interval, grouped by side and dye tag); the engine
 metrics (:mod:`tinct.operator.grayrelease.engine`) read each side's own engine through the
 labels its ``metricsSelector`` names: one query per metric and side; custom metrics run
 their PromQL as written, with ``$namespace``, ``$release`` and ``$interval`` replaced, and
-must return one number.
+must return one number; ``shadow-agreement`` reads the comparer's pairs
+(:mod:`tinct.operator.grayrelease.agreement`).
 
 :func:`analyse` is a coroutine that queries Prometheus through the bounded client of
 :mod:`tinct.operator.grayrelease.prometheus` (deadlines, a cap on the body, no answer quoted
@@ -18,14 +20,15 @@ which says what counts. Prometheus unreachable or answering an error makes the v
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 
-from tinct.api.v1alpha1.analysis import ENGINE_METRICS
+from tinct.api.v1alpha1.analysis import ENGINE_METRICS, SHADOW_METRIC
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult, Backend
+from tinct.operator.grayrelease import agreement
 from tinct.operator.grayrelease.engine import Reading, engine_query, no_metric, reading_from
 from tinct.operator.grayrelease.prometheus import PrometheusError, PrometheusTarget, querying
 from tinct.operator.grayrelease.samples import prom_number, queries, samples_from, value_of
@@ -93,6 +96,8 @@ async def analyse(
     cutoff_ms: float | None = None,
     sides: Mapping[str, Backend] | None = None,
     session: aiohttp.ClientSession | None = None,
+    live: bool = True,
+    shadowed: Collection[str] = (),
 ) -> AnalysisResult:
     """Query Prometheus for the ``spec.interval`` up to ``now`` of the release and judge it.
 
@@ -117,17 +122,24 @@ async def analyse(
             metrics read.
         session: the session to query through
             (:func:`~tinct.operator.grayrelease.prometheus.client_session`); None: one of its own.
+        live: some cell sends the candidate live traffic (False at a dark step: the router
+            built-ins are not read nor judged).
+        shadowed: the cells whose shadow share is above 0 at this step.
     """
     window = spec.interval
     results: dict[str, list[dict[str, Any]]] = {}
     custom: dict[int, float | str] = {}
     engines: dict[int, tuple[Reading, Reading | None]] = {}
     builtins = {m.name for m in spec.metrics if m.name != "custom"}
+    router = builtins - {SHADOW_METRIC}
+    pairs: agreement.PairSamples | None = None
     try:
         async with querying(prometheus, session=session, at=now) as query:
-            if builtins:
-                for key, promql in queries(namespace, release, window, builtins).items():
+            if router and live:
+                for key, promql in queries(namespace, release, window, router).items():
                     results[key] = await query(promql)
+            if SHADOW_METRIC in builtins:
+                pairs = agreement.pair_samples(await query(agreement.query(namespace, release, window)))
             if builtins & set(ENGINE_METRICS):
                 engines = await _engine_readings(query, spec, sides or {}, namespace, window)
             for i, m in enumerate(spec.metrics):
@@ -142,4 +154,15 @@ async def analyse(
                         ) from None
     except PrometheusError as exc:
         return inconclusive(spec, now, str(exc))
-    return evaluate(spec, samples_from(results), custom, now, cells, cutoff_ms, engines)
+    return evaluate(
+        spec,
+        samples_from(results),
+        custom,
+        now,
+        cells,
+        cutoff_ms,
+        engines,
+        pairs=pairs,
+        live=live,
+        shadowed=shadowed,
+    )

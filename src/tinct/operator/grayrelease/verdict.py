@@ -34,6 +34,14 @@ What counts is what users saw:
   cells' differences are averaged weighted by the candidate's requests in each; no such
   cell is inconclusive. Engine metrics compare the two sides' engines as a whole.
 - Custom metrics are judged on the one number their PromQL returned.
+- ``shadow-agreement`` is judged on the comparer's pairs (:mod:`~tinct.operator.grayrelease.agreement`),
+  per cell and overall, with its own ``minPairs``; ``minRequests`` does not apply to it.
+- At a **dark step** (no cell sends the candidate live traffic: every weight 0) the router
+  built-ins have no candidate requests to judge: they are left out, not held inconclusive,
+  and the message says so, and ``minRequests`` does not hold the others. The step is judged
+  by what else the analysis names (``shadow-agreement``, engine and custom metrics); with
+  nothing else it passes, as a step without analysis metrics does (the candidate answered
+  no one).
 - Fewer candidate requests than ``minRequests``, no data, NaN or an infinity, more than one
   series, Prometheus unreachable or answering an error: the verdict is ``Inconclusive`` with
   the reason in the message, never ``Fail``. A result never holds a non-finite number: it is
@@ -47,15 +55,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from tinct.api.v1alpha1.analysis import ENGINE_METRICS, ROUTER_METRICS
+from tinct.api.v1alpha1.analysis import ENGINE_METRICS, ROUTER_METRICS, SHADOW_METRIC
 from tinct.api.v1alpha1.grayrelease import (
     Analysis,
     AnalysisResult,
     CellResult,
     Metric,
     MetricResult,
+    ShadowResult,
     Verdict,
 )
+from tinct.operator.grayrelease import agreement
 from tinct.operator.grayrelease.engine import Reading
 from tinct.operator.grayrelease.samples import Buckets, Group, Samples, group, prom_number, quantile
 
@@ -278,6 +288,10 @@ def evaluate(
     cells: Mapping[str, list[str]] | None = None,
     cutoff_ms: float | None = None,
     engines: EngineReadings | None = None,
+    *,
+    pairs: agreement.PairSamples | None = None,
+    live: bool = True,
+    shadowed: Iterable[str] = (),
 ) -> AnalysisResult:
     """Judge one window.
 
@@ -293,6 +307,10 @@ def evaluate(
             slower took at least this long.
         engines: index in ``spec.metrics`` of each engine metric -> the candidate's and
             stable's readings (:func:`~tinct.operator.grayrelease.engine.reading_from`).
+        pairs: the comparer's pairs of the window, for ``shadow-agreement``.
+        live: some cell sends the candidate live traffic; False at a dark step, where the
+            router built-ins are not judged.
+        shadowed: the cells whose shadow share is above 0 (shown even without pairs).
     """
     overall = group(samples, None)
     parts = [group(samples, tags) for tags in _partition(samples, cells)]
@@ -300,9 +318,20 @@ def evaluate(
     if samples.non_finite:
         answered = ", ".join(f"{v} for {q}" for q, v in samples.non_finite.items())
         unusable = f"Prometheus answered {answered}, not a finite number"
-    few = _too_few(overall.requests + overall.ejected, spec.min_requests)
+    few = _too_few(overall.requests + overall.ejected, spec.min_requests) if live else None
     results: list[MetricResult] = []
+    shadow: ShadowResult | None = None
+    dark = [m.name for m in spec.metrics if not live and m.name in ROUTER_METRICS]
     for i, m in enumerate(spec.metrics):
+        if m.name == SHADOW_METRIC:
+            if pairs is None:
+                results.append(_unjudged(m, "not queried"))
+            else:
+                r, shadow = agreement.judge(m, pairs, cells, shadowed)
+                results.append(r)
+            continue
+        if m.name in dark:
+            continue
         if m.name == "custom":
             got = custom.get(i, "not queried")
             results.append(_unjudged(m, got) if isinstance(got, str) else _judge(m, got))
@@ -318,7 +347,7 @@ def evaluate(
             r = r.model_copy(update={"verdict": "Inconclusive", "message": few})
         results.append(r)
     cell_results: list[CellResult] = []
-    if spec.per_cell and cells:
+    if spec.per_cell and cells and live:
         builtins = [m for m in spec.metrics if m.name in ROUTER_METRICS]
         for name, tags in cells.items():
             g = group(samples, tags)
@@ -330,7 +359,7 @@ def evaluate(
             cell_results.append(
                 CellResult(cell=name, requests=counted, verdict=_combine(m.verdict for m in ms), metrics=ms)
             )
-    verdict = _combine(r.verdict for r in results)
+    verdict = _combine(r.verdict for r in results) if results or not dark else "Pass"
     judged = [c.verdict for c in cell_results if c.verdict != "Inconclusive"]
     if "Fail" in judged:
         verdict = "Fail"
@@ -342,6 +371,16 @@ def evaluate(
         bad = [f"{r.name} {r.message}" for r in results if r.verdict == "Fail"]
         bad += [f"cell {c.cell} failed" for c in cell_results if c.verdict == "Fail"]
         message = "failed: " + "; ".join(bad)
+    elif shadow is not None or dark:
+        said = [
+            f"{r.name} {r.value:.4g} ({r.message})"
+            for r in results
+            if r.name == SHADOW_METRIC and r.value is not None
+        ]
+        message = "; ".join(said) or None
+    if dark:
+        note = f"dark step: {', '.join(dict.fromkeys(dark))} not judged (no cell sends the candidate live traffic)"
+        message = f"{message}; {note}" if message else note
     return AnalysisResult(
         time=now,
         verdict=verdict,
@@ -349,6 +388,7 @@ def evaluate(
         requests=overall.requests if math.isfinite(overall.requests) else None,
         message=message,
         cells=cell_results,
+        shadow=shadow,
     )
 
 

@@ -129,6 +129,8 @@ async def _analyse(gr: GrayRelease, rt: Runtime, now: datetime) -> AnalysisResul
         cutoff_ms=float(spec.fallback.latency_ms),
         sides={"candidate": spec.candidate, "stable": spec.stable},
         session=rt.session,
+        live=any(w > 0 for w in st.weights.values()),
+        shadowed=[cell for cell, share in st.shadows.items() if share > 0],
     )
 
 

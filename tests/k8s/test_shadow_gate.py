@@ -1,0 +1,187 @@
+"""Shadow gate with the real operator, Prometheus, comparer and emulated engines.
+
+Pairs are mirrored from the emulators and POSTed to `tinct comparer --watch` as routers do;
+Prometheus scrapes the comparer; the operator judges each window on `shadow-agreement`. A
+dark step (weight 0, a shadow share) advances when the candidate answers like stable, rolls
+back naming the cell when it does not, and a noise floor keeps a noisy candidate from failing
+for the noise stable has too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from controlplane.harness import Cluster
+from controlplane.prometheus import Prometheus
+from engines import Engines
+from release_cluster import (
+    apply,
+    backends,
+    example,
+    get,
+    history,
+    operator,
+    table,
+    wait,
+    wait_history_written,
+)
+from release_traffic import router
+from shadow_helpers import Comparer, Mirrored, PairPump, comparer
+from tinct.lineage.sql import query
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+README = ROOT / "README.md"
+
+LONG = "len:long+role:admin+latency:high"
+DEFAULT = "len:*+role:*+latency:*"
+#: The dye tags the pairs carry: one in the long/admin/high cell, one in the default cell.
+LONG_TAG = "len:long+role:admin+latency:high"
+OTHER_TAG = "len:medium+role:audit+latency:low"
+DARK = [
+    {
+        "match": {"promptLength": "long", "role": "admin", "latency": "high"},
+        "weights": [0, 100],
+        "shadow": [20, 0],
+    },
+    {"match": {}, "weights": [0, 100], "shadow": [20, 0]},
+]
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    ns: str
+    root: Path
+    engines: Engines
+    comparer: Comparer
+    prometheus: Prometheus
+
+    def release(self, minimum: float = 90, **kw: Any) -> dict[str, Any]:
+        analysis = {
+            "interval": "4s",
+            "failureLimit": 1,
+            "inconclusiveLimit": 50,
+            "prometheus": {"url": self.prometheus.url},
+            "metrics": [{"name": "shadow-agreement", "min": minimum, "minPairs": 10}],
+        }
+        doc = example(analysis=analysis, cells=DARK, **kw)
+        doc["spec"]["stable"]["url"] = self.engines.v1.url
+        doc["spec"]["candidate"]["url"] = self.engines.v2.url
+        return doc
+
+    def status(self) -> dict[str, Any]:
+        st: dict[str, Any] = (get(self.cluster, self.ns, "grayrelease", "chat") or {}).get("status") or {}
+        return st
+
+    def uid(self) -> str | None:
+        obj = get(self.cluster, self.ns, "grayrelease", "chat")
+        return None if obj is None else str(obj["metadata"]["uid"])
+
+    def pump(self, long_prompt: str = "a long question", **kw: Any) -> PairPump:
+        cells = [Mirrored(LONG_TAG, long_prompt), Mirrored(OTHER_TAG, "another question")]
+        return PairPump(
+            self.comparer, self.engines.v1.url, self.engines.v2.url, cells, self.uid, self.ns, **kw
+        )
+
+
+@pytest.fixture
+def stack(
+    cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
+) -> Iterator[Stack]:
+    backends(cluster, namespace, tmp_path)
+    engines = Engines(names=("m", "m"))  # one model name: the answers differ only where told to
+    try:
+        # The router confirms each table (the analysis window starts there); the comparer
+        # exports the pairs' verdicts.
+        with (
+            router(namespace, tmp_path / "router.log") as r,
+            comparer(namespace, tmp_path / "comparer.log", tmp_path / "lineage") as c,
+        ):
+            prom = prometheus()
+            prom.set_targets([f"127.0.0.1:{r.port}", f"127.0.0.1:{c.port}"])
+            yield Stack(cluster, namespace, tmp_path / "lineage", engines, c, prom)
+    finally:
+        engines.stop()
+
+
+def _phase(stack: Stack, *phases: str) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        st = stack.status()
+        return st if st.get("phase") in phases else None
+
+    return check
+
+
+def test_a_dark_step_whose_candidate_answers_alike_advances(stack: Stack) -> None:
+    with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
+        apply(stack.cluster, stack.ns, stack.release())
+        with stack.pump() as pump:
+            # The dark step mirrors 20 % of both cells; the candidate serves no one.
+            def mirroring() -> tuple[int, dict[str, Any]] | None:
+                got = table(stack.cluster, stack.ns)
+                return got if got is not None and got[1].get("shadow") else None
+
+            dark = wait("the dark step's table", mirroring, timeout=60)
+            assert [(c["weight"], c["shadow"]) for c in dark[1]["cells"]] == [(0, 20), (0, 20)]
+            assert dark[1]["shadow"]["candidateModelVersion"] == "llama3-8b-2-0-0"
+            st = wait("Promoted", _phase(stack, "Promoted", "RolledBack"), timeout=240)
+        wait_history_written(stack.cluster, stack.ns)
+    assert st["phase"] == "Promoted", st.get("message")
+    assert pump.accepted > 0
+    rows = history(stack.root)
+    advanced = next(
+        r for r in rows if r["reason"].startswith("StepAdvanced") or r["reason"].startswith("Promoted")
+    )
+    assert "shadow-agreement 100" in advanced["reason"]
+    # The pairs are rows of shadow_pairs: the README's query says how each cell agreed.
+    (sql,) = re.findall(r'^tinct lineage sql "(.*FROM shadow_pairs.*)"$', README.read_text(), re.M)
+    by_cell = query(sql, str(stack.root)).to_pylist()
+    assert {r["cell"]: r["agree_pct"] for r in by_cell} == {LONG: 100.0, DEFAULT: 100.0}
+    assert all(r["pairs"] > 0 and r["judged"] == 0 and r["since"] is not None for r in by_cell)
+
+
+def test_a_candidate_that_drifts_in_one_cell_is_rolled_back_at_the_dark_step_naming_it(stack: Stack) -> None:
+    stack.engines.set(stack.engines.v2, drift_marker="[legal]")
+    with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
+        apply(stack.cluster, stack.ns, stack.release())
+        with stack.pump(long_prompt="[legal] may I quote this contract?"):
+            st = wait("RolledBack", _phase(stack, "RolledBack", "Promoted"), timeout=240)
+        wait_history_written(stack.cluster, stack.ns)
+    assert st["phase"] == "RolledBack"
+    assert f"cell {LONG} agrees 0%" in st["message"]
+    shadow = st["lastAnalysis"]["shadow"]
+    assert shadow["worstCell"] == LONG
+    cells = {c["cell"]: c for c in shadow["cells"]}
+    assert cells[LONG]["verdict"] == "Fail"
+    assert cells[DEFAULT]["adjusted"] == 100
+    # The candidate never had live traffic: every recorded transition kept its weights at 0.
+    assert all(set(dict(r["weights"]).values()) == {0.0} for r in history(stack.root))
+    warned = stack.cluster.kubectl("get", "events", "-n", stack.ns, "-o", "json").stdout
+    assert any(e["reason"] == "RolledBack" and LONG in e["message"] for e in json.loads(warned)["items"])
+
+
+def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -> None:
+    # Temperature 0, yet a third of the answers of each engine differ (batch nondeterminism).
+    for engine in (stack.engines.v1, stack.engines.v2):
+        stack.engines.set(engine, noise_rate_deterministic=0.35)
+    with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
+        apply(stack.cluster, stack.ns, stack.release(minimum=80))
+        with stack.pump(noise_every=3):
+            st = wait("Promoted", _phase(stack, "Promoted", "RolledBack"), timeout=240)
+    assert st["phase"] == "Promoted", st.get("message")
+    rows = query(
+        "SELECT target, verdict, count(*) AS n FROM shadow_pairs GROUP BY target, verdict", str(stack.root)
+    ).to_pylist()
+    counts = {(r["target"], r["verdict"]): r["n"] for r in rows}
+    raw = counts.get(("candidate", "same"), 0) / sum(n for (t, _), n in counts.items() if t == "candidate")
+    assert raw < 0.8, "without the noise floor the candidate would have failed"
+    assert counts.get(("stable", "different"), 0) > 0
