@@ -38,14 +38,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from controlplane import build
-from controlplane.environ import patched_environ
-from controlplane.harness import ControlPlane
-from controlplane.keda import Keda
-from controlplane.prometheus import Prometheus
-from release_cluster import apply, deployment, wait_available
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.keda import Keda
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.release_cluster import apply, deployment, wait_available
 
 
 def _timed(env: dict[str, str], make: Callable[[], Path]) -> tuple[float, Path]:

@@ -22,7 +22,7 @@ line. Everything lives in a temporary directory that is removed at the end.
 - files_after_10k_events: 10,000 one-event submissions from 16 threads (as concurrent
   reconciles do), the writer's own maintenance running as in the operator, then one
   more maintenance; active data files of model_versions.
-- apply_1000_same_two_files_to_ready_s: the control plane from tests/controlplane,
+- apply_1000_same_two_files_to_ready_s: the control plane of tinct_testing.controlplane,
   ``tinct operator`` as a subprocess, ``--versions`` ModelVersions that all name the same
   two tiny files, applied in one kubectl call, time until all are Ready: the operator's
   per-object overhead (reconcile, status, lineage rows), not hashing.
@@ -49,8 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from tinct_testing.paths import ROOT
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -360,7 +359,7 @@ def _vmhwm_mb(pid: int) -> float:
 
 def _distinct_files(directory: Path, i: int) -> list[dict[str, str]]:
     """Five small files of version ``i``, different from every other version's."""
-    from lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
+    from tinct_testing.lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
 
     directory.mkdir(parents=True, exist_ok=True)
     onnx = make_onnx(directory / "model.onnx", dim=16 + i)
@@ -423,8 +422,8 @@ def _apply_until_ready(cp: Any, ns: str, items: list[dict[str, Any]], root: Path
 
 
 def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
-    from controlplane.harness import ControlPlane
-    from lineage_artifacts import make_onnx, make_ptx
+    from tinct_testing.controlplane.harness import ControlPlane
+    from tinct_testing.lineage_artifacts import make_onnx, make_ptx
 
     onnx = make_onnx(tmp / "model.onnx")
     ptx = make_ptx(tmp / "kernels.ptx")

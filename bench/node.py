@@ -34,11 +34,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from controlplane import build, images
-from controlplane.environ import patched_environ
-from controlplane.node import Node, ensure_parts
+from tinct_testing.controlplane import build, images
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.node import Node, ensure_parts
 
 
 def _cold(make: Callable[[], object], what: str, *, after: Callable[[], object] | None = None) -> float:

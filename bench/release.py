@@ -42,17 +42,15 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from controlplane import build  # noqa: E402
-from controlplane.harness import ControlPlane  # noqa: E402
-from controlplane.prometheus import Prometheus  # noqa: E402
-from engines import Engines  # noqa: E402
-from lineage_artifacts import make_onnx  # noqa: E402
-from release_traffic import Background, CellTraffic, router  # noqa: E402
-from router_fakes import free_port, table  # noqa: E402
-from tinct.api.routing import routing_configmap  # noqa: E402
+from tinct.api.routing import routing_configmap
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.paths import ROOT
+from tinct_testing.release_traffic import Background, CellTraffic, router
+from tinct_testing.router_fakes import free_port, table
 
 NS = "bench"
 BUCKETS = [{"name": "short", "maxTokens": 512}, {"name": "medium", "maxTokens": 4096}, {"name": "long"}]

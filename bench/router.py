@@ -52,8 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from router_fakes import table_doc  # the tests' routing table, shared
+from tinct_testing.router_fakes import table_doc  # the tests' routing table, shared
 
 ANSWER = json.dumps(
     {

@@ -34,16 +34,14 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from controlplane import build  # noqa: E402
-from controlplane.harness import ControlPlane, free_port  # noqa: E402
-from controlplane.prometheus import Prometheus  # noqa: E402
-from engines import Engines  # noqa: E402
-from lineage_artifacts import make_artifact_set  # noqa: E402
-from release_cluster import deployment  # noqa: E402
-from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background  # noqa: E402
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.lineage_artifacts import make_artifact_set
+from tinct_testing.paths import ROOT
+from tinct_testing.release_cluster import deployment
+from tinct_testing.release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background
 
 NS = "llm"
 TINCT = str(Path(sys.executable).parent / "tinct")

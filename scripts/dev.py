@@ -37,16 +37,14 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from controlplane import build  # noqa: E402
-from controlplane.harness import ControlPlane, free_port  # noqa: E402
-from controlplane.prometheus import Prometheus  # noqa: E402
-from interface_artifacts import make_version  # noqa: E402
-from lineage_artifacts import make_checkpoint, moto_process  # noqa: E402
-from release_cluster import deployment, service  # noqa: E402
-from release_traffic import CellTraffic, ask  # noqa: E402
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.interface_artifacts import make_version
+from tinct_testing.lineage_artifacts import make_checkpoint, moto_process
+from tinct_testing.paths import ROOT
+from tinct_testing.release_cluster import deployment, service
+from tinct_testing.release_traffic import CellTraffic, ask
 
 BIN = Path(sys.executable).parent
 TINCT = str(BIN / "tinct")

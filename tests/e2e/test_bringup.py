@@ -1,6 +1,6 @@
 """A node killed hard leaves the machine as it found it, or the next bring-up makes it so.
 
-A bring-up runs in a process of its own (``python -m controlplane.node up --pod``: a
+A bring-up runs in a process of its own (``python -m tinct_testing.controlplane.node up --pod``: a
 control plane, the node, one Pod on the bridge) that this test kills with SIGKILL, the
 way a CI job's timeout or an OOM kill ends a test run. What the machine looked like
 before -- the sysctls a node changes, every iptables rule, the cgroups at the top of each
@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 
-from controlplane import hoststate, node
+from tinct_testing.controlplane import hoststate, node
 
-TESTS = Path(__file__).resolve().parent.parent
 WAIT = 300.0
 
 
@@ -74,9 +73,7 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 def bring_up(log: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     """A node in a process of its own, with a Pod running; its JSON line once up."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controlplane.node", "up", "--pod", "--lock-timeout", "60"],
-        cwd=TESTS,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        [sys.executable, "-m", "tinct_testing.controlplane.node", "up", "--pod", "--lock-timeout", "60"],
         stdout=subprocess.PIPE,
         stderr=log.open("w"),
         text=True,

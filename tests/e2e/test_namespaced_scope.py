@@ -16,15 +16,14 @@ from typing import Any
 
 import yaml
 
-from chart_helpers import CHART
-from conftest import node_namespace
-from controlplane.harness import ControlPlane
-from controlplane.helm import Helm
-from controlplane.images import Image
-from controlplane.node import Node
-from lineage_artifacts import make_onnx, sha256_file
-from node_cluster import get_json, pods, values, wait_for, wait_ready
 from tinct.lineage.sql import query
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.controlplane.images import Image
+from tinct_testing.controlplane.node import Node
+from tinct_testing.lineage_artifacts import make_onnx, sha256_file
+from tinct_testing.node_cluster import get_json, node_namespace, pods, values, wait_for, wait_ready
 
 RELEASE = "ns"
 FULL = f"{RELEASE}-tinct"

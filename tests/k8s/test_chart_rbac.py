@@ -23,14 +23,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chart_helpers import CHART
-from controlplane.harness import Cluster
-from controlplane.helm import Helm
-from lineage_artifacts import make_onnx, make_ptx, sha256_file
-from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.app import RouterConfig
 from tinct.router.watch import EVENT_REASON
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -303,7 +303,15 @@ def test_cluster_wide_operator_does_its_job_and_nothing_else(
 def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    from release_cluster import apply, backends, example, get, history, wait_history_written, wait_release
+    from tinct_testing.release_cluster import (
+        apply,
+        backends,
+        example,
+        get,
+        history,
+        wait_history_written,
+        wait_release,
+    )
 
     rel = f"gr-{namespace[-6:]}"
     helm(
@@ -381,7 +389,7 @@ def _tenant_kubeconfig(cluster: Cluster, namespace: str) -> Path:
 @contextmanager
 def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int]:
     """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
-    from router_fakes import free_port
+    from tinct_testing.router_fakes import free_port
 
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
@@ -423,8 +431,8 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
     ConfigMaps in its own namespace forges tables there — for a model a release serves,
     one no release serves yet, and one whose release comes after the forgery — and none
     of them changes which backend answers."""
-    from engines import Engines
-    from release_cluster import apply, example, modelversion, service, wait_release
+    from tinct_testing.engines import Engines
+    from tinct_testing.release_cluster import apply, example, modelversion, service, wait_release
 
     rel, tenant = f"ts-{namespace[-6:]}", other_namespace
     helm("install", rel, str(CHART), "--namespace", namespace)
@@ -446,7 +454,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
         )
 
         def forge(name: str, model: str, version: int) -> None:
-            from router_fakes import table as table_doc
+            from tinct_testing.router_fakes import table as table_doc
 
             t = table_doc(evil.v1.url, evil.v2.url, version=version, default_weight=100)
             t = t.model_copy(update={"models": [model], "release": name, "namespace": tenant})

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane.harness import Cluster, free_port
-from lineage_artifacts import make_onnx
-from release_cluster import apply, modelversion, wait
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import apply, modelversion, wait
 
 pytestmark = pytest.mark.usefixtures("crds")
 

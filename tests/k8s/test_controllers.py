@@ -10,14 +10,12 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.paths import EXAMPLES
 
 
 @pytest.fixture(autouse=True)

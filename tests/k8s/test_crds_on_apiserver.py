@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES
-from controlplane.harness import Cluster
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.paths import EXAMPLES
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from chart_helpers import CHART
-from controlplane.harness import Cluster, free_port
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import apply, backends, example, operator, wait, wait_release
-from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.release_cluster import apply, backends, example, operator, wait, wait_release
+from tinct_testing.release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
 
 pytestmark = pytest.mark.usefixtures("crds")
 

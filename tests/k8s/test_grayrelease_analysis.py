@@ -20,11 +20,14 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster, free_port
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import (
+from tinct.api.routing import parse_table
+from tinct.router.choose import point
+from tinct.router.table import CompiledTable
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.release_cluster import (
     MODULES,
     apply,
     backends,
@@ -40,7 +43,7 @@ from release_cluster import (
     wait_history_written,
     wait_release,
 )
-from release_traffic import (
+from tinct_testing.release_traffic import (
     LONG_ADMIN_HIGH,
     MEDIUM_AUDIT_LOW,
     STREAMED,
@@ -50,9 +53,6 @@ from release_traffic import (
     burst,
     router,
 )
-from tinct.api.routing import parse_table
-from tinct.router.choose import point
-from tinct.router.table import CompiledTable
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -326,7 +326,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
     """A second router that never follows the tables (it reads a file of the first version)
     keeps the lowest served version back: the step's window does not start, the release
     holds and says why; once that router goes, the release goes on."""
-    from router_fakes import router_argv
+    from tinct_testing.router_fakes import router_argv
 
     with stack.operator(), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(interval="3s"))

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster, free_port
-from lineage_artifacts import make_onnx
-from release_cluster import (
+from tinct.api.routing import configmap_name
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
     apply,
     backends,
     condition,
@@ -37,7 +38,6 @@ from release_cluster import (
     wait_history_written,
     wait_release,
 )
-from tinct.api.routing import configmap_name
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import build
-from controlplane.harness import Cluster, ControlPlane, ControlPlaneError, cluster_from_env
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import Cluster, ControlPlane, ControlPlaneError, cluster_from_env
 
 
 def _running(pid: int) -> bool:
@@ -121,8 +121,7 @@ def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     pids_file = tmp_path / "pids"
     script = (
         "import sys, time\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-        "from controlplane.harness import ControlPlane\n"
+        "from tinct_testing.controlplane.harness import ControlPlane\n"
         "cp = ControlPlane().start()\n"
         f"open({str(pids_file)!r}, 'w').write(' '.join([*map(str, cp.pids), str(cp.workdir)]))\n"
         "time.sleep(600)\n"

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from interface_artifacts import make_version
-from modelversion_cluster import cond, wait_phase
-from release_cluster import (
+from tinct.cli import main
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.interface_artifacts import make_version
+from tinct_testing.modelversion_cluster import cond, wait_phase
+from tinct_testing.release_cluster import (
     apply,
     condition,
     deployment,
@@ -25,7 +26,6 @@ from release_cluster import (
     service,
     wait_release,
 )
-from tinct.cli import main
 
 pytestmark = pytest.mark.usefixtures("crds")
 

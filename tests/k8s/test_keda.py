@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from controlplane.keda import APISERVICE, InstalledKeda, Keda
-from controlplane.prometheus import Prometheus
-from keda_cluster import WAIT, replicas, wait_replicas
-from queue_exporter import QueueExporter
-from release_cluster import apply, deployment, get, wait
 from tinct.operator.grayrelease.kube import ReleaseKube
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.keda import APISERVICE, InstalledKeda, Keda
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.keda_cluster import WAIT, replicas, wait_replicas
+from tinct_testing.queue_exporter import QueueExporter
+from tinct_testing.release_cluster import apply, deployment, get, wait
 
 
 @pytest.fixture(autouse=True)
@@ -134,9 +134,8 @@ def test_keda_dies_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-        "from controlplane.harness import ControlPlane\n"
-        "from controlplane.keda import Keda\n"
+        "from tinct_testing.controlplane.harness import ControlPlane\n"
+        "from tinct_testing.controlplane.keda import Keda\n"
         # Work directories in tmp_path: nothing runs the owner's cleanup.
         f"cp = ControlPlane(workdir=Path({str(tmp_path / 'cp')!r}), with_kwok=False).start()\n"
         f"k = Keda(cp, workdir=Path({str(tmp_path / 'keda')!r})).start()\n"

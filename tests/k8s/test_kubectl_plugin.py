@@ -14,9 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import apply, deployment, example, modelversion, operator, service, wait_release
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    apply,
+    deployment,
+    example,
+    modelversion,
+    operator,
+    service,
+    wait_release,
+)
 
 pytestmark = pytest.mark.usefixtures("crds")
 

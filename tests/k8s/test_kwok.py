@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from controlplane import kwok
-from controlplane.harness import Cluster, ControlPlane
-from release_cluster import apply, deployment, get, ready_node, wait, wait_available
+from tinct_testing.controlplane import kwok
+from tinct_testing.controlplane.harness import Cluster, ControlPlane
+from tinct_testing.release_cluster import apply, deployment, get, ready_node, wait, wait_available
 
 
 @pytest.fixture(autouse=True)

@@ -17,9 +17,18 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import apply, backends, example, get, modelversion, operator, wait, wait_release
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    apply,
+    backends,
+    example,
+    get,
+    modelversion,
+    operator,
+    wait,
+    wait_release,
+)
 
 pytestmark = pytest.mark.usefixtures("crds")
 

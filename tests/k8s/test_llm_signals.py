@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import apply, backends, example, operator, wait_release
-from release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background, Router, router
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend
 from tinct.emulator import Behaviour, serving
 from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.release_cluster import apply, backends, example, operator, wait_release
+from tinct_testing.release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background, Router, router
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx, make_ptx, sha256_file
-from modelversion_cluster import (
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
+from tinct_testing.modelversion_cluster import (
     FileOpens,
     apply,
     big_safetensors,

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import S3, make_artifact_set, make_onnx, s3, s3_server, sha256_file
-from modelversion_cluster import (
+from tinct.artifacts.hashing import manifest_digest
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import S3, make_artifact_set, make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import (
     FileOpens,
     apply,
     cond,
@@ -32,9 +33,6 @@ from modelversion_cluster import (
     wait,
     wait_phase,
 )
-from tinct.artifacts.hashing import manifest_digest
-
-__all__ = ["s3", "s3_server"]
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -262,8 +260,8 @@ def test_unreachable_store_retries_then_becomes_ready(
 ) -> None:
     import boto3
 
-    from controlplane.harness import free_port
-    from lineage_artifacts import make_ptx, moto_process, tcp_forward
+    from tinct_testing.controlplane.harness import free_port
+    from tinct_testing.lineage_artifacts import make_ptx, moto_process, tcp_forward
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from controlplane.harness import Cluster
-from release_cluster import apply, backends, example, history, wait, wait_release
 from tinct.lineage.sql import query
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.paths import ROOT
+from tinct_testing.release_cluster import apply, backends, example, history, wait, wait_release
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -15,8 +15,8 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from controlplane.prometheus import JOB, Prometheus
-from router_fakes import FakeScheduler, running_router, table
+from tinct_testing.controlplane.prometheus import JOB, Prometheus
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 
 def _free_port() -> int:

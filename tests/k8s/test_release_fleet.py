@@ -18,12 +18,22 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from engines import Engines
-from lineage_artifacts import make_onnx
-from release_cluster import apply, example, get, modelversion, operator, service, table, wait, wait_release
-from release_traffic import Router, router
 from tinct.api.routing import configmap_name
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.engines import Engines
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    apply,
+    example,
+    get,
+    modelversion,
+    operator,
+    service,
+    table,
+    wait,
+    wait_release,
+)
+from tinct_testing.release_traffic import Router, router
 
 pytestmark = pytest.mark.usefixtures("crds")
 

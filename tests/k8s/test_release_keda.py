@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from controlplane.prometheus import Prometheus
-from keda_cluster import WAIT, replicas, wait_replicas
-from queue_exporter import QueueExporter
-from release_cluster import (
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.keda_cluster import WAIT, replicas, wait_replicas
+from tinct_testing.queue_exporter import QueueExporter
+from tinct_testing.release_cluster import (
     apply,
     backends,
     condition,

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster, free_port
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from notify_receiver import Receiver, receiver
-from release_cluster import apply, backends, example, operator, wait, wait_release
-from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, router
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.notify_receiver import Receiver, receiver
+from tinct_testing.release_cluster import apply, backends, example, operator, wait, wait_release
+from tinct_testing.release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, router
 
 pytestmark = pytest.mark.usefixtures("crds")
 

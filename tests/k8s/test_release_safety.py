@@ -27,9 +27,10 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import (
+from tinct.api.routing import DATA_KEY, configmap_name
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
     Versions,
     apply,
     backends,
@@ -50,7 +51,6 @@ from release_cluster import (
     wait_release,
     weights,
 )
-from tinct.api.routing import DATA_KEY, configmap_name
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import (
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
     apply,
     condition,
     deployment,

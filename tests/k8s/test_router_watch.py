@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.config import RouterConfig
 from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import aiohttp
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, table
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.summing import parse, sample_sum
 from tinct.router.watch import EVENT_REASON
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, table
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
 

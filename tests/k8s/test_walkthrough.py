@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from controlplane.harness import free_port
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.paths import ROOT
 
 README = ROOT / "README.md"
 DEFAULT_DIR = "/tmp/tinct-dev"

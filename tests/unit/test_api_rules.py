@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
 from tinct.api.crd import crd
 from tinct.api.routing import RoutingTable
 from tinct.api.v1alpha1 import GRAYRELEASE, GrayReleaseSpec
 from tinct.api.v1alpha1.rules import walk_rules
+from tinct_testing.gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from interface_artifacts import make_llm_onnx, make_llm_shards, make_tokenizer, ptx_text
 from tinct.api.v1alpha1.modelversion import ModelVersionSpec
 from tinct.artifacts.fair import FairPool
 from tinct.artifacts.formats import FormatError, validate
 from tinct.artifacts.interface import InterfaceError, combine, digest, summary
 from tinct.artifacts.verify import verify
+from tinct_testing.interface_artifacts import make_llm_onnx, make_llm_shards, make_tokenizer, ptx_text
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from chart_helpers import CHART, by_kind, container, one, sets, template
-from conftest import CRDS
-from controlplane.helm import Helm, HelmError
+from tinct_testing.chart_helpers import CHART, by_kind, container, one, sets, template
+from tinct_testing.controlplane.helm import Helm, HelmError
+from tinct_testing.paths import CRDS
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane.harness import free_port
-from lineage_artifacts import lineage_event
 from tinct.cli import build_parser
 from tinct.clierrors import EXIT_CODES
 from tinct.lineage.store import LineageStore
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.lineage_artifacts import lineage_event
 
 TINCT = [sys.executable, "-m", "tinct.cli"]
 

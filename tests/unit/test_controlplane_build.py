@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import build
+from tinct_testing.controlplane import build
 
 
 def test_every_staging_module_is_replaced_with_its_release() -> None:

@@ -13,10 +13,10 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.harness import free_port
 from tinct.emulator import EMULATOR_HEADER, Behaviour, BehaviourError, serving
 from tinct.emulator.behaviour import from_env
 from tinct.emulator.server import Emulator
+from tinct_testing.controlplane.harness import free_port
 
 CHAT = [{"role": "user", "content": "tell me about dye tags " * 40}]
 

@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES
-from interface_artifacts import make_version
 from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
 from tinct.api.v1alpha1.modelversion import ModelVersion
 from tinct.artifacts.contract import verdict
@@ -22,6 +20,8 @@ from tinct.artifacts.verify import Verification
 from tinct.operator.grayrelease.preconditions import preconditions
 from tinct.operator.interface import Comparison, predecessor, semver_key
 from tinct.operator.modelversion import build_status
+from tinct_testing.interface_artifacts import make_version
+from tinct_testing.paths import EXAMPLES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

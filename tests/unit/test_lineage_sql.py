@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lineage_artifacts import lineage_event as _event
 from tinct.cli import main
 from tinct.lineage.sql import NotAQueryError, OutsideHistoryError, history, query
 from tinct.lineage.store import LineageStore
+from tinct_testing.lineage_artifacts import lineage_event as _event
 
 
 def _files(root: Path) -> set[Path]:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.environ import patched_environ
 from tinct.kubeconfig import choose
 from tinct.lineage.root import DEFAULT_ROOT
 from tinct.operator.settings import OperatorConfig
+from tinct_testing.controlplane.environ import patched_environ
 
 
 def test_environment_then_flags() -> None:

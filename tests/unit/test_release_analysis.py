@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from prometheus_fakes import FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult
 from tinct.operator.grayrelease.analysis import (
     Samples,
@@ -27,6 +26,7 @@ from tinct.operator.grayrelease.analysis import (
     samples_from,
 )
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
+from tinct_testing.prometheus_fakes import FakePrometheus, Series
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from prometheus_fakes import FakePrometheus
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend, MetricResult
 from tinct.operator.grayrelease.analysis import analyse, evaluate, queries, samples_from
 from tinct.operator.grayrelease.engine import FORMS, engine_query, reading_from
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
+from tinct_testing.prometheus_fakes import FakePrometheus
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"

@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from notify_receiver import Receiver, receiver
-from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
 from tinct.operator.grayrelease.metrics import ReleaseMetrics
 from tinct.operator.grayrelease.notify import Dispatcher, parse_notifiers, payload, render
 from tinct.operator.settings import OperatorConfig
+from tinct_testing.notify_receiver import Receiver, receiver
+from tinct_testing.release_helpers import T0, release, step
 
 
 def test_notifiers_come_from_the_configuration_only() -> None:

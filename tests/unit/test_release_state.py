@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, round_, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.grayrelease.decide import (
     Capacity,
@@ -22,6 +21,18 @@ from tinct.operator.grayrelease.decide import (
     weights_for,
 )
 from tinct.operator.grayrelease.preconditions import Claim, model_conflict
+from tinct_testing.release_helpers import (
+    DEFAULT,
+    LONG,
+    SHORT,
+    T0,
+    mv,
+    ok_objects,
+    release,
+    result,
+    round_,
+    step,
+)
 
 MINUTE = timedelta(minutes=1)
 CANDIDATE_FAILED = Problem(

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from router_fakes import FakeScheduler, RouterProcess, router_process, table_doc
+from tinct_testing.router_fakes import FakeScheduler, RouterProcess, router_process, table_doc
 
 WAIT = 30.0  # bound on one read or one wait; never a measured figure
 MiB = 1024 * 1024

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import aiohttp
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, router_argv, table_doc
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
 
 WAIT = 60.0  # bound on waiting for the process; never a measured figure
 

@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, running_router, table
 from tinct.router.config import RouterConfig
 from tinct.router.summing import parse as parse_metrics
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
 LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token

@@ -9,12 +9,12 @@ from typing import Any
 
 import aiohttp
 
-from router_fakes import running_router, table_doc
 from tinct.api.routing import DATA_KEY, RoutingTable, configmap_name
 from tinct.cli import build_parser
 from tinct.router.config import RouterConfig
 from tinct.router.sources import FileTable
 from tinct.router.table import TableHolder
+from tinct_testing.router_fakes import running_router, table_doc
 
 
 def test_file_table_reload_keeps_the_last_good_table(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, router_argv, table_doc
 from tinct.router import workers
 from tinct.router.summing import Family, MetricsSum, parse, render
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
 
 WAIT = 60.0  # bound on waiting for processes; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 from kopf.testing import KopfRunner
 
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster
 from tinct.lineage.sql import query
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster
 
 WAIT = 120.0
 

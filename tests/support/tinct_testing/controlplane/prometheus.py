@@ -26,7 +26,7 @@ import yaml
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from controlplane.harness import ControlPlaneError, _Process, free_port
+from tinct_testing.controlplane.harness import ControlPlaneError, _Process, free_port
 
 JOB = "tinct"
 

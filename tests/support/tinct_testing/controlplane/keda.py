@@ -12,7 +12,7 @@ TokenRequest API, so they have exactly the rights KEDA's manifests grant.
 How the pieces meet without Pods, a kubelet or kube-proxy:
 
 - the operator serves its gRPC metrics service on loopback with a cert of KEDA's own CA
-  (:func:`~controlplane.pki.make_keda_certs`), which the metrics API server, its client,
+  (:func:`~tinct_testing.controlplane.pki.make_keda_certs`), which the metrics API server, its client,
   presents back (``--cert-dir`` holds ``ca.crt``, ``tls.crt``, ``tls.key``, as KEDA's
   cert rotation would write them);
 - the metrics API server serves ``external.metrics.k8s.io`` on loopback, registered
@@ -50,9 +50,9 @@ from typing import Any
 
 import yaml
 
-from controlplane import build
-from controlplane.harness import ControlPlane, ControlPlaneError, _Clients, _Process, free_port
-from controlplane.pki import KedaCerts, make_keda_certs
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane, ControlPlaneError, _Clients, _Process, free_port
+from tinct_testing.controlplane.pki import KedaCerts, make_keda_certs
 
 NAMESPACE = "keda"
 SERVICE_ACCOUNT = "keda-operator"

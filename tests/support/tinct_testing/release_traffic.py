@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router_fakes import free_port
+from tinct_testing.controlplane.harness import free_port
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ requests, records every request it saw (headers, body, peer), and can be told to
 reject the scheduler version (426), stall before answering, or stream SSE one event per
 ``gate`` release so a test can observe the ordering of chunk arrival without clocks; a
 :class:`HostileBackend` answers whatever bytes a test writes. Tests that need an LLM engine
-rather than these exact behaviours use the emulator (:mod:`engines`).
+rather than these exact behaviours use the emulator (:mod:`tinct_testing.engines`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 from aiohttp import web
 
-from controlplane.harness import free_port
 from tinct.api.routing import RoutingTable
 from tinct.router.app import Router
 from tinct.router.config import RouterConfig
 from tinct.router.table import TableHolder
+from tinct_testing.controlplane.harness import free_port
 
 
 @dataclass

@@ -7,14 +7,15 @@ import http.client
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.harness import Cluster
-from controlplane.images import Image
-from controlplane.prometheus import Prometheus
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.images import Image
+from tinct_testing.controlplane.prometheus import Prometheus
 
 #: Upper bound of every wait on the node (images start, probes pass, kube-proxy catches
 #: up); a deadline for a loaded machine, never a measured figure.
@@ -32,6 +33,13 @@ POD_SECURITY = {
     "runAsGroup": 10001,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+def node_namespace(cluster: Cluster, prefix: str) -> str:
+    """A fresh namespace on the node's cluster (the caller deletes it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    return name
 
 
 def get_json(cluster: Cluster, *args: str) -> Any:
@@ -283,6 +291,7 @@ __all__ = [
     "explain",
     "get_json",
     "is_ready",
+    "node_namespace",
     "pods",
     "values",
     "wait_for",

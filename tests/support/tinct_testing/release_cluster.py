@@ -17,15 +17,15 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes import watch as kube_watch
 
-from conftest import EXAMPLES
-from controlplane import kwok
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx, sha256_file
-from modelversion_cluster import WAIT, wait
-from modelversion_cluster import get_object as get
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, configmap_name
 from tinct.lineage.sql import query
+from tinct_testing.controlplane import kwok
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import WAIT, wait
+from tinct_testing.modelversion_cluster import get_object as get
+from tinct_testing.paths import EXAMPLES
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
 
@@ -259,8 +259,9 @@ class Versions:
     """
 
     def __init__(self, cluster: Cluster, ns: str, kind: str, name: str) -> None:
-        self.api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        self.api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
         self._args: tuple[str, ...] = (ns,)
+        self._list: Callable[..., Any]
         if kind == "deployment":
             self._list = kube_client.AppsV1Api(self.api).list_namespaced_deployment
         elif kind == "configmap":
@@ -288,9 +289,9 @@ class Versions:
     def _run(self) -> None:
         rv: str | None = None
         while not self._stop.is_set():
-            w = kube_watch.Watch()
+            w = kube_watch.Watch()  # type: ignore[no-untyped-call]
             try:
-                for ev in w.stream(
+                for ev in w.stream(  # type: ignore[no-untyped-call]
                     self._list,
                     *self._args,
                     field_selector=f"metadata.name={self.name}",
@@ -310,7 +311,7 @@ class Versions:
                 self.errors.append(repr(exc))
                 time.sleep(0.2)
             finally:
-                w.stop()
+                w.stop()  # type: ignore[no-untyped-call]
 
     def first(self, pred: Callable[[dict[str, Any]], bool]) -> int | None:
         """The resourceVersion of the first version for which ``pred`` holds, or None."""

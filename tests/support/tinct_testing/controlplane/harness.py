@@ -9,7 +9,7 @@ The controller-manager runs the controllers tinct relies on (see ``CONTROLLERS``
 garbage collection of owned objects, namespace deletion, Deployments into ReplicaSets,
 HorizontalPodAutoscalers, ServiceAccounts and their tokens. There is no scheduler and no
 kubelet: Pods are created but stay Pending, except on the fake Node ``kwok-node-0`` that
-kwok manages (``controlplane/kwok.py``): Pods naming it in ``spec.nodeName`` become
+kwok manages (``kwok.py`` here): Pods naming it in ``spec.nodeName`` become
 Running and Ready, so Deployments there get available replicas.
 
 ``ControlPlane(pods=PodNetwork(node_ip))`` is the control plane of a real node
@@ -49,8 +49,8 @@ from typing import Any
 
 import yaml
 
-from controlplane import build, kwok
-from controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
+from tinct_testing.controlplane import build, kwok
+from tinct_testing.controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 

@@ -48,10 +48,16 @@ from typing import IO, Any
 
 import yaml
 
-from controlplane import build, hoststate, images
-from controlplane import nodeconfig as cfg
-from controlplane.harness import ControlPlane, ControlPlaneError, PodNetwork, _Process, free_port
-from controlplane.pki import client_cert
+from tinct_testing.controlplane import build, hoststate, images
+from tinct_testing.controlplane import nodeconfig as cfg
+from tinct_testing.controlplane.harness import (
+    ControlPlane,
+    ControlPlaneError,
+    PodNetwork,
+    _Process,
+    free_port,
+)
+from tinct_testing.controlplane.pki import client_cert
 
 RUN_DIR = Path("/run/tinct-node")
 LOCK = Path("/run/tinct-node.lock")
@@ -317,13 +323,18 @@ class Node:
     def _start_watchdog(self) -> None:
         """A process outside this one's session that undoes the node if this process dies."""
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.node", "watchdog", str(self.run_dir), str(os.getpid())],
+            [
+                sys.executable,
+                "-m",
+                "tinct_testing.controlplane.node",
+                "watchdog",
+                str(self.run_dir),
+                str(os.getpid()),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=(self.run_dir / "watchdog.log").open("ab"),
             start_new_session=True,
-            cwd=str(build.HERE.parent),
-            env={**os.environ, "PYTHONPATH": str(build.HERE.parent)},
         )
 
     def _make_cgroups(self) -> None:
@@ -643,7 +654,7 @@ def run_pause_pod(node: Node, timeout: float = 120.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m controlplane.node up|clean`` (from tests/): a node by hand, or the cleanup of one."""
+    """``python -m tinct_testing.controlplane.node up|clean``: a node by hand, or the cleanup of one."""
     parser = argparse.ArgumentParser(description="the end-to-end node: bring up, hold, tear down")
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="bring a node up and hold it until SIGTERM/SIGINT, printing one JSON line")

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from conftest import EXAMPLES
 from tinct.api.routing import RoutingTableError, parse_table
 from tinct.api.v1alpha1 import GrayRelease
+from tinct_testing.paths import EXAMPLES
 
 Doc = dict[str, Any]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from controlplane.harness import Cluster
-from release_cluster import get, wait
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.modelversion_cluster import get_object as get
+from tinct_testing.modelversion_cluster import wait
 
 #: Seconds a scaling test waits for the HPA controller to act (it evaluates every second).
 WAIT = 120.0
