@@ -116,7 +116,7 @@ def main() -> int:
         starts.append(time.monotonic() - t0)
         controlplane.append(n.timings["controlplane"])
         node_part.append(n.timings["node"])
-        rss.append(_rss_mb(list(n.pids.values())))
+        rss.append(_rss_mb(n.pids))
         t0 = time.monotonic()
         n.stop()
         stops.append(time.monotonic() - t0)
