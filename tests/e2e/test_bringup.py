@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tinct_testing.controlplane import hoststate, node
+from tinct_testing.wait import eventually
 
 WAIT = 300.0
 
@@ -88,16 +89,13 @@ def bring_up(log: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
 
 
 def wait_restored(before: dict[str, Any], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while True:
+    def restored() -> bool:
         diff = differences(before, snapshot())
-        if not diff and not (node.RUN_DIR / node.RECORD).exists():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"{what}: the machine differs from before: {json.dumps(diff, indent=1)[:6000]}"
-            )
-        time.sleep(1)
+        assert not diff, f"the machine differs from before: {json.dumps(diff, indent=1)[:6000]}"
+        assert not (node.RUN_DIR / node.RECORD).exists(), "the node's record is still there"
+        return True
+
+    eventually(restored, timeout=WAIT, interval=1, what=f"the machine as before, {what}")
 
 
 def test_killed_node_is_undone_by_its_watchdog_or_by_the_next_bring_up(
@@ -121,7 +119,7 @@ def test_killed_node_is_undone_by_its_watchdog_or_by_the_next_bring_up(
     os.kill(ready["watchdog"], signal.SIGKILL)
     b.send_signal(signal.SIGKILL)
     b.wait(30)
-    time.sleep(2)
+    time.sleep(2)  # time a cleanup would need: nothing may do it now
     left = differences(before, snapshot())
     assert "links" in left, "the bridge outlived the killed node"
     assert (node.RUN_DIR / node.RECORD).exists()

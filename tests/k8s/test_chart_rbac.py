@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,22 +31,15 @@ from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.helm import Helm
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
+from tinct_testing.wait import eventually, eventually_async
 
 pytestmark = pytest.mark.usefixtures("crds")
 
 WAIT = 120.0  # an upper bound, never a measured figure
 
 
-def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT, log: Path | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            tail = log.read_text()[-4000:] if log and log.exists() else ""
-            raise AssertionError(f"gave up waiting for {what}\n{tail}")
-        time.sleep(0.2)
+def _tail(log: Path) -> str:
+    return log.read_text()[-4000:] if log.exists() else ""
 
 
 def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
@@ -144,7 +137,9 @@ def _ready(cluster: Cluster, namespace: str, name: str, log: Path) -> dict[str, 
         phase = ((obj or {}).get("status") or {}).get("phase")
         return obj if phase in ("Ready", "Failed") else None
 
-    obj: dict[str, Any] = _wait(f"{namespace}/{name} Ready", check, log=log)
+    obj: dict[str, Any] = eventually(
+        check, timeout=WAIT, what=f"{namespace}/{name} Ready", explain=lambda: _tail(log)
+    )
     assert obj["status"]["phase"] == "Ready", obj["status"]
     return obj
 
@@ -199,7 +194,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
 
         # Out of scope: the same kind in another namespace is neither seen nor touched.
         cluster.kubectl("apply", "-n", other_namespace, "-f", "-", input=json.dumps(doc))
-        time.sleep(3)
+        time.sleep(3)  # time an operator that saw it would need to act on it
         stray = _json(cluster.kubectl("get", "mv", "llama-1-0-0", "-n", other_namespace, "-o", "json"))
         assert stray is not None
         assert not stray.get("status"), "the operator acted outside its namespace"
@@ -235,10 +230,20 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
             cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
 
         publish(routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await _async_wait(lambda: holder.current is not None and holder.current.version == 1, "table 1")
+        await eventually_async(
+            lambda: holder.current is not None and holder.current.version == 1,
+            timeout=WAIT,
+            interval=0.05,
+            what="table 1",
+        )
         assert await side() == "v1"
         publish(routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
-        await _async_wait(lambda: holder.current is not None and holder.current.version == 2, "table 2")
+        await eventually_async(
+            lambda: holder.current is not None and holder.current.version == 2,
+            timeout=WAIT,
+            interval=0.05,
+            what="table 2",
+        )
         assert await side() == "v2"
         bad = routing_configmap(table(v1.url, v2.url, version=3))
         bad["data"][DATA_KEY] = "{not json"
@@ -250,7 +255,9 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
             ).stdout
             return bool(json.loads(out)["items"])
 
-        await _async_wait(event_posted, "the router's InvalidRoutingTable Event")
+        await eventually_async(
+            event_posted, timeout=WAIT, interval=0.05, what="the router's InvalidRoutingTable Event"
+        )
         assert holder.current is not None
         assert holder.current.version == 2
 
@@ -260,17 +267,6 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     _refused(cluster, rt_kc, "patch", "configmap", "tinct-routing-llm.chat", "-n", namespace, "-p", "{}")
     _refused(cluster, rt_kc, "get", "modelversions", "-n", namespace)
     _allowed(cluster, rt_kc, "get", "configmaps", "-n", namespace)
-
-
-async def _async_wait(check: Callable[[], Any], what: str) -> None:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_cluster_wide_operator_does_its_job_and_nothing_else(
@@ -488,9 +484,14 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
         ):
             apply(cluster, tenant, release("chat"))
             wait_release(cluster, tenant, lambda s: s.get("phase") == "Progressing", "Progressing")
-            _wait("the router to serve llama3-8b", lambda: _answer(port, "llama3-8b")[0] == 200, log=rlog)
+            eventually(
+                lambda: _answer(port, "llama3-8b")[0] == 200,
+                timeout=WAIT,
+                what="the router to serve llama3-8b",
+                explain=lambda: _tail(rlog),
+            )
             forge("chat", "llama3-8b", 2_000_000)  # while the release serves it
-            time.sleep(3)
+            time.sleep(3)  # time a router that believed the forgery would need to follow it
             answers = {m: {_answer(port, m) for _ in range(20)} for m in ("llama3-8b", "mistral-7b")}
     finally:
         real.stop()

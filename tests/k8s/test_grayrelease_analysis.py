@@ -39,7 +39,6 @@ from tinct_testing.release_cluster import (
     operator,
     release_status,
     table,
-    wait,
     wait_history_written,
     wait_release,
 )
@@ -53,6 +52,7 @@ from tinct_testing.release_traffic import (
     burst,
     router,
 )
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -167,7 +167,7 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
             st = stack.status()
             if st.get("phase") == "Progressing" and st.get("step") not in checked and st.get("routing"):
                 version = st["routing"]["version"]
-                wait("the router on the new table", lambda: _in_force(stack, version), timeout=30)
+                eventually(lambda: _in_force(stack, version), timeout=30, what="the router on the new table")
                 table = stack.table()
                 if table["version"] == version:
                     held = lambda: _in_force(stack, version)  # noqa: E731
@@ -176,10 +176,12 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
                         checked[st["step"]] = (shares, stack.hpa("candidate"))
             return st.get("phase") == "Promoted"
 
-        wait("Promoted", promoted, timeout=240)
+        eventually(promoted, timeout=240, what="Promoted")
         st = stack.status()
         final = stack.table()
-        wait("the router on the final table", lambda: _in_force(stack, final["version"]), timeout=30)
+        eventually(
+            lambda: _in_force(stack, final["version"]), timeout=30, what="the router on the final table"
+        )
         after = _check_shares(stack, final, "promoted")
         assert after is not None
         hpas = (stack.hpa("stable"), stack.hpa("candidate"))
@@ -217,11 +219,15 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
             stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
         )
         table = stack.table()
-        wait("the router on the rollback table", lambda: _in_force(stack, table["version"]), timeout=30)
+        eventually(
+            lambda: _in_force(stack, table["version"]), timeout=30, what="the router on the rollback table"
+        )
         stack.engines.set(stack.engines.v2, error_rate=0)  # healthy again: still nothing goes there
         after = burst(stack.router.port, LONG_ADMIN_HIGH, "after", 100)
         candidate_hpa = stack.hpa("candidate")
-        warnings = wait("the RolledBack event", lambda: _warnings_with(stack, "RolledBack"))
+        warnings = eventually(
+            lambda: _warnings_with(stack, "RolledBack"), timeout=WAIT, what="the RolledBack event"
+        )
         wait_history_written(stack.cluster, stack.ns)
     assert bg.answered.get(("v1", "upstream_error"), 0) > 0
     assert {c["weight"] for c in table["cells"]} == {0}

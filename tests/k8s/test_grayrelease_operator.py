@@ -34,10 +34,10 @@ from tinct_testing.release_cluster import (
     operator,
     release_status,
     table,
-    wait,
     wait_history_written,
     wait_release,
 )
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -97,17 +97,18 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
         )
         # While the versions are hashed both are Pending; then only the candidate, Failed, holds it.
         failed = "candidate ModelVersion llama3-8b-2-0-0 is Failed, not Ready"
-        cond = wait(
-            "candidate Failed",
+        cond = eventually(
             lambda: (
                 c
                 if failed == (c := condition(release_status(cluster, ns), "ModelVersionsReady"))["message"]
                 else None
             ),
+            timeout=WAIT,
+            what="candidate Failed",
         )
         assert (cond["status"], cond["reason"]) == ("False", "ModelVersionNotReady")
         assert condition(st, "BackendsAvailable")["status"] == "True"
-        pending = wait("the Pending table", lambda: _table(cluster, ns))
+        pending = eventually(lambda: _table(cluster, ns), timeout=WAIT, what="the Pending table")
         assert pending[1]["state"] == "Pending"
         assert {c["weight"] for c in pending[1]["cells"]} == {0}
 
@@ -128,7 +129,7 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
             recorded = (st.get("routing") or {}).get("version")
             return st.get("phase") == "Promoted" and got is not None and got[0] == recorded
 
-        wait("Promoted", promoted)
+        eventually(promoted, timeout=WAIT, what="Promoted")
         wait_history_written(cluster, ns)
         st = release_status(cluster, ns)
         hpas = {side: _hpa_bounds(cluster, ns, side) for side in ("stable", "candidate")}
@@ -292,8 +293,7 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "4s"}))
         st1 = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 1")
         # Status is recorded before the round acts and counts: wait for the metrics to follow.
-        scraped = wait(
-            "the metrics at step 2/4",
+        scraped = eventually(
             lambda: (
                 (got := _scrape(metrics_port))
                 and any(
@@ -302,6 +302,8 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
                 )
                 and got
             ),
+            timeout=WAIT,
+            what="the metrics at step 2/4",
         )
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -359,7 +361,7 @@ def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str
             lambda s: any(c["type"] == "AutoscalingReady" for c in s.get("conditions", [])),
             "autoscaling condition",
         )
-        stable = wait("stable HPA", lambda: _hpa_bounds(cluster, ns, "stable"))
+        stable = eventually(lambda: _hpa_bounds(cluster, ns, "stable"), timeout=WAIT, what="stable HPA")
     cond = condition(st, "AutoscalingReady")
     assert (cond["status"], cond["reason"]) == ("False", "ForeignHPA")
     assert "HPA team-hpa" in cond["message"]
@@ -379,18 +381,25 @@ def test_deleting_the_release_collects_its_hpas_keeps_its_route_and_the_deployme
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-        wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "stable") and _hpa_bounds(cluster, ns, "candidate"))
+        eventually(
+            lambda: _hpa_bounds(cluster, ns, "stable") and _hpa_bounds(cluster, ns, "candidate"),
+            timeout=WAIT,
+            what="the HPAs",
+        )
         assert _table(cluster, ns) is not None
         cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--wait=false")
         # The operator lets go of the release (its finalizer); the garbage collector does the rest.
-        wait("the release gone", lambda: get(cluster, ns, "grayrelease", "chat") is None)
+        eventually(
+            lambda: get(cluster, ns, "grayrelease", "chat") is None, timeout=WAIT, what="the release gone"
+        )
     standing = _table(cluster, ns)
     assert standing is not None, "its model stays served: the table is the standing route now"
     assert standing[1]["standing"] is True
     assert {c["weight"] for c in standing[1]["cells"]} == {0}, "not promoted: stable serves it"
-    wait(
-        "the HPAs collected",
+    eventually(
         lambda: _hpa_bounds(cluster, ns, "stable") is None and _hpa_bounds(cluster, ns, "candidate") is None,
+        timeout=WAIT,
+        what="the HPAs collected",
     )
     for name in ("sched-v1", "sched-v2"):
         dep = get(cluster, ns, "deployment", name)
@@ -404,14 +413,16 @@ def test_children_deleted_by_hand_are_applied_again(cluster: Cluster, namespace:
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-        wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "candidate"))
-        before = wait("the table", lambda: _table(cluster, ns))
+        eventually(lambda: _hpa_bounds(cluster, ns, "candidate"), timeout=WAIT, what="the HPAs")
+        before = eventually(lambda: _table(cluster, ns), timeout=WAIT, what="the table")
         time.sleep(11)  # past the grace in which the operator trusts its own last write
         cluster.kubectl(
             "delete", f"configmap/{configmap_name(ns, 'chat')}", "hpa/tinct-chat-candidate", "-n", ns
         )
-        again = wait("the table again", lambda: _table(cluster, ns))
-        hpa = wait("the candidate HPA again", lambda: _hpa_bounds(cluster, ns, "candidate"))
+        again = eventually(lambda: _table(cluster, ns), timeout=WAIT, what="the table again")
+        hpa = eventually(
+            lambda: _hpa_bounds(cluster, ns, "candidate"), timeout=WAIT, what="the candidate HPA again"
+        )
         st = release_status(cluster, ns)
     assert again[0] == before[0], "the table status recorded, applied again as it was"
     assert [c["weight"] for c in again[1]["cells"]] == [c["weight"] for c in before[1]["cells"]]

@@ -8,7 +8,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from tinct_testing.release_cluster import (
     service,
     wait_release,
 )
+from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -62,20 +62,24 @@ class _Lines:
         self._q.put(None)
 
     def until(self, what: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def matching() -> str | None:
             try:
-                line = self._q.get(timeout=max(0.1, deadline - time.monotonic()))
+                line = self._q.get(timeout=0.5)  # the pause between asks
             except queue.Empty:
-                break
+                return None
             if line is None:
-                break
+                raise EOFError("the process ended; it printed:\n" + "\n".join(self.seen))
             self.seen.append(line)
-            if what in line:
-                return line
-        raise AssertionError(
-            f"no line with {what!r} within {timeout:.0f}s; printed so far:\n" + "\n".join(self.seen)
+            return line if what in line else None
+
+        line: str = eventually(
+            matching,
+            timeout=timeout,
+            interval=0,
+            what=f"a line with {what!r}",
+            explain=lambda: "printed so far:\n" + "\n".join(self.seen),
         )
+        return line
 
 
 def test_kubectl_tinct_lists_and_watches_a_release(cluster: Cluster, namespace: str, tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ from tinct_testing.release_cluster import (
     get,
     modelversion,
     operator,
-    wait,
     wait_release,
 )
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -129,7 +129,7 @@ def test_spark_reads_the_operator_tables_as_tinct_lineage_sql_does(
             mv = get(cluster, namespace, "modelversion", "llama3-8b-3-0-0") or {}
             return (mv.get("status") or {}).get("phase") == "Ready"
 
-        wait("the third version Ready", ready)
+        eventually(ready, timeout=WAIT, what="the third version Ready")
 
     for table in COLUMNS:
         ours = _ours(root, table)

@@ -25,6 +25,7 @@ from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
 from tinct_testing.release_cluster import apply, backends, example, operator, wait_release
 from tinct_testing.release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background, Router, router
+from tinct_testing.wait import eventually_async
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -193,18 +194,17 @@ async def _read_until(
     """The engine metrics of ``side`` (name -> MetricResult), read until ``done`` holds."""
     from datetime import UTC, datetime
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 90
-    while True:
+    async def read() -> dict[str, Any]:
         r = await analyse(
             spec, "ns", "r", datetime.now(UTC), prometheus=PrometheusTarget("default", prom.url),
             sides={"candidate": side},
         )  # fmt: skip
         got = {m.name: m for m in r.metrics}
-        if done(got):
-            return got
-        assert loop.time() < deadline, f"timed out waiting for {what}: {got}"
-        await asyncio.sleep(0.5)
+        assert done(got), got
+        return got
+
+    got: dict[str, Any] = await eventually_async(read, timeout=90, interval=0.5, what=what)
+    return got
 
 
 @pytest.mark.parametrize(("engine", "alt", "queue", "kv", "prefix"), ENGINES, ids=lambda v: str(v))

@@ -30,9 +30,9 @@ from tinct_testing.modelversion_cluster import (
     operator,
     rows,
     sparse_file,
-    wait,
     wait_phase,
 )
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -144,14 +144,15 @@ def test_bad_inputs_fail_with_actionable_reasons(cluster: Cluster, namespace: st
         for doc, _, _ in cases.values():
             apply(cluster, namespace, doc)
         results = {name: wait_phase(cluster, namespace, name, "Failed", "Ready") for name in cases}
-        events = wait(
-            "warning events",
+        events = eventually(
             lambda: (
                 json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout).get(
                     "items"
                 )
                 or None
             ),
+            timeout=WAIT,
+            what="warning events",
         )
     for name, (_, cond_type, reason) in cases.items():
         st = results[name]["status"]
@@ -196,7 +197,7 @@ def test_spec_change_rehashes_resync_does_not_and_delete_retires(
             wait_phase(cluster, namespace, "later", "Ready")
             reread = opens.take()
             cluster.kubectl("delete", "modelversion", "m", "-n", namespace, "--wait=false")
-            wait("deletion", lambda: get(cluster, namespace, "m") is None)
+            eventually(lambda: get(cluster, namespace, "m") is None, timeout=WAIT, what="deletion")
     finally:
         opens.close()
     print(f"opens of m's files by the restarted operator: {reread}")
@@ -237,7 +238,7 @@ def test_operator_killed_while_hashing_ends_ready_with_one_row(
             namespace,
             mv_doc("big", [{"format": "onnx", "uri": onnx.as_uri()}], source={"uri": big.as_uri()}),
         )
-        wait("progress while hashing", lambda: hashing(cluster, namespace, "big"))
+        eventually(lambda: hashing(cluster, namespace, "big"), timeout=WAIT, what="progress while hashing")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -277,7 +278,7 @@ def test_unreachable_store_retries_then_becomes_ready(
             hit = any(c["type"] == "Verified" and c["reason"] == "StorageUnavailable" for c in conds)
             return obj if hit else None
 
-        waiting = wait("Verified=Unknown/StorageUnavailable", retrying)
+        waiting = eventually(retrying, timeout=WAIT, what="Verified=Unknown/StorageUnavailable")
         assert waiting["status"]["phase"] != "Failed", waiting["status"]
         assert cond(waiting, "Verified")["status"] == "Unknown"
         assert "retrying in" in waiting["status"]["message"]

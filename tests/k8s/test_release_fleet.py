@@ -30,10 +30,11 @@ from tinct_testing.release_cluster import (
     operator,
     service,
     table,
-    wait,
     wait_release,
 )
 from tinct_testing.release_traffic import Router, router
+from tinct_testing.repeat import Repeating
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -120,7 +121,11 @@ def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: st
             )
             for name in ("chat", "coder"):
                 wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", f"{name} started", name)
-                wait(f"the router to hold {name}'s table", partial(_in_force, r, cluster, ns, name))
+                eventually(
+                    partial(_in_force, r, cluster, ns, name),
+                    timeout=WAIT,
+                    what=f"the router to hold {name}'s table",
+                )
             tables = {name: _table(cluster, ns, name) for name in ("chat", "coder")}
             answers = {
                 model: [_ask(r.port, model, f"s-{i}") for i in range(20)]
@@ -144,44 +149,26 @@ def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: st
     assert [e.state.received for e in (chat.v1, chat.v2, coder.v1, coder.v2)] == [20, 0, 0, 20]
 
 
-class _Steady:
+class _Steady(Repeating):
     """Requests for each of ``models`` in turn from a thread, counting (model, status, answered by)."""
 
     def __init__(self, port: int, models: tuple[str, ...]) -> None:
-        import threading
-
         self.port, self.models = port, models
-        self.seen: dict[tuple[str, int, str], int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            model = self.models[i % len(self.models)]
-            try:
-                status, doc = _ask(self.port, model, f"steady-{i}")
-                key = (model, status, str(doc.get("model") or (doc.get("error") or {}).get("code")))
-            except OSError as e:
-                key = (model, 0, type(e).__name__)
-            self.seen[key] = self.seen.get(key, 0) + 1
-            i += 1
-            self._stop.wait(0.01)
+    def step(self, worker: int, i: int) -> None:
+        model = self.models[i % len(self.models)]
+        try:
+            status, doc = _ask(self.port, model, f"steady-{i}")
+            self.tally((model, status, str(doc.get("model") or (doc.get("error") or {}).get("code"))))
+        except OSError as e:
+            self.tally((model, 0, type(e).__name__))
 
     def count(self, model: str, status: int | None = None, by: str | None = None) -> int:
         return sum(
             n
-            for (m, s, b), n in self.seen.items()
+            for (m, s, b), n in self.outcomes.items()
             if m == model and (status is None or s == status) and (by is None or b == by)
         )
-
-    def __enter__(self) -> _Steady:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
 
 
 def test_deleting_a_release_never_makes_its_model_unavailable(
@@ -223,19 +210,24 @@ def test_deleting_a_release_never_makes_its_model_unavailable(
             cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-x")
             wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "chat Promoted")
             for name in ("chat", "coder"):
-                wait(f"the router to hold {name}'s table", partial(_in_force, r, cluster, ns, name))
+                eventually(
+                    partial(_in_force, r, cluster, ns, name),
+                    timeout=WAIT,
+                    what=f"the router to hold {name}'s table",
+                )
             with _Steady(r.port, ("llama3-8b", "coder-7b")) as steady:
-                time.sleep(1)
+                time.sleep(1)  # traffic flows before the deletion
                 # Promoted: its model stays with the candidate; in progress: with stable.
                 cluster.kubectl("delete", "gr", "chat", "coder", "-n", ns)
-                wait(
-                    "both gone",
+                eventually(
                     lambda: (
                         get(cluster, ns, "grayrelease", "chat") is None
                         and get(cluster, ns, "grayrelease", "coder") is None
                     ),
+                    timeout=WAIT,
+                    what="both gone",
                 )
-                time.sleep(3)
+                time.sleep(3)  # and for a while after it: every request must still be answered
                 standing = {n: table(cluster, ns, n) for n in ("chat", "coder")}
                 # A new release of llama3-8b takes the model over; its standing route goes.
                 nxt = _release(
@@ -247,8 +239,12 @@ def test_deleting_a_release_never_makes_its_model_unavailable(
                 )
                 nxt["spec"]["allowMajorUpgrade"] = True
                 apply(cluster, ns, nxt)
-                wait("the standing route retired", lambda: table(cluster, ns, "chat") is None)
-                time.sleep(2)
+                eventually(
+                    lambda: table(cluster, ns, "chat") is None,
+                    timeout=WAIT,
+                    what="the standing route retired",
+                )
+                time.sleep(2)  # traffic across the takeover, answered throughout
             # Remove: the route goes with the release.
             gone = _release(
                 "coder-2",
@@ -260,10 +256,14 @@ def test_deleting_a_release_never_makes_its_model_unavailable(
             gone["spec"]["routeOnDelete"] = "Remove"
             cluster.kubectl("delete", "configmap", configmap_name(ns, "coder"), "-n", ns)
             apply(cluster, ns, gone)
-            wait("coder-2's table", partial(_in_force, r, cluster, ns, "coder-2"))
+            eventually(partial(_in_force, r, cluster, ns, "coder-2"), timeout=WAIT, what="coder-2's table")
             cluster.kubectl("delete", "gr", "coder-2", "-n", ns)
-            wait("coder-2's route removed", lambda: table(cluster, ns, "coder-2") is None)
-            wait("404 for coder-7b", lambda: _ask(r.port, "coder-7b", "after")[0] == 404)
+            eventually(
+                lambda: table(cluster, ns, "coder-2") is None, timeout=WAIT, what="coder-2's route removed"
+            )
+            eventually(
+                lambda: _ask(r.port, "coder-7b", "after")[0] == 404, timeout=WAIT, what="404 for coder-7b"
+            )
     finally:
         chat.stop()
         coder.stop()
@@ -273,7 +273,7 @@ def test_deleting_a_release_never_makes_its_model_unavailable(
     assert standing["coder"] is not None
     assert {c["weight"] for c in standing["coder"][1]["cells"]} == {0}
     # Not one request of a served model was refused, before, during and after the deletions.
-    assert sum(n for (_, status, _), n in steady.seen.items() if status != 200) == 0, steady.seen
+    assert sum(n for (_, status, _), n in steady.outcomes.items() if status != 200) == 0, steady.outcomes
     assert steady.count("llama3-8b") > 50
     assert steady.count("coder-7b") > 50
     # The promoted candidate (chat-v2) answered llama3-8b after chat went, then chat-next's

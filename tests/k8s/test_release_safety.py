@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,12 +44,13 @@ from tinct_testing.release_cluster import (
     release_status,
     service,
     table,
-    wait,
     wait_available,
     wait_history_written,
     wait_release,
     weights,
 )
+from tinct_testing.repeat import Repeating
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -64,33 +64,24 @@ def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-class Sampler:
+class Sampler(Repeating):
     """Reads the table and the status together, every 0.1 s, in a thread: what a router
     would have followed at each moment, next to what status recorded then."""
+
+    pause = 0.1
+    join_timeout = 10.0
 
     def __init__(self, cluster: Cluster, ns: str) -> None:
         self.cluster, self.ns = cluster, ns
         self.seen: list[tuple[int, list[float], dict[str, Any]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            got = table(self.cluster, self.ns)
-            st = release_status(self.cluster, self.ns)
-            if got is not None:
-                entry = (got[0], [c["weight"] for c in got[1]["cells"]], st)
-                if not self.seen or self.seen[-1][:2] != entry[:2]:
-                    self.seen.append(entry)
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+    def step(self, worker: int, i: int) -> None:
+        got = table(self.cluster, self.ns)
+        st = release_status(self.cluster, self.ns)
+        if got is not None:
+            entry = (got[0], [c["weight"] for c in got[1]["cells"]], st)
+            if not self.seen or self.seen[-1][:2] != entry[:2]:
+                self.seen.append(entry)
 
 
 def _deny_status_writes(cluster: Cluster, ns: str) -> str:
@@ -136,7 +127,7 @@ def _deny_status_writes(cluster: Cluster, ns: str) -> str:
         )  # fmt: skip
         return probe.returncode != 0 and "status writes are refused" in probe.stderr
 
-    wait("status writes refused", refused, 30)
+    eventually(refused, timeout=30, what="status writes refused")
     return name
 
 
@@ -205,7 +196,7 @@ def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
             "-p",
             json.dumps(patch),
         )
-        wait("the table at 0", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="the table at 0")
         time.sleep(7)  # two intervals: a stale memory would step it on
         after = release_status(cluster, ns)
         w = weights(cluster, ns)
@@ -229,7 +220,7 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
                 seen.append(weights(cluster, ns))
                 return until()
 
-            wait(what, check)
+            eventually(check, timeout=WAIT, what=what)
 
         # The candidate's ModelVersion is briefly of another model, then back; its Service recreated.
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
@@ -260,15 +251,16 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
         out = _tinct("release", "abort", "chat-2", "-n", ns)
         assert out.returncode == 0, out.stderr
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
-        wait(
-            "chat-2 sees the other model",
+        eventually(
             lambda: (
                 condition(release_status(cluster, ns, "chat-2"), "ModelVersionsReady")["reason"]
                 == "DifferentModels"
             ),
+            timeout=WAIT,
+            what="chat-2 sees the other model",
         )
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
-        time.sleep(3)
+        time.sleep(3)  # rounds that would bring it back if the rollback were not final
         rolled = release_status(cluster, ns, "chat-2")
         rolled_weights = weights(cluster, ns, "chat-2")
     assert all(w == [100, 100, 100] for w in seen), seen
@@ -289,7 +281,7 @@ def test_a_failing_candidate_loses_its_traffic_within_a_tick(
         # Its ModelVersion becomes Failed (a wrong digest).
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, wrong_digest=True))
         t0 = time.monotonic()
-        wait("weights at 0", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="weights at 0")
         lost_after = time.monotonic() - t0
         st = release_status(cluster, ns)
         assert condition(st, "Degraded")["reason"] == "CandidateUnavailable"
@@ -299,16 +291,16 @@ def test_a_failing_candidate_loses_its_traffic_within_a_tick(
         assert warned[0]["type"] == "Warning"
         # Fixed: the same step's weights again, no step skipped.
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
-        wait("weights back", lambda: weights(cluster, ns) == [5, 0.1, 1])
+        eventually(lambda: weights(cluster, ns) == [5, 0.1, 1], timeout=WAIT, what="weights back")
         assert release_status(cluster, ns)["step"] == 0
         # Its pods gone (scaled to 0): the same.
         cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=0")
-        wait("weights at 0 again", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="weights at 0 again")
         cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=1")
-        wait("weights back again", lambda: weights(cluster, ns) == [5, 0.1, 1])
+        eventually(lambda: weights(cluster, ns) == [5, 0.1, 1], timeout=WAIT, what="weights back again")
         # Its Deployment deleted.
         cluster.kubectl("delete", "deployment", "sched-v2", "-n", ns)
-        wait("weights at 0 a third time", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="weights at 0 a third time")
         rows = [e["reason"] for e in events(cluster, ns)]
     # A tick is 0.5 s here; the bound is the tick plus the ModelVersion's re-verification.
     assert lost_after < 30, lost_after
@@ -386,9 +378,9 @@ def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
             sample()
             return release_status(cluster, ns).get("phase") == "Promoted"
 
-        wait("Promoted", promoted, 180)
+        eventually(promoted, timeout=180, what="Promoted")
         st = release_status(cluster, ns)
-        for _ in range(20):
+        for _ in range(20):  # six more seconds of samples: nothing moves once Promoted
             sample()
             time.sleep(0.3)
     assert st["stableFloor"] == 3
@@ -465,9 +457,10 @@ def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
         assert "abort done" in aborted.stdout
         # GitOps restores the value it last knew: refused, still rolled back.
         cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@1", "--overwrite")
-        wait(
-            "the old value refused",
+        eventually(
             lambda: (release_status(cluster, ns).get("lastAction") or {}).get("value") == "promote@1",
+            timeout=WAIT,
+            what="the old value refused",
         )
         again = release_status(cluster, ns)
         assert (again["phase"], again["lastAction"]["result"]) == ("RolledBack", "Refused")
@@ -543,7 +536,7 @@ def _lineage_down(root: Path) -> Path:
     """Replace the ``release_events`` table with a regular file: every write to it fails,
     even as root (a path through a file is no directory). Returns where the table is kept."""
     live, aside = root / "release_events", root.parent / "release_events.aside"
-    wait("the release_events table created", lambda: (live / "_delta_log").is_dir())
+    eventually(lambda: (live / "_delta_log").is_dir(), timeout=WAIT, what="the release_events table created")
     live.rename(aside)
     live.write_text("the lineage volume is gone\n")
     return aside
@@ -655,11 +648,12 @@ def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
             fresh = gr is not None and gr["metadata"]["uid"] != old["metadata"]["uid"]
             return gr if fresh and (gr.get("status") or {}).get("phase") == "Progressing" else None
 
-        new = wait("the new release Progressing", started)
+        new = eventually(started, timeout=WAIT, what="the new release Progressing")
         uid = new["metadata"]["uid"]
-        wait(
-            "the table of the new release",
+        eventually(
             lambda: (got := table(cluster, ns)) is not None and got[1].get("uid") == uid,
+            timeout=WAIT,
+            what="the table of the new release",
         )
         time.sleep(4)  # eight ticks: memory of the old release would show by now
         wait_history_written(cluster, ns)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -15,17 +14,9 @@ from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.config import RouterConfig
 from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
+from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
-
-
-async def eventually(check: Callable[[], Any], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
@@ -48,13 +39,23 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await eventually(lambda: holder.current is not None and holder.current.version == 1, "table v1")
+        await eventually_async(
+            lambda: holder.current is not None and holder.current.version == 1,
+            timeout=WAIT,
+            interval=0.05,
+            what="table v1",
+        )
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200
         assert await side(http, base) == "v1"
 
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
-        await eventually(lambda: holder.current is not None and holder.current.version == 2, "table v2")
+        await eventually_async(
+            lambda: holder.current is not None and holder.current.version == 2,
+            timeout=WAIT,
+            interval=0.05,
+            what="table v2",
+        )
         assert await side(http, base) == "v2"
 
         rejections: list[str] = []
@@ -64,7 +65,9 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
         doc["cells"].append({"match": {"role": "*"}, "weight": 0})  # a second default cell
         bad["data"][DATA_KEY] = json.dumps(doc)
         apply(cluster, namespace, bad)
-        await eventually(lambda: rejections, "the invalid table to be rejected")
+        await eventually_async(
+            lambda: rejections, timeout=WAIT, interval=0.05, what="the invalid table to be rejected"
+        )
         assert "exactly one default cell" in rejections[0]
         assert holder.current is not None
         assert holder.current.version == 2
@@ -76,11 +79,18 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
             ).stdout
             return any("exactly one default cell" in e["message"] for e in json.loads(out)["items"])
 
-        await eventually(event_posted, "the InvalidRoutingTable event")
+        await eventually_async(
+            event_posted, timeout=WAIT, interval=0.05, what="the InvalidRoutingTable event"
+        )
 
         # A valid table after the bad one is taken again.
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4, default_weight=0)))
-        await eventually(lambda: holder.current is not None and holder.current.version == 4, "table v4")
+        await eventually_async(
+            lambda: holder.current is not None and holder.current.version == 4,
+            timeout=WAIT,
+            interval=0.05,
+            what="table v4",
+        )
         assert await side(http, base) == "v1"
 
 
@@ -92,7 +102,9 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
     cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
-        await eventually(lambda: holder.synced, "the first listing of routing tables")
+        await eventually_async(
+            lambda: holder.synced, timeout=WAIT, interval=0.05, what="the first listing of routing tables"
+        )
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200, await r.text()
             assert "no routing table exists yet" in await r.text()
@@ -101,7 +113,9 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
             assert r.status == 503
             assert (await r.json())["error"]["code"] == "no_routing_table"
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await eventually(lambda: holder.current is not None, "the first table")
+        await eventually_async(
+            lambda: holder.current is not None, timeout=WAIT, interval=0.05, what="the first table"
+        )
         async with http.get(f"{base}/readyz") as r:
             assert "table version 1" in await r.text()
         assert await side(http, base) == "v1"
@@ -138,13 +152,15 @@ async def test_router_with_least_privilege_service_account(
         rejections: list[str] = []
         holder.on_reject.append(lambda src, why: rejections.append(why))
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=100)))
-        await eventually(lambda: holder.current is not None, "the table")
+        await eventually_async(
+            lambda: holder.current is not None, timeout=WAIT, interval=0.05, what="the table"
+        )
         assert await side(http, base) == "v2"
         cm = routing_configmap(table(v1.url, v2.url, version=2))
         cm["data"][DATA_KEY] = "{not json"
         caplog.set_level(logging.INFO, logger="tinct.router.watch")
         apply(cluster, namespace, cm)
-        await eventually(lambda: rejections, "the rejection")
+        await eventually_async(lambda: rejections, timeout=WAIT, interval=0.05, what="the rejection")
         assert holder.current is not None
         assert holder.current.version == 1
         assert await side(http, base) == "v2"
@@ -156,14 +172,21 @@ async def test_router_with_least_privilege_service_account(
                 for r in caplog.records
             )
 
-        await eventually(forbidden_logged, "the forbidden Event to be logged")
+        await eventually_async(
+            forbidden_logged, timeout=WAIT, interval=0.05, what="the forbidden Event to be logged"
+        )
         out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
         assert [e for e in json.loads(out)["items"] if e.get("reason") == EVENT_REASON] == []
         assert not [
             r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "tinct.router.watch"
         ]
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=3, default_weight=0)))
-        await eventually(lambda: holder.current is not None and holder.current.version == 3, "table v3")
+        await eventually_async(
+            lambda: holder.current is not None and holder.current.version == 3,
+            timeout=WAIT,
+            interval=0.05,
+            what="table v3",
+        )
         assert await side(http, base) == "v1"
 
 
@@ -177,11 +200,21 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
         # "zeta" is created first and sorts last: only its age can make it win.
         older = table(v1.url, v2.url, release="zeta", models=["llama3-8b"])
         apply(cluster, namespace, routing_configmap(older))
-        await eventually(lambda: holder.for_model("llama3-8b") is not None, "the first table")
+        await eventually_async(
+            lambda: holder.for_model("llama3-8b") is not None,
+            timeout=WAIT,
+            interval=0.05,
+            what="the first table",
+        )
         await asyncio.sleep(1.1)  # creation timestamps have a one-second resolution
         newer = table(v2.url, v1.url, release="alpha", models=["llama3-8b", "coder-7b"])
         apply(cluster, namespace, routing_configmap(newer))
-        await eventually(lambda: holder.for_model("coder-7b") is not None, "the second table")
+        await eventually_async(
+            lambda: holder.for_model("coder-7b") is not None,
+            timeout=WAIT,
+            interval=0.05,
+            what="the second table",
+        )
 
         async def served_by(model: str) -> str:
             body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
@@ -208,7 +241,7 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
             ).stdout
             return list(json.loads(out)["items"])
 
-        await eventually(conflict_event, "the ModelConflict event")
+        await eventually_async(conflict_event, timeout=WAIT, interval=0.05, what="the ModelConflict event")
         (event,) = conflict_event()
         assert event["type"] == "Warning"
         assert event["involvedObject"]["name"] == "tinct-routing-llm.alpha"

@@ -20,6 +20,7 @@ from tinct.router.summing import parse, sample_sum
 from tinct.router.watch import EVENT_REASON
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.router_fakes import FakeScheduler, table
+from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
 
@@ -39,17 +40,25 @@ async def _readyz(metrics: str) -> tuple[int, str]:
 
 async def _all_workers_on(metrics: str, proc: asyncio.subprocess.Process, version: int, log: Path) -> str:
     """Wait until the parent is ready with every worker's table at ``version``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    text = ""
-    while loop.time() < deadline:
-        assert proc.returncode is None, log.read_text()
+
+    async def on_version() -> str:
+        if proc.returncode is not None:
+            raise RuntimeError(f"the router exited:\n{log.read_text()}")
         status, text = await _readyz(metrics)
         states = re.findall(r"^worker \d+ pid \d+: (.*)$", text, re.M)
-        if status == 200 and len(states) == 2 and all(s.endswith(f"version {version}") for s in states):
-            return text
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the workers never both had table version {version}:\n{text}\n{log.read_text()}")
+        assert status == 200, text
+        assert len(states) == 2, text
+        assert all(s.endswith(f"version {version}") for s in states), text
+        return text
+
+    text: str = await eventually_async(
+        on_version,
+        timeout=WAIT,
+        interval=0.1,
+        what=f"both workers on table version {version}",
+        explain=log.read_text,
+    )
+    return text
 
 
 async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(

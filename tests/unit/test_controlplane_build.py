@@ -89,7 +89,7 @@ def test_concurrent_builds_of_one_component_build_once(
 
     def slow_build(staging: Path, spec: dict[str, str]) -> None:
         calls.append(spec["tool"])
-        time.sleep(0.5)
+        time.sleep(0.5)  # a build long enough for the other thread to ask meanwhile
         (staging / "fake").write_text("binary")
 
     monkeypatch.setitem(build._BUILDERS, "fake", slow_build)

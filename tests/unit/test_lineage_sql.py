@@ -92,7 +92,7 @@ def test_unplannable_write_fails_and_writes_nothing(store: LineageStore) -> None
 def test_time_travel(tmp_path: Path) -> None:
     store = LineageStore(str(tmp_path))
     v1 = store.merge("model_versions", _event(1)["model_versions"])
-    time.sleep(0.05)
+    time.sleep(0.05)  # a moment strictly between the two commits' timestamps
     middle = datetime.now(UTC)
     time.sleep(0.05)
     store.merge("model_versions", _event(2)["model_versions"])

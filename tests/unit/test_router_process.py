@@ -11,6 +11,7 @@ import aiohttp
 
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
+from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # bound on waiting for the process; never a measured figure
 
@@ -18,34 +19,34 @@ WAIT = 60.0  # bound on waiting for the process; never a measured figure
 async def _ready_text(
     http: aiohttp.ClientSession, base: str, needle: str, proc: asyncio.subprocess.Process
 ) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while True:
-        assert proc.returncode is None, "router exited"
-        try:
-            async with http.get(f"{base}/readyz") as r:
-                if r.status == 200 and needle in await r.text():
-                    return
-        except aiohttp.ClientConnectionError:
-            pass
-        if loop.time() > deadline:
-            raise AssertionError(f"router never got ready with {needle!r}")
-        await asyncio.sleep(0.1)
+    async def ready() -> bool:
+        if proc.returncode is not None:
+            raise RuntimeError(f"the router exited with code {proc.returncode}")
+        async with http.get(f"{base}/readyz") as r:
+            return r.status == 200 and needle in await r.text()
+
+    await eventually_async(
+        ready,
+        timeout=WAIT,
+        interval=0.1,
+        what=f"the router ready with {needle!r}",
+        ignoring=(aiohttp.ClientConnectionError,),
+    )
 
 
 async def _stopped_accepting(base: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
-        while loop.time() < deadline:
+
+        async def refusing() -> bool:
             try:
                 async with fresh.get(f"{base}/readyz") as r:
-                    if r.status == 503:
-                        return
+                    return r.status == 503
             except aiohttp.ClientConnectionError:
-                return
-            await asyncio.sleep(0.05)
-    raise AssertionError("router kept accepting after SIGTERM")
+                return True
+
+        await eventually_async(
+            refusing, timeout=WAIT, interval=0.05, what="the router to stop accepting after SIGTERM"
+        )
 
 
 async def test_router_process_reloads_on_sighup_and_drains_on_sigterm(

@@ -11,8 +11,7 @@ import ctypes
 import json
 import os
 import struct
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ from kopf.testing import KopfRunner
 from tinct.lineage.sql import query
 from tinct_testing.controlplane.environ import patched_environ
 from tinct_testing.controlplane.harness import Cluster
-
-WAIT = 120.0
+from tinct_testing.wait import WAIT, eventually
 
 
 def mv_doc(name: str, artifacts: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -53,17 +51,6 @@ def get(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
     return get_object(cluster, ns, "modelversion", name)
 
 
-def wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
 def wait_phase(cluster: Cluster, ns: str, name: str, *phases: str, timeout: float = WAIT) -> dict[str, Any]:
     """The object once its phase is one of ``phases`` for its current generation."""
 
@@ -75,7 +62,7 @@ def wait_phase(cluster: Cluster, ns: str, name: str, *phases: str, timeout: floa
             return obj
         return None
 
-    obj: dict[str, Any] = wait(f"{name} in {phases}", check, timeout)
+    obj: dict[str, Any] = eventually(check, timeout=timeout, what=f"{name} in {phases}")
     return obj
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
-import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.images import Image
 from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.repeat import Repeating
+from tinct_testing.wait import eventually
 
 #: Upper bound of every wait on the node (images start, probes pass, kube-proxy catches
 #: up); a deadline for a loaded machine, never a measured figure.
@@ -75,15 +74,8 @@ def explain(cluster: Cluster, ns: str) -> str:
 
 
 def wait_for(cluster: Cluster, ns: str, what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` and the namespace's state."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:.0f}s waiting for {what}\n{explain(cluster, ns)}")
-        time.sleep(0.5)
+    """:func:`~tinct_testing.wait.eventually` for ``check``; a failure shows the namespace's state."""
+    return eventually(check, timeout=timeout, interval=0.5, what=what, explain=lambda: explain(cluster, ns))
 
 
 def wait_ready(
@@ -186,7 +178,7 @@ def wait_served(cluster: Cluster, ns: str, host: str, port: int, model: str, n: 
 
 
 @dataclass
-class Load:
+class Load(Repeating):
     """Steady requests for ``model`` to ``host:port`` from ``workers`` threads, each on a new connection.
 
     ``outcomes`` counts what came back: ``"200 v1"`` (status and side) or the exception's
@@ -198,51 +190,28 @@ class Load:
     model: str
     workers: int = 2
     pause: float = 0.02
-    outcomes: Counter[str] = field(default_factory=Counter)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
+    join_timeout: float = 60.0
 
-    def _run(self, worker: int) -> None:
-        i = 0
-        while not self._stop.is_set():
-            try:
-                status, side = ask(self.host, self.port, self.model, f"load-{worker}-{i}")
-                outcome = f"{status} {side}"
-            except (OSError, http.client.HTTPException) as e:
-                outcome = type(e).__name__
-            with self._lock:
-                self.outcomes[outcome] += 1
-            i += 1
-            self._stop.wait(self.pause)
-
-    def __enter__(self) -> Load:
-        self._threads = [
-            threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(self.workers)
-        ]
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(60)
+    def step(self, worker: int, i: int) -> None:
+        try:
+            status, side = ask(self.host, self.port, self.model, f"load-{worker}-{i}")
+            self.tally(f"{status} {side}")
+        except (OSError, http.client.HTTPException) as e:
+            self.tally(type(e).__name__)
 
     @property
     def total(self) -> int:
-        with self._lock:
-            return sum(self.outcomes.values())
+        return sum(self.outcomes.values())
 
 
-class PodTargets:
+class PodTargets(Repeating):
     """Keep Prometheus scraping ``port`` of every running Pod of ``selector`` (like kubernetes_sd)."""
+
+    pause = 1.0
 
     def __init__(self, cluster: Cluster, ns: str, selector: str, port: int, prom: Prometheus) -> None:
         self.cluster, self.ns, self.selector, self.port, self.prom = cluster, ns, selector, port, prom
         self.targets: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod-targets", daemon=True)
 
     def current(self) -> list[str]:
         ips = {
@@ -252,24 +221,14 @@ class PodTargets:
         }
         return sorted(f"{ip}:{self.port}" for ip in ips if ip)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                now = self.current()
-                if now != self.targets:
-                    self.prom.set_targets(now)
-                    self.targets = now
-            except Exception:  # the next round tries again; a test waits on what it needs
-                pass
-            self._stop.wait(1.0)
-
-    def __enter__(self) -> PodTargets:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
+    def step(self, worker: int, i: int) -> None:
+        try:
+            now = self.current()
+            if now != self.targets:
+                self.prom.set_targets(now)
+                self.targets = now
+        except Exception:  # the next round tries again; a test waits on what it needs
+            pass
 
 
 def values(image: Image, **more: Any) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,9 +22,9 @@ from tinct_testing.controlplane import kwok
 from tinct_testing.controlplane.environ import patched_environ
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx, sha256_file
-from tinct_testing.modelversion_cluster import WAIT, wait
 from tinct_testing.modelversion_cluster import get_object as get
 from tinct_testing.paths import EXAMPLES
+from tinct_testing.wait import WAIT, eventually
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
 
@@ -52,7 +51,7 @@ def wait_release(
         st = release_status(cluster, ns, name)
         return st if st and pred(st) else None
 
-    st: dict[str, Any] = wait(what, check, timeout)
+    st: dict[str, Any] = eventually(check, timeout=timeout, what=what)
     return st
 
 
@@ -63,9 +62,10 @@ def wait_history_written(cluster: Cluster, ns: str, name: str = "chat") -> None:
     round acts; status keeps the transition until the row is written. Stopping the operator as
     soon as status shows a phase can leave the last row for its next run.
     """
-    wait(
-        f"{name}'s transitions written to lineage (status.history drained)",
+    eventually(
         lambda: not release_status(cluster, ns, name).get("history"),
+        timeout=WAIT,
+        what=f"{name}'s transitions written to lineage (status.history drained)",
     )
 
 
@@ -139,33 +139,37 @@ def wait_available(cluster: Cluster, ns: str, name: str, n: int, timeout: float 
     message lists the Deployment's status and its Pods' phases and nodes.
     """
     ready_node(cluster)
-    deadline = time.monotonic() + timeout
-    dep: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
+
+    def available() -> dict[str, Any] | None:
         dep = get(cluster, ns, "deployment", name)
-        if dep is not None:
-            st = dep.get("status") or {}
-            if (
-                st.get("observedGeneration") == dep["metadata"]["generation"]
-                and st.get("availableReplicas", 0) == n
-                and st.get("updatedReplicas", 0) == n
-                and st.get("replicas", 0) == n
-            ):
-                return dep
-        time.sleep(0.2)
-    if dep is None:
-        raise AssertionError(f"Deployment {ns}/{name} does not exist")
-    labels = dep["spec"]["selector"].get("matchLabels", {})
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
-    out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json", check=False).stdout
-    pods = [
-        (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
-        for p in json.loads(out or "{}").get("items", [])
-    ]
-    raise AssertionError(
-        f"Deployment {ns}/{name}: not {n} available within {timeout:.0f}s; "
-        f"status {dep.get('status')}; pods (name, phase, node) {pods}"
+        assert dep is not None, f"Deployment {ns}/{name} does not exist"
+        st = dep.get("status") or {}
+        if (
+            st.get("observedGeneration") == dep["metadata"]["generation"]
+            and st.get("availableReplicas", 0) == n
+            and st.get("updatedReplicas", 0) == n
+            and st.get("replicas", 0) == n
+        ):
+            return dep
+        return None
+
+    def pods() -> str:
+        dep = get(cluster, ns, "deployment", name)
+        if dep is None:
+            return f"Deployment {ns}/{name} does not exist"
+        labels = dep["spec"]["selector"].get("matchLabels", {})
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json", check=False).stdout
+        found = [
+            (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
+            for p in json.loads(out or "{}").get("items", [])
+        ]
+        return f"status {dep.get('status')}; pods (name, phase, node) {found}"
+
+    dep: dict[str, Any] = eventually(
+        available, timeout=timeout, what=f"Deployment {ns}/{name} with {n} available replicas", explain=pods
     )
+    return dep
 
 
 def backends(
@@ -309,7 +313,7 @@ class Versions:
                 if getattr(exc, "status", None) == 410:
                     rv = None
                 self.errors.append(repr(exc))
-                time.sleep(0.2)
+                self._stop.wait(0.2)  # a pause before reconnecting
             finally:
                 w.stop()  # type: ignore[no-untyped-call]
 

@@ -26,6 +26,7 @@ from tinct.router.app import Router
 from tinct.router.config import RouterConfig
 from tinct.router.table import TableHolder
 from tinct_testing.controlplane.harness import free_port
+from tinct_testing.wait import eventually_async
 
 
 @dataclass
@@ -266,20 +267,18 @@ class RouterProcess:
 async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) -> None:
     import aiohttp
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
     async with aiohttp.ClientSession() as http:
-        while True:
-            assert proc.returncode is None, "router exited"
+
+        async def ready() -> bool:
+            if proc.returncode is not None:
+                raise RuntimeError(f"the router exited with code {proc.returncode}")
             try:
                 async with http.get(f"{base}/readyz") as r:
-                    if r.status == 200:
-                        return
+                    return r.status == 200
             except aiohttp.ClientConnectionError:
-                pass
-            if loop.time() > deadline:
-                raise AssertionError("router never got ready")
-            await asyncio.sleep(0.05)
+                return False
+
+        await eventually_async(ready, timeout=wait, interval=0.05, what="the router ready (/readyz)")
 
 
 def router_argv(table_file: str, port: int, *args: str) -> list[str]:

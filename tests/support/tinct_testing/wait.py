@@ -19,9 +19,13 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 T = TypeVar("T")
+
+#: Seconds a test of the ``k8s`` tier gives a state to come about (an operator's reconcile, a
+#: controller's work): an upper bound for a loaded machine, never a measured figure.
+WAIT = 120.0
 
 #: How much of the last observed value a failure message quotes.
 _QUOTE = 2000
@@ -50,21 +54,23 @@ def eventually(
     interval: float = 0.2,
     what: str | None = None,
     explain: Callable[[], str] | None = None,
-    ignoring: tuple[type[BaseException], ...] = (AssertionError,),
+    ignoring: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``check()``'s first truthy value, asked every ``interval`` seconds for up to ``timeout``.
 
     ``what`` names the state in the failure message (default: the check's name); ``explain``
     adds what a reader needs to see why it never came (logs, the objects around it), asked
-    only on failure. ``ignoring``: the exceptions that mean "not yet" (``AssertionError``).
+    only on failure. ``ignoring``: exceptions that mean "not yet" besides ``AssertionError``
+    (a connection refused while a server starts, ...).
     """
+    not_yet: tuple[type[BaseException], ...] = (AssertionError, *ignoring)
     deadline = time.monotonic() + timeout
     value: object = None
     error: BaseException | None = None
     while True:
         try:
             got = check()
-        except ignoring as e:
+        except not_yet as e:
             error = e
         else:
             if got:
@@ -75,17 +81,42 @@ def eventually(
         time.sleep(interval)
 
 
+@overload
 async def eventually_async(
-    check: Callable[[], Awaitable[T | None]] | Callable[[], T | None],
+    check: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float,
+    interval: float = ...,
+    what: str | None = ...,
+    explain: Callable[[], str] | None = ...,
+    ignoring: tuple[type[BaseException], ...] = ...,
+) -> T: ...
+
+
+@overload
+async def eventually_async(
+    check: Callable[[], T | None],
+    *,
+    timeout: float,
+    interval: float = ...,
+    what: str | None = ...,
+    explain: Callable[[], str] | None = ...,
+    ignoring: tuple[type[BaseException], ...] = ...,
+) -> T: ...
+
+
+async def eventually_async(
+    check: Callable[[], object],
     *,
     timeout: float,
     interval: float = 0.2,
     what: str | None = None,
     explain: Callable[[], str] | None = None,
-    ignoring: tuple[type[BaseException], ...] = (AssertionError,),
-) -> T:
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> object:
     """:func:`eventually` on an event loop: ``check`` returns a value or an awaitable of one,
     and the pauses between asks are ``asyncio.sleep``."""
+    not_yet: tuple[type[BaseException], ...] = (AssertionError, *ignoring)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     value: object = None
@@ -95,7 +126,7 @@ async def eventually_async(
             got = check()
             if inspect.isawaitable(got):
                 got = await got
-        except ignoring as e:
+        except not_yet as e:
             error = e
         else:
             if got:
@@ -106,4 +137,4 @@ async def eventually_async(
         await asyncio.sleep(interval)
 
 
-__all__ = ["eventually", "eventually_async"]
+__all__ = ["WAIT", "eventually", "eventually_async"]

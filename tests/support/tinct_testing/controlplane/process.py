@@ -20,9 +20,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from tinct_testing.wait import eventually
 
@@ -91,26 +91,63 @@ def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
+def terminate(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """SIGTERM ``proc``, then SIGKILL when it has not exited within ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def spawned(
+    argv: Sequence[str],
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    append: bool = False,
+    grace: float = 15.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` running for the block, its output in ``log``, then :func:`terminate`-d.
+
+    Unlike a :class:`Process`, it stays in its parent's session and outlives it when the
+    parent is killed hard: for the commands a script runs (``tinct operator``, ...).
+    """
+    with log.open("ab" if append else "wb") as fh:
+        proc = subprocess.Popen(
+            list(argv), stdout=fh, stderr=subprocess.STDOUT, env=dict(env) if env is not None else None
+        )
+        try:
+            yield proc
+        finally:
+            terminate(proc, grace)
+
+
 def wait_ready(
     what: str,
     check: Callable[[], object],
-    proc: Process,
+    proc: Process | subprocess.Popen[Any],
     deadline: float,
     *,
     interval: float = 0.2,
     ignoring: tuple[type[BaseException], ...] = (),
+    log: Path | None = None,
 ) -> float:
     """Seconds until ``check()`` holds for ``proc``, which must stay alive meanwhile.
 
-    :class:`ControlPlaneError` with the tail of the process' log when it exits first or the
-    ``deadline`` (``time.monotonic()``) passes; ``ignoring``: exceptions of ``check`` that
-    mean "not yet" (the last is reported).
+    :class:`ControlPlaneError` with the tail of the process' log (a :class:`Process`'s own, or
+    ``log``) when it exits first or the ``deadline`` (``time.monotonic()``) passes;
+    ``ignoring``: exceptions of ``check`` that mean "not yet" (the last is reported).
     """
     started = time.monotonic()
+    popen = proc.proc if isinstance(proc, Process) else proc
+    log = proc.log if isinstance(proc, Process) else log
 
     def ready() -> object:
-        if not proc.alive():
-            raise ControlPlaneError(f"{what} exited with code {proc.proc.returncode}", proc.log)
+        if popen.poll() is not None:
+            raise ControlPlaneError(f"{what} exited with code {popen.returncode}", log)
         return check()
 
     try:
@@ -119,10 +156,10 @@ def wait_ready(
             timeout=max(0.0, deadline - started),
             interval=interval,
             what=what,
-            ignoring=(AssertionError, *ignoring),
+            ignoring=ignoring,
         )
     except AssertionError as e:
-        raise ControlPlaneError(f"{what} was not ready in time ({e})", proc.log) from None
+        raise ControlPlaneError(f"{what} was not ready in time ({e})", log) from None
     return round(time.monotonic() - started, 2)
 
 
@@ -185,4 +222,43 @@ class Processes:
         return [p.proc.pid for p in self._processes() if p is not None and p.alive()]
 
 
-__all__ = ["ControlPlaneError", "Process", "Processes", "http_ok", "wait_ready"]
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, which still answers ``kill(pid, 0)``, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] != "Z"
+
+
+@contextlib.contextmanager
+def killed_hard(script: str, out: Path, timeout: float) -> Iterator[list[str]]:
+    """A Python process running ``script`` in this environment, until it wrote ``out``: the
+    words written are yielded, then the process gets SIGKILL -- no atexit, no ``finally`` --
+    the way a CI job's timeout or an OOM kill ends a test run."""
+    owner = subprocess.Popen([sys.executable, "-c", script])
+    try:
+
+        def written() -> list[str]:
+            if owner.poll() is not None:
+                raise RuntimeError(f"the process exited with code {owner.returncode} before writing {out}")
+            return out.read_text().split() if out.exists() else []
+
+        yield eventually(written, timeout=timeout, what=f"{out} written")
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+__all__ = [
+    "ControlPlaneError",
+    "Process",
+    "Processes",
+    "http_ok",
+    "killed_hard",
+    "running",
+    "spawned",
+    "terminate",
+    "wait_ready",
+]
