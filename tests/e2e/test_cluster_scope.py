@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tinct.lineage.sql import query
 from tinct_testing.chart_helpers import CHART
@@ -46,6 +45,7 @@ from tinct_testing.node_cluster import (
     wait_ready,
     wait_served,
 )
+from tinct_testing.release_cluster import apply
 
 RELEASE = "e2e"
 FULL = f"{RELEASE}-tinct"
@@ -200,7 +200,7 @@ def install(
     tmp = tmp_path_factory.mktemp("cluster-scope")
     models = _models_configmap(tmp)
     digest = sha256_file(tmp / "model.onnx")
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(models))
+    apply(cluster, ns, models)
     docs = [
         *backend("a-v1", tinct_image, "a-v1"),
         *backend("a-v2", tinct_image, "a-v2"),
@@ -222,7 +222,7 @@ def install(
     print(f"\nnode bring-up: {node.timings}")
     try:
         node_helm("install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "5m", *args, timeout=600)
-        cluster.kubectl("apply", "-n", tenant, "-f", "-", input=yaml.safe_dump_all(docs))
+        apply(cluster, tenant, *docs)
         with PodTargets(cluster, ns, ROUTERS, 9090, node_prometheus):
             yield Install(
                 ns, tenant, cluster_ip(cluster, ns, f"{FULL}-router"), node_prometheus, tinct_image, args
@@ -276,14 +276,7 @@ def test_release_steps_to_promoted_though_the_active_operator_is_deleted(
     install: Install, node_cluster: ControlPlane
 ) -> None:
     cluster, tenant = node_cluster, install.tenant
-    cluster.kubectl(
-        "apply",
-        "-n",
-        tenant,
-        "-f",
-        "-",
-        input=json.dumps(gray_release("chat-a", "chat-a", "a-v1", "a-v2", failure_limit=2)),
-    )
+    apply(cluster, tenant, gray_release("chat-a", "chat-a", "a-v1", "a-v2", failure_limit=2))
     # Until its first table is in force, the routers answer 503 (no table) for the model.
     wait_served(cluster, tenant, install.router_ip, 80, "chat-a")
     with Load(install.router_ip, 80, "chat-a") as load:
@@ -333,14 +326,7 @@ def test_failing_candidate_rolls_back_and_no_client_sees_it(
     install: Install, node_cluster: ControlPlane
 ) -> None:
     cluster, tenant = node_cluster, install.tenant
-    cluster.kubectl(
-        "apply",
-        "-n",
-        tenant,
-        "-f",
-        "-",
-        input=json.dumps(gray_release("chat-b", "chat-b", "b-v1", "b-v2", failure_limit=1)),
-    )
+    apply(cluster, tenant, gray_release("chat-b", "chat-b", "b-v1", "b-v2", failure_limit=1))
     wait_served(cluster, tenant, install.router_ip, 80, "chat-b")
     with Load(install.router_ip, 80, "chat-b") as load:
         st = wait_for(

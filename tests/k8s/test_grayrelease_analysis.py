@@ -13,7 +13,6 @@ import math
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from kopf.testing import KopfRunner
 from tinct.api.routing import parse_table
 from tinct.router.choose import point
 from tinct.router.table import CompiledTable
+from tinct_testing import release_stack
 from tinct_testing.controlplane.environ import patched_environ
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.prometheus import Prometheus
@@ -36,7 +36,6 @@ from tinct_testing.release_cluster import (
     example,
     get,
     history,
-    operator,
     release_status,
     table,
     wait_history_written,
@@ -48,7 +47,6 @@ from tinct_testing.release_traffic import (
     STREAMED,
     Background,
     CellTraffic,
-    Router,
     burst,
     router,
 )
@@ -65,14 +63,8 @@ CELLS = [
 BUCKET = {LONG_ADMIN_HIGH: ("long", "admin", "high"), MEDIUM_AUDIT_LOW: ("medium", "audit", "low")}
 
 
-@dataclass
-class Stack:
-    cluster: Cluster
-    ns: str
-    root: Path
-    engines: Engines
-    router: Router
-    prometheus: Prometheus
+class Stack(release_stack.Stack):
+    """The router scraped; releases of the example with :data:`CELLS`, judged on it."""
 
     def release(self, **kw: Any) -> dict[str, Any]:
         analysis = {
@@ -90,19 +82,10 @@ class Stack:
         doc["spec"]["candidate"]["url"] = self.engines.v2.url
         return doc
 
-    def status(self) -> dict[str, Any]:
-        obj = get(self.cluster, self.ns, "grayrelease", "chat") or {}
-        st: dict[str, Any] = obj.get("status") or {}
-        return st
-
     def table(self) -> dict[str, Any]:
         got = table(self.cluster, self.ns)
         assert got is not None
         return got[1]
-
-    def operator(self, **env: str) -> Any:
-        """The operator, its default Prometheus the one scraping this stack's router."""
-        return operator(self.ns, self.root, TINCT_PROMETHEUS_URL=self.prometheus.url, **env)
 
     def hpa(self, side: str) -> tuple[int, int] | None:
         hpa = get(self.cluster, self.ns, "hpa", f"tinct-chat-{side}")
@@ -113,15 +96,8 @@ class Stack:
 def stack(
     cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
 ) -> Iterator[Stack]:
-    backends(cluster, namespace, tmp_path)
-    engines = Engines()
-    try:
-        with router(namespace, tmp_path / "router.log") as r:
-            prom = prometheus()
-            prom.set_targets([f"127.0.0.1:{r.port}"])
-            yield Stack(cluster, namespace, tmp_path / "lineage", engines, r, prom)
-    finally:
-        engines.stop()
+    with Stack.running(cluster, namespace, tmp_path, prometheus) as s:
+        yield s
 
 
 def _check_shares(
