@@ -27,7 +27,8 @@ from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.app import RouterConfig
 from tinct.router.watch import EVENT_REASON
 from tinct_testing.chart_helpers import CHART
-from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.commands import router_argv
+from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.helm import Helm
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
@@ -385,14 +386,14 @@ def _tenant_kubeconfig(cluster: Cluster, namespace: str) -> Path:
 @contextmanager
 def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int]:
     """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
-    from tinct_testing.router_fakes import free_port
-
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    argv = [sys.executable, "-m", "tinct.cli", "router", "--watch", f"--namespace={namespace}"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*argv, "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
+            router_argv(port, "--watch", f"--namespace={namespace}"),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
         try:
             yield port

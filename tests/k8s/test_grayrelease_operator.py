@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tinct.api.routing import configmap_name
+from tinct_testing.commands import tinct
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
@@ -74,12 +75,6 @@ def _sample(samples: Samples, name: str, **labels: str) -> float:
     got = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
     assert len(got) == 1, (name, labels, got)
     return got[0]
-
-
-def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tinct.cli", *args], capture_output=True, text=True, check=False, timeout=120
-    )
 
 
 def test_waits_for_a_ready_candidate_then_steps_to_promoted(
@@ -214,32 +209,32 @@ def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, 
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
 
-        out = _tinct("release", "pause", "chat", "-n", ns)
+        out = tinct("release", "pause", "chat", "-n", ns)
         assert out.returncode == 0, out.stderr
         wait_release(cluster, ns, lambda s: s.get("phase") == "Paused", "Paused")
-        out = _tinct("release", "resume", "chat", "-n", ns, "--wait", "60")
+        out = tinct("release", "resume", "chat", "-n", ns, "--wait", "60")
         assert out.returncode == 0, out.stderr
         assert "Progressing at step 1/4" in out.stdout
 
-        out = _tinct("release", "abort", "chat", "-n", ns, "--wait", "60")
+        out = tinct("release", "abort", "chat", "-n", ns, "--wait", "60")
         assert out.returncode == 0, out.stderr
         assert "RolledBack" in out.stdout
         rolled = _table(cluster, ns)
         assert rolled is not None
         assert {c["weight"] for c in rolled[1]["cells"]} == {0}
 
-        out = _tinct("release", "retry", "chat", "-n", ns, "--wait", "60")
+        out = tinct("release", "retry", "chat", "-n", ns, "--wait", "60")
         assert out.returncode == 0, out.stderr
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
-        out = _tinct("release", "promote", "chat", "-n", ns, "--wait", "60")
+        out = tinct("release", "promote", "chat", "-n", ns, "--wait", "60")
         assert out.returncode == 0, out.stderr
         assert "Promoted" in out.stdout
 
-        status = _tinct("release", "status", "chat", "-n", ns, "-o", "json")
-        text = _tinct("release", "status", "chat", "-n", ns)
+        status = tinct("release", "status", "chat", "-n", ns, "-o", "json")
+        text = tinct("release", "status", "chat", "-n", ns)
         # The same request seen twice is carried out once.
         ack = release_status(cluster, ns)["acknowledgedAction"]
-        missing = _tinct("release", "status", "nope", "-n", ns)
+        missing = tinct("release", "status", "nope", "-n", ns)
         wait_history_written(cluster, ns)
     data = json.loads(status.stdout)
     assert (data["phase"], data["step"], data["steps"]) == ("Promoted", "4/4", 4)

@@ -15,8 +15,6 @@ has its replicas); the analysis against a real Prometheus and routers is in
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
 from tinct.api.routing import DATA_KEY, configmap_name
+from tinct_testing.commands import tinct
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
@@ -56,12 +55,6 @@ pytestmark = pytest.mark.usefixtures("crds")
 
 NO_METRICS = {"interval": "2s", "metrics": []}
 HOLD = {"interval": "1h", "metrics": []}
-
-
-def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tinct.cli", *args], capture_output=True, text=True, check=False, timeout=120
-    )
 
 
 class Sampler(Repeating):
@@ -248,7 +241,7 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
         wait_release(
             cluster, ns, lambda s: s.get("phase") == "Progressing", "chat-2 Progressing", name="chat-2"
         )
-        out = _tinct("release", "abort", "chat-2", "-n", ns)
+        out = tinct("release", "abort", "chat-2", "-n", ns)
         assert out.returncode == 0, out.stderr
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
         eventually(
@@ -452,7 +445,7 @@ def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
         assert "present when the release was created" in st["lastAction"]["message"]
         assert weights(cluster, ns) == [5, 0.1, 1]
 
-        aborted = _tinct("release", "abort", "chat", "-n", ns)
+        aborted = tinct("release", "abort", "chat", "-n", ns)
         assert aborted.returncode == 0, aborted.stderr
         assert "abort done" in aborted.stdout
         # GitOps restores the value it last knew: refused, still rolled back.
@@ -465,8 +458,8 @@ def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
         again = release_status(cluster, ns)
         assert (again["phase"], again["lastAction"]["result"]) == ("RolledBack", "Refused")
         # The CLI says so and exits 1 for a refused request.
-        refused = _tinct("release", "promote", "chat", "-n", ns)
-        retried = _tinct("release", "retry", "chat", "-n", ns)
+        refused = tinct("release", "promote", "chat", "-n", ns)
+        retried = tinct("release", "retry", "chat", "-n", ns)
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
         # A request addressed to the attempt before the retry is refused.
         cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-stale", "--overwrite")
@@ -778,7 +771,7 @@ def test_an_abort_given_while_a_step_up_is_due_wins_for_good(
             ),
             "the step-up to 2/3 decided and due, waiting for capacity",
         )
-        aborted = _tinct("release", "abort", "chat", "-n", ns)
+        aborted = tinct("release", "abort", "chat", "-n", ns)
         assert aborted.returncode == 0, aborted.stderr
         rolled = wait_release(cluster, ns, lambda s: s.get("phase") == "RolledBack", "RolledBack")
         # The capacity the step-up waited for arrives: it must not be carried out.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -17,6 +19,12 @@ from tinct_testing.router_fakes import FakeScheduler, running_router, table
 from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
+until = functools.partial(eventually_async, timeout=WAIT, interval=0.05)
+
+
+def holder_on(holder: Any, version: int) -> Callable[[], bool]:
+    """Whether the router's table holder has table ``version`` in force."""
+    return lambda: holder.current is not None and holder.current.version == version
 
 
 def apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
@@ -39,23 +47,13 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await eventually_async(
-            lambda: holder.current is not None and holder.current.version == 1,
-            timeout=WAIT,
-            interval=0.05,
-            what="table v1",
-        )
+        await until(holder_on(holder, 1), what="table v1")
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200
         assert await side(http, base) == "v1"
 
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
-        await eventually_async(
-            lambda: holder.current is not None and holder.current.version == 2,
-            timeout=WAIT,
-            interval=0.05,
-            what="table v2",
-        )
+        await until(holder_on(holder, 2), what="table v2")
         assert await side(http, base) == "v2"
 
         rejections: list[str] = []
@@ -65,9 +63,7 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
         doc["cells"].append({"match": {"role": "*"}, "weight": 0})  # a second default cell
         bad["data"][DATA_KEY] = json.dumps(doc)
         apply(cluster, namespace, bad)
-        await eventually_async(
-            lambda: rejections, timeout=WAIT, interval=0.05, what="the invalid table to be rejected"
-        )
+        await until(lambda: rejections, what="the invalid table to be rejected")
         assert "exactly one default cell" in rejections[0]
         assert holder.current is not None
         assert holder.current.version == 2
@@ -79,18 +75,11 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
             ).stdout
             return any("exactly one default cell" in e["message"] for e in json.loads(out)["items"])
 
-        await eventually_async(
-            event_posted, timeout=WAIT, interval=0.05, what="the InvalidRoutingTable event"
-        )
+        await until(event_posted, what="the InvalidRoutingTable event")
 
         # A valid table after the bad one is taken again.
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4, default_weight=0)))
-        await eventually_async(
-            lambda: holder.current is not None and holder.current.version == 4,
-            timeout=WAIT,
-            interval=0.05,
-            what="table v4",
-        )
+        await until(holder_on(holder, 4), what="table v4")
         assert await side(http, base) == "v1"
 
 
@@ -102,9 +91,7 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
     cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
-        await eventually_async(
-            lambda: holder.synced, timeout=WAIT, interval=0.05, what="the first listing of routing tables"
-        )
+        await until(lambda: holder.synced, what="the first listing of routing tables")
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200, await r.text()
             assert "no routing table exists yet" in await r.text()
@@ -113,9 +100,7 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
             assert r.status == 503
             assert (await r.json())["error"]["code"] == "no_routing_table"
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await eventually_async(
-            lambda: holder.current is not None, timeout=WAIT, interval=0.05, what="the first table"
-        )
+        await until(lambda: holder.current is not None, what="the first table")
         async with http.get(f"{base}/readyz") as r:
             assert "table version 1" in await r.text()
         assert await side(http, base) == "v1"
@@ -152,15 +137,13 @@ async def test_router_with_least_privilege_service_account(
         rejections: list[str] = []
         holder.on_reject.append(lambda src, why: rejections.append(why))
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=100)))
-        await eventually_async(
-            lambda: holder.current is not None, timeout=WAIT, interval=0.05, what="the table"
-        )
+        await until(lambda: holder.current is not None, what="the table")
         assert await side(http, base) == "v2"
         cm = routing_configmap(table(v1.url, v2.url, version=2))
         cm["data"][DATA_KEY] = "{not json"
         caplog.set_level(logging.INFO, logger="tinct.router.watch")
         apply(cluster, namespace, cm)
-        await eventually_async(lambda: rejections, timeout=WAIT, interval=0.05, what="the rejection")
+        await until(lambda: rejections, what="the rejection")
         assert holder.current is not None
         assert holder.current.version == 1
         assert await side(http, base) == "v2"
@@ -172,21 +155,14 @@ async def test_router_with_least_privilege_service_account(
                 for r in caplog.records
             )
 
-        await eventually_async(
-            forbidden_logged, timeout=WAIT, interval=0.05, what="the forbidden Event to be logged"
-        )
+        await until(forbidden_logged, what="the forbidden Event to be logged")
         out = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
         assert [e for e in json.loads(out)["items"] if e.get("reason") == EVENT_REASON] == []
         assert not [
             r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "tinct.router.watch"
         ]
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=3, default_weight=0)))
-        await eventually_async(
-            lambda: holder.current is not None and holder.current.version == 3,
-            timeout=WAIT,
-            interval=0.05,
-            what="table v3",
-        )
+        await until(holder_on(holder, 3), what="table v3")
         assert await side(http, base) == "v1"
 
 
@@ -200,21 +176,11 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
         # "zeta" is created first and sorts last: only its age can make it win.
         older = table(v1.url, v2.url, release="zeta", models=["llama3-8b"])
         apply(cluster, namespace, routing_configmap(older))
-        await eventually_async(
-            lambda: holder.for_model("llama3-8b") is not None,
-            timeout=WAIT,
-            interval=0.05,
-            what="the first table",
-        )
+        await until(lambda: holder.for_model("llama3-8b") is not None, what="the first table")
         await asyncio.sleep(1.1)  # creation timestamps have a one-second resolution
         newer = table(v2.url, v1.url, release="alpha", models=["llama3-8b", "coder-7b"])
         apply(cluster, namespace, routing_configmap(newer))
-        await eventually_async(
-            lambda: holder.for_model("coder-7b") is not None,
-            timeout=WAIT,
-            interval=0.05,
-            what="the second table",
-        )
+        await until(lambda: holder.for_model("coder-7b") is not None, what="the second table")
 
         async def served_by(model: str) -> str:
             body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
@@ -241,7 +207,7 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
             ).stdout
             return list(json.loads(out)["items"])
 
-        await eventually_async(conflict_event, timeout=WAIT, interval=0.05, what="the ModelConflict event")
+        await until(conflict_event, what="the ModelConflict event")
         (event,) = conflict_event()
         assert event["type"] == "Warning"
         assert event["involvedObject"]["name"] == "tinct-routing-llm.alpha"

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import aiohttp
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.summing import parse, sample_sum
 from tinct.router.watch import EVENT_REASON
+from tinct_testing.commands import router_argv
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.router_fakes import FakeScheduler, table
 from tinct_testing.wait import eventually_async
@@ -69,20 +69,9 @@ async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(
     metrics = f"http://127.0.0.1:{mport}"
     log = tmp_path / "router.log"
     with log.open("wb") as err:
+        argv = router_argv(port, "--watch", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tinct.cli",
-            "router",
-            "--watch",
-            "--namespace",
-            namespace,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            *argv,
             "--metrics-port",
             str(mport),
             "--workers",

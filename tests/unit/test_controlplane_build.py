@@ -35,14 +35,7 @@ def test_every_staging_module_is_replaced_with_its_release() -> None:
 def test_cache_key_changes_with_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = build.build_key()
     assert key == build.build_key()
-    module = tmp_path / "kube"
-    module.mkdir()
-    for f in build.KUBE_MODULE.rglob("*"):
-        if f.is_file():
-            target = module / f.relative_to(build.KUBE_MODULE)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(f.read_bytes())
-    monkeypatch.setattr(build, "KUBE_MODULE", module)
+    module = _copy_kube_module(tmp_path, monkeypatch)
     same_files = build.build_key()
     (module / "cmd" / "kubectl" / "main.go").write_text("package main\n")
     assert build.build_key() != same_files

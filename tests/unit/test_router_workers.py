@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from tinct.router import workers
 from tinct.router.summing import Family, MetricsSum, parse, render
+from tinct_testing.commands import TINCT
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
 from tinct_testing.wait import eventually_async
@@ -300,9 +300,7 @@ async def test_workers_without_a_metrics_port_are_refused(tmp_path: Path) -> Non
     table = tmp_path / "t.json"
     table.write_text(json.dumps(table_doc("http://127.0.0.1:1", "http://127.0.0.1:2")))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tinct.cli",
+        *TINCT,
         "router",
         "--table",
         str(table),

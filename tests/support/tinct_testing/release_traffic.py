@@ -7,7 +7,6 @@ import http.client
 import json
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -16,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinct_testing.commands import router_argv
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
 from tinct_testing.repeat import Repeating
@@ -110,21 +110,7 @@ def router(
     serves; with ``release``, it follows only that release's table. ``env``: its environment
     (default: this process')."""
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "tinct.cli",
-        "router",
-        "--watch",
-        "--namespace",
-        namespace,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--trust-role-from",
-        "127.0.0.1/32",
-    ]
+    argv = router_argv(port, "--watch", "--namespace", namespace, "--trust-role-from", "127.0.0.1/32")
     if release:
         argv += ["--selector", f"tinct.io/routing-table=true,tinct.io/release={release}"]
     with spawned(argv, log, env) as proc:

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from tinct.api.routing import RoutingTable
 from tinct.router.app import Router
 from tinct.router.config import RouterConfig
 from tinct.router.table import TableHolder
+from tinct_testing import commands
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.wait import eventually_async
 
@@ -283,19 +283,7 @@ async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) 
 
 def router_argv(table_file: str, port: int, *args: str) -> list[str]:
     """The argv of ``tinct router --table FILE`` listening on 127.0.0.1:``port``."""
-    return [
-        sys.executable,
-        "-m",
-        "tinct.cli",
-        "router",
-        "--table",
-        table_file,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *args,
-    ]
+    return commands.router_argv(port, "--table", table_file, *args)
 
 
 @contextlib.asynccontextmanager

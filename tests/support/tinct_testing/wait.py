@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, overload
+from typing import TypedDict, TypeVar, Unpack, overload
 
 T = TypeVar("T")
 
@@ -31,110 +31,96 @@ WAIT = 120.0
 _QUOTE = 2000
 
 
-def _failure(
-    what: str, timeout: float, value: object, error: BaseException | None, explain: Callable[[], str] | None
-) -> AssertionError:
-    seen = f"last {type(error).__name__}: {error}" if error is not None else f"last value: {value!r}"
-    if len(seen) > _QUOTE:
-        seen = seen[:_QUOTE] + " ..."
-    message = f"gave up after {timeout:g}s waiting for {what}; {seen}"
-    if explain is not None:
-        message += f"\n{explain()}"
-    return AssertionError(message)
+class Options(TypedDict, total=False):
+    """How :func:`eventually` and :func:`eventually_async` ask."""
+
+    #: Seconds between two asks (default 0.2).
+    interval: float
+    #: The state waited for, as the failure message names it (default: the check's name).
+    what: str
+    #: What a reader needs to see why the state never came (logs, the objects around it);
+    #: asked only on failure.
+    explain: Callable[[], str]
+    #: Exceptions of the check that mean "not yet" besides ``AssertionError`` (a connection
+    #: refused while a server starts, ...).
+    ignoring: tuple[type[BaseException], ...]
 
 
-def _name(check: Callable[..., object], what: str | None) -> str:
-    return what or str(getattr(check, "__qualname__", None) or check)
+class _Asking:
+    """One wait's bookkeeping: what the check last said, and when to give up."""
+
+    def __init__(self, check: Callable[..., object], timeout: float, now: float, options: Options) -> None:
+        self.timeout, self.deadline = timeout, now + timeout
+        self.what = options.get("what") or str(getattr(check, "__qualname__", None) or check)
+        self.explain = options.get("explain")
+        self.interval = options.get("interval", 0.2)
+        self.not_yet: tuple[type[BaseException], ...] = (AssertionError, *options.get("ignoring", ()))
+        self.value: object = None
+        self.error: BaseException | None = None
+
+    def answered(self, got: object, error: BaseException | None, now: float) -> bool:
+        """Whether ``got`` is the answer; raises the failure once time is up without one."""
+        if error is None and got:
+            return True
+        self.value, self.error = got, error
+        if now >= self.deadline:
+            raise self._failure() from error
+        return False
+
+    def _failure(self) -> AssertionError:
+        error = self.error
+        seen = f"last {type(error).__name__}: {error}" if error is not None else f"last value: {self.value!r}"
+        if len(seen) > _QUOTE:
+            seen = seen[:_QUOTE] + " ..."
+        message = f"gave up after {self.timeout:g}s waiting for {self.what}; {seen}"
+        if self.explain is not None:
+            message += f"\n{self.explain()}"
+        return AssertionError(message)
 
 
-def eventually(
-    check: Callable[[], T | None],
-    *,
-    timeout: float,
-    interval: float = 0.2,
-    what: str | None = None,
-    explain: Callable[[], str] | None = None,
-    ignoring: tuple[type[BaseException], ...] = (),
-) -> T:
-    """``check()``'s first truthy value, asked every ``interval`` seconds for up to ``timeout``.
-
-    ``what`` names the state in the failure message (default: the check's name); ``explain``
-    adds what a reader needs to see why it never came (logs, the objects around it), asked
-    only on failure. ``ignoring``: exceptions that mean "not yet" besides ``AssertionError``
-    (a connection refused while a server starts, ...).
-    """
-    not_yet: tuple[type[BaseException], ...] = (AssertionError, *ignoring)
-    deadline = time.monotonic() + timeout
-    value: object = None
-    error: BaseException | None = None
+def eventually(check: Callable[[], T | None], *, timeout: float, **options: Unpack[Options]) -> T:
+    """``check()``'s first truthy value, asked every ``interval`` seconds for up to ``timeout``
+    (see :class:`Options`)."""
+    asking = _Asking(check, timeout, time.monotonic(), options)
     while True:
         try:
-            got = check()
-        except not_yet as e:
-            error = e
-        else:
-            if got:
-                return got
-            value, error = got, None
-        if time.monotonic() >= deadline:
-            raise _failure(_name(check, what), timeout, value, error, explain) from error
-        time.sleep(interval)
+            got, error = check(), None
+        except asking.not_yet as e:
+            got, error = None, e
+        if asking.answered(got, error, time.monotonic()):
+            return got  # type: ignore[return-value]
+        time.sleep(asking.interval)
 
 
 @overload
 async def eventually_async(
-    check: Callable[[], Awaitable[T | None]],
-    *,
-    timeout: float,
-    interval: float = ...,
-    what: str | None = ...,
-    explain: Callable[[], str] | None = ...,
-    ignoring: tuple[type[BaseException], ...] = ...,
+    check: Callable[[], Awaitable[T | None]], *, timeout: float, **options: Unpack[Options]
 ) -> T: ...
 
 
 @overload
 async def eventually_async(
-    check: Callable[[], T | None],
-    *,
-    timeout: float,
-    interval: float = ...,
-    what: str | None = ...,
-    explain: Callable[[], str] | None = ...,
-    ignoring: tuple[type[BaseException], ...] = ...,
+    check: Callable[[], T | None], *, timeout: float, **options: Unpack[Options]
 ) -> T: ...
 
 
 async def eventually_async(
-    check: Callable[[], object],
-    *,
-    timeout: float,
-    interval: float = 0.2,
-    what: str | None = None,
-    explain: Callable[[], str] | None = None,
-    ignoring: tuple[type[BaseException], ...] = (),
+    check: Callable[[], object], *, timeout: float, **options: Unpack[Options]
 ) -> object:
     """:func:`eventually` on an event loop: ``check`` returns a value or an awaitable of one,
     and the pauses between asks are ``asyncio.sleep``."""
-    not_yet: tuple[type[BaseException], ...] = (AssertionError, *ignoring)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    value: object = None
-    error: BaseException | None = None
+    asking = _Asking(check, timeout, loop.time(), options)
     while True:
         try:
-            got = check()
+            got, error = check(), None
             if inspect.isawaitable(got):
                 got = await got
-        except not_yet as e:
-            error = e
-        else:
-            if got:
-                return got
-            value, error = got, None
-        if loop.time() >= deadline:
-            raise _failure(_name(check, what), timeout, value, error, explain) from error
-        await asyncio.sleep(interval)
+        except asking.not_yet as e:
+            got, error = None, e
+        if asking.answered(got, error, loop.time()):
+            return got
+        await asyncio.sleep(asking.interval)
 
 
-__all__ = ["WAIT", "eventually", "eventually_async"]
+__all__ = ["WAIT", "Options", "eventually", "eventually_async"]
