@@ -352,13 +352,6 @@ def bench_delta(tmp: Path) -> dict[str, Any]:
     return out
 
 
-def _vmhwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _distinct_files(directory: Path, i: int) -> list[dict[str, str]]:
     """Five small files of version ``i``, different from every other version's."""
     from tinct_testing.lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
@@ -429,6 +422,7 @@ def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
     from tinct_testing.controlplane.harness import ControlPlane, free_port
     from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
     from tinct_testing.lineage_artifacts import make_onnx, make_ptx
+    from tinct_testing.measure import status_mb
 
     onnx = make_onnx(tmp / "model.onnx")
     ptx = make_ptx(tmp / "kernels.ptx")
@@ -463,7 +457,7 @@ def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
                 root,
             )
             _say("apply_1000_distinct_artifacts_to_ready_s", out["apply_1000_distinct_artifacts_to_ready_s"])
-            out["operator_rss_mb"] = round(_vmhwm_mb(op.pid), 1)
+            out["operator_rss_mb"] = round(status_mb(op.pid, "VmHWM"), 1)
             _say("operator_rss_mb", out["operator_rss_mb"])
     return out
 

@@ -47,6 +47,7 @@ from tinct_testing.controlplane.process import spawned
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
 from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.measure import cpu_seconds, status_mb
 from tinct_testing.paths import ROOT
 from tinct_testing.release_traffic import Background, CellTraffic, Router, router
 from tinct_testing.repeat import Repeating
@@ -112,19 +113,6 @@ def release(name: str, n_cells: int, v1: str, v2: str, **analysis: Any) -> dict[
             },
         },
     }
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-def proc_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def releases_status(cp: ControlPlane) -> list[dict[str, Any]]:
@@ -273,9 +261,9 @@ def run_releases(
         what="a first round of analyses",
     )
     log(f"measuring the operator for {args.window:.0f} s")
-    cpu0, t0 = proc_cpu_seconds(op.pid), time.monotonic()
+    cpu0, t0 = cpu_seconds(op.pid), time.monotonic()
     rss = _steady_rss(op.pid, args.window)
-    cores = (proc_cpu_seconds(op.pid) - cpu0) / (time.monotonic() - t0)
+    cores = (cpu_seconds(op.pid) - cpu0) / (time.monotonic() - t0)
     analysed = releases_status(cp)
     fresh = sum(
         1
@@ -359,7 +347,7 @@ def _steady_rss(pid: int, seconds: float = 10.0) -> float:
     """The largest RSS of ``pid`` over ``seconds``."""
     top, end = 0.0, time.monotonic() + seconds
     while time.monotonic() < end:
-        top = max(top, proc_rss_mb(pid))
+        top = max(top, status_mb(pid))
         time.sleep(0.5)
     return top
 

@@ -31,6 +31,7 @@ from tinct_testing.commands import router_argv
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.helm import Helm
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
+from tinct_testing.release_traffic import complete
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
 from tinct_testing.wait import eventually, eventually_async
 
@@ -41,6 +42,13 @@ WAIT = 120.0  # an upper bound, never a measured figure
 
 def _tail(log: Path) -> str:
     return log.read_text()[-4000:] if log.exists() else ""
+
+
+def _install(helm: Helm, rel: str, namespace: str, *values: str, namespaced: bool = False) -> None:
+    """The chart as release ``rel`` in ``namespace``; ``namespaced``: watching that namespace only."""
+    if namespaced:
+        values = ("--set", "scope=namespaced", "--set-json", f'watchNamespaces=["{namespace}"]', *values)
+    helm("install", rel, str(CHART), "--namespace", namespace, *values)
 
 
 def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
@@ -162,17 +170,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     backends: tuple[FakeScheduler, FakeScheduler],
 ) -> None:
     rel = f"rbac-{namespace[-6:]}"
-    helm(
-        "install",
-        rel,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--set",
-        "scope=namespaced",
-        "--set-json",
-        f'watchNamespaces=["{namespace}"]',
-    )
+    _install(helm, rel, namespace, namespaced=True)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
 
@@ -274,7 +272,7 @@ def test_cluster_wide_operator_does_its_job_and_nothing_else(
     helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     rel = f"cw-{namespace[-6:]}"
-    helm("install", rel, str(CHART), "--namespace", namespace, "--set", "router.enabled=false")
+    _install(helm, rel, namespace, "--set", "router.enabled=false")
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     log = tmp_path / "operator.log"
     doc, _ = _modelversion("cw-1-0-0", tmp_path)
@@ -311,19 +309,7 @@ def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     )
 
     rel = f"gr-{namespace[-6:]}"
-    helm(
-        "install",
-        rel,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--set",
-        "scope=namespaced",
-        "--set-json",
-        f'watchNamespaces=["{namespace}"]',
-        "--set",
-        "router.enabled=false",
-    )
+    _install(helm, rel, namespace, "--set", "router.enabled=false", namespaced=True)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     log, lineage = tmp_path / "operator.log", tmp_path / "lineage"
     backends(cluster, namespace, tmp_path)
@@ -408,17 +394,9 @@ def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int
 
 def _answer(port: int, model: str) -> tuple[int, str]:
     """A chat completion for ``model``: (status, the answering scheduler's name or the error code)."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        doc = json.loads(resp.read() or b"{}")
-        return resp.status, str(doc.get("model") or (doc.get("error") or {}).get("code"))
-    finally:
-        conn.close()
+    got = complete(port, model)
+    doc = got.json()
+    return got.status, str(doc.get("model") or (doc.get("error") or {}).get("code"))
 
 
 def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
@@ -432,7 +410,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
     from tinct_testing.release_cluster import apply, example, modelversion, service, wait_release
 
     rel, tenant = f"ts-{namespace[-6:]}", other_namespace
-    helm("install", rel, str(CHART), "--namespace", namespace)
+    _install(helm, rel, namespace)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
     tenant_kc = _tenant_kubeconfig(cluster, tenant)

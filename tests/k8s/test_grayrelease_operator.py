@@ -27,6 +27,7 @@ from tinct_testing.release_cluster import (
     apply,
     backends,
     condition,
+    cpu_hpa,
     events,
     example,
     get,
@@ -331,23 +332,7 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
 def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns = namespace
     backends(cluster, ns, tmp_path)
-    foreign = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "team-hpa"},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sched-v2"},
-            "minReplicas": 3,
-            "maxReplicas": 5,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
-                }
-            ],
-        },
-    }
-    apply(cluster, ns, foreign)
+    apply(cluster, ns, cpu_hpa("team-hpa", "sched-v2", 3, 5, utilization=80))
     with operator(ns, tmp_path / "lineage"):
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
         st = wait_release(

@@ -14,14 +14,11 @@ import pytest
 import yaml
 
 from tinct_testing.controlplane.harness import Cluster
-from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
     apply,
-    deployment,
+    backends,
     example,
-    modelversion,
     operator,
-    service,
     wait_release,
 )
 from tinct_testing.wait import eventually
@@ -84,17 +81,7 @@ class _Lines:
 
 def test_kubectl_tinct_lists_and_watches_a_release(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1"),
-        deployment("sched-v2"),
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path)
     with operator(ns, root):
         apply(cluster, ns, example(analysis={"interval": "1h"}))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")

@@ -20,7 +20,7 @@ import pytest
 
 from tinct_testing.controlplane import kwok
 from tinct_testing.controlplane.harness import Cluster, ControlPlane
-from tinct_testing.release_cluster import apply, deployment, get, ready_node, wait_available
+from tinct_testing.release_cluster import apply, cpu_hpa, deployment, get, ready_node, wait_available
 from tinct_testing.wait import WAIT, eventually
 
 
@@ -157,25 +157,9 @@ def test_hpa_min_replicas_raises_the_deployment_and_the_new_pods_become_availabl
 ) -> None:
     apply(cluster, namespace, deployment("web", 1, node=node))
     wait_available(cluster, namespace, "web", 1)
-    hpa = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "web"},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "minReplicas": 4,
-            "maxReplicas": 6,
-            # No metrics API serves CPU here: the HPA cannot compute a replica count, yet it
-            # still lifts the target to minReplicas.
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
-                }
-            ],
-        },
-    }
-    apply(cluster, namespace, hpa)
+    # No metrics API serves CPU here: the HPA cannot compute a replica count, yet it still
+    # lifts the target to minReplicas.
+    apply(cluster, namespace, cpu_hpa("web", "web", 4, 6, utilization=50))
     dep = wait_available(cluster, namespace, "web", 4)
     assert dep["spec"]["replicas"] == 4
 

@@ -17,6 +17,7 @@ from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
     apply,
+    backends,
     condition,
     deployment,
     events,
@@ -129,17 +130,7 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1"),
-        deployment("sched-v2"),
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path)
     with operator(ns, root):
         apply(cluster, ns, example(analysis=HOLD))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "chat Progressing")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tinct.api.routing import DATA_KEY, routing_configmap
+from tinct.api.routing import DATA_KEY, RoutingTable, routing_configmap
 from tinct.router.config import RouterConfig
 from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
@@ -22,9 +24,23 @@ WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
 until = functools.partial(eventually_async, timeout=WAIT, interval=0.05)
 
 
-def holder_on(holder: Any, version: int) -> Callable[[], bool]:
-    """Whether the router's table holder has table ``version`` in force."""
-    return lambda: holder.current is not None and holder.current.version == version
+@contextlib.asynccontextmanager
+async def watching(namespace: str, kubeconfig: Path) -> AsyncIterator[tuple[str, Any, aiohttp.ClientSession]]:
+    """A router watching ``namespace``'s routing tables as ``kubeconfig``: its base URL, its
+    table holder and a client."""
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
+    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
+        yield base, app.state.holder, http
+
+
+async def publish(cluster: Any, namespace: str, holder: Any, tbl: RoutingTable) -> None:
+    """``tbl`` applied as its ConfigMap, once the router has it in force."""
+    apply(cluster, namespace, routing_configmap(tbl))
+
+    def in_force() -> bool:
+        return holder.current is not None and bool(holder.current.version == tbl.version)
+
+    await until(in_force, what=f"table v{tbl.version}")
 
 
 def apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
@@ -43,17 +59,13 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
     cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app.state.holder
-        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await until(holder_on(holder, 1), what="table v1")
+    async with watching(namespace, cluster.kubeconfig) as (base, holder, http):
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=0))
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200
         assert await side(http, base) == "v1"
 
-        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
-        await until(holder_on(holder, 2), what="table v2")
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=2, default_weight=100))
         assert await side(http, base) == "v2"
 
         rejections: list[str] = []
@@ -78,8 +90,7 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
         await until(event_posted, what="the InvalidRoutingTable event")
 
         # A valid table after the bad one is taken again.
-        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4, default_weight=0)))
-        await until(holder_on(holder, 4), what="table v4")
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=4, default_weight=0))
         assert await side(http, base) == "v1"
 
 
@@ -88,9 +99,7 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
 ) -> None:
     """A fresh install has no release yet: its routers must still become Ready (helm --wait)."""
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app.state.holder
+    async with watching(namespace, cluster.kubeconfig) as (base, holder, http):
         await until(lambda: holder.synced, what="the first listing of routing tables")
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200, await r.text()
@@ -99,8 +108,7 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
         async with http.post(f"{base}/v1/chat/completions", json=body) as r:
             assert r.status == 503
             assert (await r.json())["error"]["code"] == "no_routing_table"
-        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await until(lambda: holder.current is not None, what="the first table")
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=0))
         async with http.get(f"{base}/readyz") as r:
             assert "table version 1" in await r.text()
         assert await side(http, base) == "v1"
@@ -131,13 +139,10 @@ async def test_router_with_least_privilege_service_account(
     ]
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
     kubeconfig = cluster.service_account_kubeconfig(namespace, "router")
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app.state.holder
+    async with watching(namespace, kubeconfig) as (base, holder, http):
         rejections: list[str] = []
         holder.on_reject.append(lambda src, why: rejections.append(why))
-        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=100)))
-        await until(lambda: holder.current is not None, what="the table")
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=100))
         assert await side(http, base) == "v2"
         cm = routing_configmap(table(v1.url, v2.url, version=2))
         cm["data"][DATA_KEY] = "{not json"
@@ -161,8 +166,7 @@ async def test_router_with_least_privilege_service_account(
         assert not [
             r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "tinct.router.watch"
         ]
-        apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=3, default_weight=0)))
-        await until(holder_on(holder, 3), what="table v3")
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=3, default_weight=0))
         assert await side(http, base) == "v1"
 
 
@@ -170,9 +174,7 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
     cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app.state.holder
+    async with watching(namespace, cluster.kubeconfig) as (base, holder, http):
         # "zeta" is created first and sorts last: only its age can make it win.
         older = table(v1.url, v2.url, release="zeta", models=["llama3-8b"])
         apply(cluster, namespace, routing_configmap(older))

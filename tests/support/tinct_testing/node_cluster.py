@@ -13,6 +13,7 @@ from typing import Any
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.images import Image
 from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.release_traffic import complete
 from tinct_testing.repeat import Repeating
 from tinct_testing.wait import eventually
 
@@ -152,20 +153,8 @@ def cluster_ip(cluster: Cluster, ns: str, service: str) -> str:
 
 def ask(host: str, port: int, model: str, session: str, timeout: float = 30.0) -> tuple[int, str]:
     """One chat completion for ``model`` on a new connection: (status, X-Scheduler-Active)."""
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "tell me about dye tags"}]})
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request(
-            "POST",
-            "/v1/chat/completions",
-            body=body,
-            headers={"Content-Type": "application/json", "X-Session-Id": session},
-        )
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status, resp.getheader("X-Scheduler-Active", "-")
-    finally:
-        conn.close()
+    got = complete(port, model, session, host=host, prompt="tell me about dye tags", timeout=timeout)
+    return got.status, got.headers.get("X-Scheduler-Active", "-")
 
 
 def wait_served(cluster: Cluster, ns: str, host: str, port: int, model: str, n: int = 20) -> None:

@@ -121,6 +121,22 @@ def deployment(name: str, replicas: int = 1, ready: bool = True, *, node: str = 
     }
 
 
+def cpu_hpa(name: str, target: str, min_replicas: int, max_replicas: int, utilization: int) -> dict[str, Any]:
+    """A HorizontalPodAutoscaler of Deployment ``target`` on CPU utilization."""
+    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": utilization}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "metrics": [{"type": "Resource", "resource": cpu}],
+        },
+    }
+
+
 def ready_node(cluster: Cluster) -> str:
     """The Node on which this cluster's Pods become Ready; fails saying why there is none."""
     if cluster.kwok_node is None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tinct_testing.commands import router_argv
 from tinct_testing.controlplane.harness import free_port
@@ -43,6 +44,41 @@ LONG_ADMIN_HIGH = CellTraffic("admin", "high", 1200)  # ~5,500 tokens: the `long
 MEDIUM_AUDIT_LOW = CellTraffic("audit", "low", 300)  # the default cell
 STREAMED = CellTraffic("audit", "low", 300, stream=True)  # the default cell, answered as SSE
 LONG_ADMIN_HIGH_STREAMED = CellTraffic("admin", "high", 1200, stream=True)  # the long cell, as SSE
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a chat completion got back."""
+
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.body or b"{}")
+        return doc
+
+
+def complete(
+    port: int,
+    model: str,
+    session: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    prompt: str = "hi",
+    timeout: float = 30.0,
+) -> Answer:
+    """One chat completion for ``model`` to ``host:port`` on a new connection (``session``: its
+    X-Session-Id)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}]})
+    headers = {"Content-Type": "application/json", **({"X-Session-Id": session} if session else {})}
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        resp = conn.getresponse()
+        return Answer(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
 
 
 def ask(
