@@ -492,25 +492,15 @@ def main() -> int:
             _time_to_first_chunk({"router": sse_router, "direct": sse_backend}, sse_backend, 50)
         )
         print(f"time to first SSE chunk (median of 50): {ttfc}", file=sys.stderr)
-        d, n, r = runs["direct"], runs["nginx"], runs["router"]
-        rd, rn, rr = runs["real_direct"], runs["real_nginx"], runs["real_router"]
+        trivial = {name: runs[name] for name in ("direct", "nginx", "router")}
+        real = {name: runs[f"real_{name}"] for name in ("direct", "nginx", "router")}
         summary = {
-            "direct_rps": round(d["rps"], 1),
-            "nginx_rps": round(n["rps"], 1),
-            "router_rps": round(r["rps"], 1),
-            "router_vs_nginx": round(r["rps"] / n["rps"], 3),
-            "direct_p50_ms": round(d["p50"], 3),
-            "nginx_p50_ms": round(n["p50"], 3),
-            "router_p50_ms": round(r["p50"], 3),
-            "direct_p99_ms": round(d["p99"], 3),
-            "nginx_p99_ms": round(n["p99"], 3),
-            "router_p99_ms": round(r["p99"], 3),
-            "realistic_direct_rps": round(rd["rps"], 1),
-            "realistic_nginx_rps": round(rn["rps"], 1),
-            "realistic_router_rps": round(rr["rps"], 1),
-            "realistic_router_vs_nginx": round(rr["rps"] / rn["rps"], 3),
-            "realistic_nginx_p99_ms": round(rn["p99"], 3),
-            "realistic_router_p99_ms": round(rr["p99"], 3),
+            **{f"{name}_rps": round(run["rps"], 1) for name, run in trivial.items()},
+            "router_vs_nginx": round(trivial["router"]["rps"] / trivial["nginx"]["rps"], 3),
+            **{f"{name}_{q}_ms": round(run[q], 3) for q in ("p50", "p99") for name, run in trivial.items()},
+            **{f"realistic_{name}_rps": round(run["rps"], 1) for name, run in real.items()},
+            "realistic_router_vs_nginx": round(real["router"]["rps"] / real["nginx"]["rps"], 3),
+            **{f"realistic_{name}_p99_ms": round(real[name]["p99"], 3) for name in ("nginx", "router")},
             "realistic_candidate_share": round(share, 3),
             "rps_1_table": round(runs["tables_1"]["rps"], 1),
             "rps_100_tables": round(runs["tables_100"]["rps"], 1),

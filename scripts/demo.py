@@ -41,7 +41,7 @@ from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
 from tinct_testing.lineage_artifacts import make_artifact_set
 from tinct_testing.paths import ROOT
-from tinct_testing.release_cluster import deployment
+from tinct_testing.release_cluster import apply, deployment, service
 from tinct_testing.release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
 from tinct_testing.wait import eventually
 
@@ -264,24 +264,7 @@ def gray_releases(
     prom: Prometheus,
 ) -> None:
     say("Services and Deployments of the two schedulers (their Pods run on the simulated node)")
-    objs = [
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": n},
-            "spec": {"ports": [{"port": 8000}]},
-        }
-        for n in ("sched-v1", "sched-v2")
-    ]
-    cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump_all(objs))
-    cp.kubectl(
-        "apply",
-        "-n",
-        NS,
-        "-f",
-        "-",
-        input=yaml.safe_dump_all([deployment("sched-v1"), deployment("sched-v2")]),
-    )
+    apply(cp, NS, *(f(n) for f in (service, deployment) for n in ("sched-v1", "sched-v2")))
     with (
         router(NS, work / "router.log", "chat", env) as r,
         router(NS, work / "router-2.log", "chat-2", env) as r2,
@@ -291,16 +274,7 @@ def gray_releases(
         prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}", *engines])
         say("Prometheus scrapes both routers and both engines' /metrics (vLLM's names, emulated)")
         say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 8 s analysis interval)")
-        show(
-            cp.kubectl(
-                "apply",
-                "-n",
-                NS,
-                "-f",
-                "-",
-                input=yaml.safe_dump(release_doc("chat", backends)),
-            ).stdout
-        )
+        show(apply(cp, NS, release_doc("chat", backends)))
         # The long cell streams (SSE), so each window has the tokens the analysis times.
         cells = [LONG_ADMIN_HIGH_STREAMED, LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW]
         with Background(port, cells):
@@ -323,7 +297,7 @@ def gray_releases(
 
         say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
         backends.set(backends.v2, error_rate=1)
-        cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", backends)))
+        apply(cp, NS, release_doc("chat-2", backends))
         with Background(port2, cells):
             follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
         say("tinct release status chat-2")

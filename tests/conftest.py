@@ -19,6 +19,7 @@ them its tests fail saying what is missing.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import threading
 import uuid
@@ -35,7 +36,7 @@ from tinct_testing.controlplane.helm import Helm
 from tinct_testing.controlplane.keda import InstalledKeda, Keda
 from tinct_testing.controlplane.node import Node, NodeParts, ensure_parts
 from tinct_testing.controlplane.prometheus import Prometheus
-from tinct_testing.lineage_artifacts import S3, moto_process
+from tinct_testing.lineage_artifacts import S3, moto_process, s3_client
 from tinct_testing.paths import CRD_NAMES, CRDS
 from tinct_testing.router_fakes import FakeScheduler
 
@@ -65,6 +66,13 @@ def cluster() -> Iterator[Cluster]:
     # owned by tinct's resources works from the first test.
     with cluster_from_env(preapply=[CRDS]) as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
         yield c
+
+
+@pytest.fixture
+def own_control_plane() -> None:
+    """For a test that starts a control plane of its own: not against ``TINCT_TEST_KUBECONFIG``."""
+    if os.environ.get("TINCT_TEST_KUBECONFIG"):
+        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
 
 
 @pytest.fixture(scope="session")
@@ -184,16 +192,7 @@ def s3_server() -> Iterator[str]:
 
 @pytest.fixture
 def s3(s3_server: str) -> S3:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_server,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    return S3(endpoint=s3_server, client=client)
+    return S3(endpoint=s3_server, client=s3_client(s3_server))
 
 
 # -- the end-to-end tier's node ---------------------------------------------------------

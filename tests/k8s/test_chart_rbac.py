@@ -20,11 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from tinct.api.routing import DATA_KEY, routing_configmap
-from tinct.router.app import RouterConfig
 from tinct.router.watch import EVENT_REASON
 from tinct_testing.chart_helpers import CHART
 from tinct_testing.commands import router_argv
@@ -32,7 +30,15 @@ from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.helm import Helm
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
 from tinct_testing.release_traffic import complete
-from tinct_testing.router_fakes import FakeScheduler, running_router, table
+from tinct_testing.router_fakes import (
+    WATCH_WAIT,
+    FakeScheduler,
+    apply_table,
+    publish,
+    side,
+    table,
+    watching_router,
+)
 from tinct_testing.wait import eventually, eventually_async
 
 pytestmark = pytest.mark.usefixtures("crds")
@@ -212,50 +218,19 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
 
     # The router: follows routing tables in its namespace, reports a bad one with an Event.
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=rt_kc)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app.state.holder
-        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-        async def side() -> str:
-            async with http.post(
-                f"{base}/v1/chat/completions", json=body, headers={"X-Session-Id": "s"}
-            ) as r:
-                assert r.status == 200
-                return r.headers["X-Scheduler-Active"]
-
-        def publish(cm: dict[str, Any]) -> None:
-            cm["metadata"]["namespace"] = namespace
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
-
-        publish(routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await eventually_async(
-            lambda: holder.current is not None and holder.current.version == 1,
-            timeout=WAIT,
-            interval=0.05,
-            what="table 1",
-        )
-        assert await side() == "v1"
-        publish(routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
-        await eventually_async(
-            lambda: holder.current is not None and holder.current.version == 2,
-            timeout=WAIT,
-            interval=0.05,
-            what="table 2",
-        )
-        assert await side() == "v2"
+    async with watching_router(namespace, rt_kc) as (base, holder, http):
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=0))
+        assert await side(http, base) == "v1"
+        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=2, default_weight=100))
+        assert await side(http, base) == "v2"
         bad = routing_configmap(table(v1.url, v2.url, version=3))
         bad["data"][DATA_KEY] = "{not json"
-        publish(bad)
-
-        def event_posted() -> bool:
-            out = cluster.kubectl(
-                "get", "events", "-n", namespace, "--field-selector", f"reason={EVENT_REASON}", "-o", "json"
-            ).stdout
-            return bool(json.loads(out)["items"])
-
+        apply_table(cluster, namespace, bad)
         await eventually_async(
-            event_posted, timeout=WAIT, interval=0.05, what="the router's InvalidRoutingTable Event"
+            lambda: events(cluster, namespace, "", EVENT_REASON),
+            timeout=WATCH_WAIT,
+            interval=0.05,
+            what="the router's InvalidRoutingTable Event",
         )
         assert holder.current is not None
         assert holder.current.version == 2

@@ -191,9 +191,7 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
         # window shorter than the cooldown may see the candidate untried and say nothing).
         fallback = {"consecutiveFailures": 1000, "cooldownSeconds": 0}
         apply(stack.cluster, stack.ns, stack.release(failureLimit=2, fallback=fallback))
-        st = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
-        )
+        st = stack.in_phase("RolledBack", timeout=180)
         table = stack.table()
         eventually(
             lambda: _in_force(stack, table["version"]), timeout=30, what="the router on the rollback table"
@@ -232,9 +230,7 @@ def test_slow_candidate_falls_back_per_request_and_fails_on_latency(stack: Stack
             fallback={"latencyMs": 300, "consecutiveFailures": 1000, "cooldownSeconds": 0},
         )
         apply(stack.cluster, stack.ns, doc)
-        st = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
-        )
+        st = stack.in_phase("RolledBack", timeout=180)
     assert bg.answered.get(("v1", "latency_too_high"), 0) > 0
     lat = st["lastAnalysis"]["metrics"][0]
     assert (lat["name"], lat["verdict"]) == ("latency-p95", "Fail")
@@ -246,9 +242,7 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
     # Only the default cell gets traffic: the long/admin/high cell is inconclusive, not failed.
     with stack.operator(), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(perCell=True, interval="5s"))
-        st = wait_release(
-            stack.cluster,
-            stack.ns,
+        st = stack.wait(
             lambda s: s.get("step") == 1 and (s.get("routing") or {}).get("confirmedAt"),
             "step 2/3 served by the router",
             timeout=120,
@@ -260,9 +254,7 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
 
         stack.prometheus.stop()
         try:
-            held = wait_release(
-                stack.cluster,
-                stack.ns,
+            held = stack.wait(
                 lambda s: s.get("inconclusiveAnalyses", 0) >= 2,
                 "two inconclusive analyses",
                 timeout=120,
@@ -273,9 +265,7 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
         assert (cond["status"], cond["reason"]) == ("Unknown", "Inconclusive")
         assert 'Prometheus "default" could not be reached' in cond["message"]
         assert (held["phase"], held["step"], held["failedAnalyses"]) == ("Progressing", 1, 0)
-        done = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
-        )
+        done = stack.in_phase("Promoted", timeout=180)
     assert done["failedAnalyses"] == 0
     assert done["inconclusiveAnalyses"] == 0
 
@@ -290,9 +280,7 @@ def test_a_candidate_that_dies_mid_stream_is_rolled_back(stack: Stack) -> None:
             stack.ns,
             stack.release(failureLimit=1, metrics=[{"name": "success-rate", "min": 95}]),
         )
-        st = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
-        )
+        st = stack.in_phase("RolledBack", timeout=180)
     assert bg.answered.get(("v2", "truncated"), 0) > 0, (
         "the candidate's answers started as 200s, then were cut"
     )
@@ -312,9 +300,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
 
     with stack.operator(), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(interval="3s"))
-        first = wait_release(
-            stack.cluster, stack.ns, lambda s: (s.get("routing") or {}).get("confirmedAt"), "confirmed"
-        )
+        first = stack.wait(lambda s: (s.get("routing") or {}).get("confirmedAt"), "confirmed")
         frozen = tmp_path / "frozen.json"
         got = table(stack.cluster, stack.ns)
         assert got is not None
@@ -326,7 +312,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
         stack.cluster.kubectl(
             "patch", "grayrelease", "chat", "-n", stack.ns, "--type=merge", "-p", paused % "true"
         )
-        wait_release(stack.cluster, stack.ns, lambda s: s.get("phase") == "Paused", "paused")
+        stack.in_phase("Paused")
         port = free_port()
         stale = subprocess.Popen(
             router_argv(str(frozen), port),
@@ -338,9 +324,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
             stack.cluster.kubectl(
                 "patch", "grayrelease", "chat", "-n", stack.ns, "--type=merge", "-p", paused % "false"
             )
-            held = wait_release(
-                stack.cluster,
-                stack.ns,
+            held = stack.wait(
                 lambda s: (
                     "the routers have not been seen serving table version"
                     in condition(s, "Progressing")["message"]
@@ -354,9 +338,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
             stale.terminate()
             stale.wait(10)
         stack.prometheus.set_targets([f"127.0.0.1:{stack.router.port}"], wait=True)
-        done = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
-        )
+        done = stack.in_phase("Promoted", timeout=180)
     assert first["step"] == 0
     assert held["step"] == still["step"], "no window judged traffic the stale router sent by an old table"
     assert (still.get("routing") or {}).get("confirmedAt") is None
@@ -427,9 +409,7 @@ def test_a_custom_metric_answering_inf_is_inconclusive_and_recorded(stack: Stack
             stack.ns,
             stack.release(metrics=[{"name": "custom", "query": "vector(+Inf)", "max": 1}], interval="3s"),
         )
-        st = wait_release(
-            stack.cluster,
-            stack.ns,
+        st = stack.wait(
             lambda s: s.get("inconclusiveAnalyses", 0) >= 1,
             "inconclusive",
             timeout=120,
@@ -465,22 +445,15 @@ def test_prometheus_urls_come_from_the_operator_and_a_hanging_one_delays_nobody(
             waiting["spec"]["models"] = ["waiting"]
             waiting["spec"]["analysis"]["metrics"] = [{"name": "custom", "query": "vector(1)", "max": 2}]
             apply(stack.cluster, stack.ns, stranger, waiting)
-            refused = wait_release(
-                stack.cluster, stack.ns, lambda s: any(c["reason"] == "PrometheusNotAllowed" for c in s.get("conditions", [])),
-                "refused", name="stranger",
-            )  # fmt: skip
-            wait_release(
-                stack.cluster,
-                stack.ns,
-                lambda s: s.get("phase") == "Progressing",
-                "waiting started",
-                name="waiting",
+            refused = stack.wait(
+                lambda s: any(c["reason"] == "PrometheusNotAllowed" for c in s.get("conditions", [])),
+                "refused",
+                name="stranger",
             )
+            stack.in_phase("Progressing", name="waiting")
             no_ejection = {"consecutiveFailures": 1000, "cooldownSeconds": 0}
             apply(stack.cluster, stack.ns, stack.release(failureLimit=1, fallback=no_ejection))
-            rolled = wait_release(
-                stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=120
-            )
+            rolled = stack.in_phase("RolledBack", timeout=120)
             slowpoke = release_status(stack.cluster, stack.ns, "waiting")
     finally:
         hang.close()

@@ -15,12 +15,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tinct.api.routing import configmap_name
-from tinct_testing.commands import tinct
+from tinct_testing.commands import tinct, tinct_ok
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
@@ -35,6 +34,7 @@ from tinct_testing.release_cluster import (
     modelversion,
     operator,
     release_status,
+    started,
     table,
     wait_history_written,
     wait_release,
@@ -44,10 +44,7 @@ from tinct_testing.wait import WAIT, eventually
 pytestmark = pytest.mark.usefixtures("crds")
 
 NO_METRICS = {"interval": "2s", "metrics": []}
-
-
-def _table(cluster: Cluster, ns: str) -> tuple[int, dict[str, Any]] | None:
-    return table(cluster, ns)
+HOLD = {"interval": "1h", "metrics": []}
 
 
 def _hpa_bounds(cluster: Cluster, ns: str, side: str) -> tuple[int, int] | None:
@@ -104,7 +101,7 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
         )
         assert (cond["status"], cond["reason"]) == ("False", "ModelVersionNotReady")
         assert condition(st, "BackendsAvailable")["status"] == "True"
-        pending = eventually(lambda: _table(cluster, ns), timeout=WAIT, what="the Pending table")
+        pending = eventually(lambda: table(cluster, ns), timeout=WAIT, what="the Pending table")
         assert pending[1]["state"] == "Pending"
         assert {c["weight"] for c in pending[1]["cells"]} == {0}
 
@@ -116,10 +113,10 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
             # Status is recorded before the table is applied: the end is both showing Promoted
             # at the version status recorded, read in that order so neither can be missed.
             st = release_status(cluster, ns)
-            got = _table(cluster, ns)
+            got = table(cluster, ns)
             if got is not None:
-                version, table = got
-                entry = (version, table["state"], table["step"], [c["weight"] for c in table["cells"]])
+                version, doc = got
+                entry = (version, doc["state"], doc["step"], [c["weight"] for c in doc["cells"]])
                 if not seen or seen[-1] != entry:
                     seen.append(entry)
             recorded = (st.get("routing") or {}).get("version")
@@ -178,7 +175,7 @@ def test_major_upgrade_waits_for_the_opt_in(cluster: Cluster, namespace: str, tm
     ns = namespace
     backends(cluster, ns, tmp_path, candidate_version="2.0.0")
     with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}, allowMajorUpgrade=False))
+        apply(cluster, ns, example(analysis=HOLD, allowMajorUpgrade=False))
         st = wait_release(
             cluster,
             ns,
@@ -205,30 +202,21 @@ def test_major_upgrade_waits_for_the_opt_in(cluster: Cluster, namespace: str, tm
 
 def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    backends(cluster, ns, tmp_path)
-    with operator(ns, root):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-
-        out = tinct("release", "pause", "chat", "-n", ns)
-        assert out.returncode == 0, out.stderr
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing"):
+        tinct_ok("release", "pause", "chat", "-n", ns)
         wait_release(cluster, ns, lambda s: s.get("phase") == "Paused", "Paused")
-        out = tinct("release", "resume", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        out = tinct_ok("release", "resume", "chat", "-n", ns, "--wait", "60")
         assert "Progressing at step 1/4" in out.stdout
 
-        out = tinct("release", "abort", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        out = tinct_ok("release", "abort", "chat", "-n", ns, "--wait", "60")
         assert "RolledBack" in out.stdout
-        rolled = _table(cluster, ns)
+        rolled = table(cluster, ns)
         assert rolled is not None
         assert {c["weight"] for c in rolled[1]["cells"]} == {0}
 
-        out = tinct("release", "retry", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        tinct_ok("release", "retry", "chat", "-n", ns, "--wait", "60")
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
-        out = tinct("release", "promote", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        out = tinct_ok("release", "promote", "chat", "-n", ns, "--wait", "60")
         assert "Promoted" in out.stdout
 
         status = tinct("release", "status", "chat", "-n", ns, "-o", "json")
@@ -334,7 +322,7 @@ def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str
     backends(cluster, ns, tmp_path)
     apply(cluster, ns, cpu_hpa("team-hpa", "sched-v2", 3, 5, utilization=80))
     with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
+        apply(cluster, ns, example(analysis=HOLD))
         st = wait_release(
             cluster,
             ns,
@@ -357,22 +345,19 @@ def test_deleting_the_release_collects_its_hpas_keeps_its_route_and_the_deployme
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing"):
         eventually(
             lambda: _hpa_bounds(cluster, ns, "stable") and _hpa_bounds(cluster, ns, "candidate"),
             timeout=WAIT,
             what="the HPAs",
         )
-        assert _table(cluster, ns) is not None
+        assert table(cluster, ns) is not None
         cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--wait=false")
         # The operator lets go of the release (its finalizer); the garbage collector does the rest.
         eventually(
             lambda: get(cluster, ns, "grayrelease", "chat") is None, timeout=WAIT, what="the release gone"
         )
-    standing = _table(cluster, ns)
+    standing = table(cluster, ns)
     assert standing is not None, "its model stays served: the table is the standing route now"
     assert standing[1]["standing"] is True
     assert {c["weight"] for c in standing[1]["cells"]} == {0}, "not promoted: stable serves it"
@@ -389,17 +374,14 @@ def test_deleting_the_release_collects_its_hpas_keeps_its_route_and_the_deployme
 
 def test_children_deleted_by_hand_are_applied_again(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing"):
         eventually(lambda: _hpa_bounds(cluster, ns, "candidate"), timeout=WAIT, what="the HPAs")
-        before = eventually(lambda: _table(cluster, ns), timeout=WAIT, what="the table")
+        before = eventually(lambda: table(cluster, ns), timeout=WAIT, what="the table")
         time.sleep(11)  # past the grace in which the operator trusts its own last write
         cluster.kubectl(
             "delete", f"configmap/{configmap_name(ns, 'chat')}", "hpa/tinct-chat-candidate", "-n", ns
         )
-        again = eventually(lambda: _table(cluster, ns), timeout=WAIT, what="the table again")
+        again = eventually(lambda: table(cluster, ns), timeout=WAIT, what="the table again")
         hpa = eventually(
             lambda: _hpa_bounds(cluster, ns, "candidate"), timeout=WAIT, what="the candidate HPA again"
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 from pathlib import Path
@@ -57,9 +56,8 @@ def test_rbac_is_enforced_for_service_accounts(cluster: Cluster, namespace: str)
     assert can.stdout.strip() == "no"
 
 
+@pytest.mark.usefixtures("own_control_plane")
 def test_teardown_leaves_no_process_or_directory_even_when_the_body_fails() -> None:
-    if os.environ.get("TINCT_TEST_KUBECONFIG"):
-        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     cp = ControlPlane()
     seen: list[int] = []
 
@@ -103,10 +101,9 @@ def test_existing_cluster_is_used_when_named(cluster: Cluster, monkeypatch: pyte
         assert "kube-system" in ext.kubectl("get", "namespaces").stdout
 
 
+@pytest.mark.usefixtures("own_control_plane")
 def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     """SIGKILL skips atexit and finally; no control-plane process may outlive it."""
-    if os.environ.get("TINCT_TEST_KUBECONFIG"):
-        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     pids_file = tmp_path / "pids"
     script = (
         "import sys, time\n"

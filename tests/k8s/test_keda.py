@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -130,10 +129,9 @@ def test_a_scaledobject_moves_replicas_up_and_down_with_the_queue(
     )
 
 
+@pytest.mark.usefixtures("own_control_plane")
 def test_keda_dies_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     """SIGKILL skips atexit and finally; neither KEDA process may outlive the test process."""
-    if os.environ.get("TINCT_TEST_KUBECONFIG"):
-        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     pids_file = tmp_path / "pids"
     script = (
         "import sys, time\n"

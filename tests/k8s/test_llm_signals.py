@@ -22,7 +22,7 @@ from tinct.operator.grayrelease.prometheus import PrometheusTarget
 from tinct_testing import release_stack
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.prometheus import Prometheus
-from tinct_testing.release_cluster import apply, example, wait_release
+from tinct_testing.release_cluster import apply, example
 from tinct_testing.release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background
 from tinct_testing.wait import eventually_async
 
@@ -55,9 +55,7 @@ class Stack(release_stack.Stack):
 
     def rolled_back(self) -> dict[str, Any]:
         """The status once rolled back, with the analysis that did it."""
-        return wait_release(
-            self.cluster, self.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=240
-        )
+        return self.in_phase("RolledBack", timeout=240)
 
 
 @pytest.fixture

@@ -259,10 +259,8 @@ def test_operator_killed_while_hashing_ends_ready_with_one_row(
 def test_unreachable_store_retries_then_becomes_ready(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    import boto3
-
     from tinct_testing.controlplane.harness import free_port
-    from tinct_testing.lineage_artifacts import make_ptx, moto_process, tcp_forward
+    from tinct_testing.lineage_artifacts import make_ptx, moto_process, s3_client, tcp_forward
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -285,13 +283,7 @@ def test_unreachable_store_retries_then_becomes_ready(
         # The store comes up elsewhere, is filled, and only then becomes reachable at the
         # endpoint the operator retries: a retry must never see an empty store.
         with moto_process(free_port()) as behind:
-            client = boto3.client(
-                "s3",
-                endpoint_url=behind,
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-                region_name="us-east-1",
-            )
+            client = s3_client(behind)
             client.create_bucket(Bucket="late")
             client.upload_file(str(ptx), "late", "k.ptx")
             with tcp_forward(port, int(behind.rsplit(":", 1)[1])):

@@ -25,7 +25,7 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
 from tinct.api.routing import DATA_KEY, configmap_name
-from tinct_testing.commands import tinct
+from tinct_testing.commands import tinct, tinct_ok
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
@@ -42,6 +42,7 @@ from tinct_testing.release_cluster import (
     operator,
     release_status,
     service,
+    started,
     table,
     wait_available,
     wait_history_written,
@@ -164,10 +165,8 @@ def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
-        st = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
+    with started(cluster, ns, tmp_path, example(analysis={**NO_METRICS, "interval": "3s"}), step=1) as run:
+        st = run.status
         # Someone else (a replica that took over, a person) records a rollback, keeping the
         # transition count the operator last wrote: its memory is no newer than this.
         patch = {
@@ -201,10 +200,8 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis=NO_METRICS))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted")
+    with started(cluster, ns, tmp_path, example(analysis=NO_METRICS), phase="Promoted") as run:
+        onnx = run.onnx
         assert weights(cluster, ns) == [100, 100, 100]
         seen: list[list[float] | None] = []
 
@@ -241,8 +238,7 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
         wait_release(
             cluster, ns, lambda s: s.get("phase") == "Progressing", "chat-2 Progressing", name="chat-2"
         )
-        out = tinct("release", "abort", "chat-2", "-n", ns)
-        assert out.returncode == 0, out.stderr
+        tinct_ok("release", "abort", "chat-2", "-n", ns)
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
         eventually(
             lambda: (
@@ -266,10 +262,8 @@ def test_a_failing_candidate_loses_its_traffic_within_a_tick(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis=HOLD))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing") as run:
+        onnx = run.onnx
         assert weights(cluster, ns) == [5, 0.1, 1]
         # Its ModelVersion becomes Failed (a wrong digest).
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, wrong_digest=True))
@@ -445,8 +439,7 @@ def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
         assert "present when the release was created" in st["lastAction"]["message"]
         assert weights(cluster, ns) == [5, 0.1, 1]
 
-        aborted = tinct("release", "abort", "chat", "-n", ns)
-        assert aborted.returncode == 0, aborted.stderr
+        aborted = tinct_ok("release", "abort", "chat", "-n", ns)
         assert "abort done" in aborted.stdout
         # GitOps restores the value it last knew: refused, still rolled back.
         cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@1", "--overwrite")
@@ -761,8 +754,7 @@ def test_an_abort_given_while_a_step_up_is_due_wins_for_good(
             ),
             "the step-up to 2/3 decided and due, waiting for capacity",
         )
-        aborted = tinct("release", "abort", "chat", "-n", ns)
-        assert aborted.returncode == 0, aborted.stderr
+        aborted = tinct_ok("release", "abort", "chat", "-n", ns)
         rolled = wait_release(cluster, ns, lambda s: s.get("phase") == "RolledBack", "RolledBack")
         # The capacity the step-up waited for arrives: it must not be carried out.
         cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=2")

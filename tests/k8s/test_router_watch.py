@@ -3,63 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from tinct.api.routing import DATA_KEY, RoutingTable, routing_configmap
-from tinct.router.config import RouterConfig
+from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
-from tinct_testing.router_fakes import FakeScheduler, running_router, table
+from tinct_testing.release_cluster import events
+from tinct_testing.router_fakes import (
+    WATCH_WAIT,
+    FakeScheduler,
+    apply_table,
+    publish,
+    side,
+    table,
+    watching_router,
+)
 from tinct_testing.wait import eventually_async
 
-WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
-until = functools.partial(eventually_async, timeout=WAIT, interval=0.05)
-
-
-@contextlib.asynccontextmanager
-async def watching(namespace: str, kubeconfig: Path) -> AsyncIterator[tuple[str, Any, aiohttp.ClientSession]]:
-    """A router watching ``namespace``'s routing tables as ``kubeconfig``: its base URL, its
-    table holder and a client."""
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        yield base, app.state.holder, http
-
-
-async def publish(cluster: Any, namespace: str, holder: Any, tbl: RoutingTable) -> None:
-    """``tbl`` applied as its ConfigMap, once the router has it in force."""
-    apply(cluster, namespace, routing_configmap(tbl))
-
-    def in_force() -> bool:
-        return holder.current is not None and bool(holder.current.version == tbl.version)
-
-    await until(in_force, what=f"table v{tbl.version}")
-
-
-def apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
-    cm["metadata"]["namespace"] = namespace
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
-
-
-async def side(http: aiohttp.ClientSession, base: str) -> str:
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    async with http.post(f"{base}/v1/chat/completions", json=body, headers={"X-Session-Id": "s-1"}) as r:
-        assert r.status == 200
-        return r.headers["X-Scheduler-Active"]
+until = functools.partial(eventually_async, timeout=WATCH_WAIT, interval=0.05)
 
 
 async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
     cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     v1, v2 = backends
-    async with watching(namespace, cluster.kubeconfig) as (base, holder, http):
+    async with watching_router(namespace, cluster.kubeconfig) as (base, holder, http):
         await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=0))
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200
@@ -74,7 +46,7 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
         doc = json.loads(bad["data"][DATA_KEY])
         doc["cells"].append({"match": {"role": "*"}, "weight": 0})  # a second default cell
         bad["data"][DATA_KEY] = json.dumps(doc)
-        apply(cluster, namespace, bad)
+        apply_table(cluster, namespace, bad)
         await until(lambda: rejections, what="the invalid table to be rejected")
         assert "exactly one default cell" in rejections[0]
         assert holder.current is not None
@@ -82,10 +54,10 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
         assert await side(http, base) == "v2"
 
         def event_posted() -> bool:
-            out = cluster.kubectl(
-                "get", "events", "-n", namespace, "--field-selector", f"reason={EVENT_REASON}", "-o", "json"
-            ).stdout
-            return any("exactly one default cell" in e["message"] for e in json.loads(out)["items"])
+            return any(
+                "exactly one default cell" in e["message"]
+                for e in events(cluster, namespace, "", EVENT_REASON)
+            )
 
         await until(event_posted, what="the InvalidRoutingTable event")
 
@@ -99,7 +71,7 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
 ) -> None:
     """A fresh install has no release yet: its routers must still become Ready (helm --wait)."""
     v1, v2 = backends
-    async with watching(namespace, cluster.kubeconfig) as (base, holder, http):
+    async with watching_router(namespace, cluster.kubeconfig) as (base, holder, http):
         await until(lambda: holder.synced, what="the first listing of routing tables")
         async with http.get(f"{base}/readyz") as r:
             assert r.status == 200, await r.text()
@@ -139,7 +111,7 @@ async def test_router_with_least_privilege_service_account(
     ]
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
     kubeconfig = cluster.service_account_kubeconfig(namespace, "router")
-    async with watching(namespace, kubeconfig) as (base, holder, http):
+    async with watching_router(namespace, kubeconfig) as (base, holder, http):
         rejections: list[str] = []
         holder.on_reject.append(lambda src, why: rejections.append(why))
         await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=100))
@@ -147,7 +119,7 @@ async def test_router_with_least_privilege_service_account(
         cm = routing_configmap(table(v1.url, v2.url, version=2))
         cm["data"][DATA_KEY] = "{not json"
         caplog.set_level(logging.INFO, logger="tinct.router.watch")
-        apply(cluster, namespace, cm)
+        apply_table(cluster, namespace, cm)
         await until(lambda: rejections, what="the rejection")
         assert holder.current is not None
         assert holder.current.version == 1
@@ -174,14 +146,14 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
     cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     v1, v2 = backends
-    async with watching(namespace, cluster.kubeconfig) as (base, holder, http):
+    async with watching_router(namespace, cluster.kubeconfig) as (base, holder, http):
         # "zeta" is created first and sorts last: only its age can make it win.
         older = table(v1.url, v2.url, release="zeta", models=["llama3-8b"])
-        apply(cluster, namespace, routing_configmap(older))
+        apply_table(cluster, namespace, routing_configmap(older))
         await until(lambda: holder.for_model("llama3-8b") is not None, what="the first table")
         await asyncio.sleep(1.1)  # creation timestamps have a one-second resolution
         newer = table(v2.url, v1.url, release="alpha", models=["llama3-8b", "coder-7b"])
-        apply(cluster, namespace, routing_configmap(newer))
+        apply_table(cluster, namespace, routing_configmap(newer))
         await until(lambda: holder.for_model("coder-7b") is not None, what="the second table")
 
         async def served_by(model: str) -> str:
@@ -197,17 +169,7 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
             assert (await r.json())["error"]["code"] == "model_not_found"
 
         def conflict_event() -> list[dict[str, Any]]:
-            out = cluster.kubectl(
-                "get",
-                "events",
-                "-n",
-                namespace,
-                "--field-selector",
-                f"reason={CONFLICT_REASON}",
-                "-o",
-                "json",
-            ).stdout
-            return list(json.loads(out)["items"])
+            return events(cluster, namespace, "", CONFLICT_REASON)
 
         await until(conflict_event, what="the ModelConflict event")
         (event,) = conflict_event()

@@ -19,15 +19,10 @@ from tinct.router.summing import parse, sample_sum
 from tinct.router.watch import EVENT_REASON
 from tinct_testing.commands import router_argv
 from tinct_testing.controlplane.harness import free_port
-from tinct_testing.router_fakes import FakeScheduler, table
+from tinct_testing.router_fakes import FakeScheduler, apply_table, table
 from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
-
-
-def _apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
-    cm["metadata"]["namespace"] = namespace
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
 
 
 async def _readyz(metrics: str) -> tuple[int, str]:
@@ -72,28 +67,27 @@ async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(
         argv = router_argv(port, "--watch", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig))
         proc = await asyncio.create_subprocess_exec(
             *argv,
-            "--metrics-port",
-            str(mport),
-            "--workers",
-            "2",
+            *("--metrics-port", str(mport), "--workers", "2"),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,
         )
     try:
-        _apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1)))
+        apply_table(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1)))
         await _all_workers_on(metrics, proc, 1, log)
-        _apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
+        apply_table(
+            cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100))
+        )
         await _all_workers_on(metrics, proc, 2, log)
 
         bad = routing_configmap(table(v1.url, v2.url, version=3))
         doc = json.loads(bad["data"][DATA_KEY])
         doc["cells"].append({"match": {"role": "*"}, "weight": 0})  # a second default cell
         bad["data"][DATA_KEY] = json.dumps(doc)
-        _apply(cluster, namespace, bad)
+        apply_table(cluster, namespace, bad)
         # A valid table after it: once both workers have it, both have handled the bad one
         # (each watch handles its events in order, the Event included).
-        _apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4)))
+        apply_table(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4)))
         text = await _all_workers_on(metrics, proc, 4, log)
         async with aiohttp.ClientSession() as http, http.get(f"{metrics}/metrics") as r:
             fams = parse(await r.text())

@@ -73,11 +73,7 @@ async def test_router_process_reloads_on_sighup_and_drains_on_sigterm(
                 proc.send_signal(signal.SIGTERM)
                 await _stopped_accepting(base)  # the stream is still held back by the backend
                 assert not v2.stream_done.is_set()
-                v2.gate.set()
-                async for line in r.content:
-                    lines.append(line)
-                    if line.startswith(b"data: "):
-                        v2.gate.set()
+                lines += await v2.ungate(r.content)
             assert b"data: [DONE]\n" in lines
             assert await asyncio.wait_for(proc.wait(), WAIT) == 0
     finally:

@@ -134,13 +134,9 @@ async def _fleet(tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler, *args: st
     port, mport = free_port(), free_port()
     log = tmp_path / "router.log"
     with log.open("wb") as err:
+        argv = router_argv(str(table), port, "--metrics-port", str(mport), "--log-level", "info", *args)
         proc = await asyncio.create_subprocess_exec(
-            *router_argv(str(table), port),
-            "--metrics-port",
-            str(mport),
-            "--log-level",
-            "info",
-            *args,
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,
@@ -211,11 +207,7 @@ async def test_sigterm_drains_every_worker_then_the_parent_exits(
                     draining, timeout=WAIT, interval=0.05, what="the parent saying draining"
                 )
                 assert not v1.stream_done.is_set()
-                v1.gate.set()
-                async for line in r.content:
-                    lines.append(line)
-                    if line.startswith(b"data: "):
-                        v1.gate.set()
+                lines += await v1.ungate(r.content)
             assert b"data: [DONE]\n" in lines, lines
             assert await asyncio.wait_for(fleet.proc.wait(), WAIT) == 0, fleet.output()
         assert [p for p in pids if _state(p) not in (None, "Z")] == []
@@ -299,13 +291,9 @@ async def test_one_worker_is_the_single_process_router(
 async def test_workers_without_a_metrics_port_are_refused(tmp_path: Path) -> None:
     table = tmp_path / "t.json"
     table.write_text(json.dumps(table_doc("http://127.0.0.1:1", "http://127.0.0.1:2")))
+    argv = [*TINCT, "router", "--table", str(table), "--workers", "2"]
     proc = await asyncio.create_subprocess_exec(
-        *TINCT,
-        "router",
-        "--table",
-        str(table),
-        "--workers",
-        "2",
+        *argv,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

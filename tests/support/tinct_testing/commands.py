@@ -26,9 +26,18 @@ def tinct(
     )
 
 
+def tinct_ok(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """:func:`tinct` that must succeed: a failure is an ``AssertionError`` quoting its stderr."""
+    proc = tinct(*args, env=env, timeout=timeout)
+    assert proc.returncode == 0, f"tinct {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
+    return proc
+
+
 def router_argv(port: int, *args: str) -> list[str]:
     """The argv of ``tinct router ARGS`` listening on 127.0.0.1:``port``."""
     return [*TINCT, "router", "--host", "127.0.0.1", "--port", str(port), *args]
 
 
-__all__ = ["TINCT", "router_argv", "tinct"]
+__all__ = ["TINCT", "router_argv", "tinct", "tinct_ok"]

@@ -121,6 +121,14 @@ def make_artifact_set(directory: Path) -> ArtifactSet:
     )
 
 
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client of the moto server at ``endpoint`` (which takes any credentials)."""
+    import boto3
+
+    keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
+    return boto3.client("s3", endpoint_url=endpoint, **keys)
+
+
 @dataclass
 class S3:
     endpoint: str

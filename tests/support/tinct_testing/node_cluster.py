@@ -13,6 +13,7 @@ from typing import Any
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.images import Image
 from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.release_cluster import service, workload
 from tinct_testing.release_traffic import complete
 from tinct_testing.repeat import Repeating
 from tinct_testing.wait import eventually
@@ -99,7 +100,6 @@ def backend(
     """A Deployment of the engine emulator from the tinct image (``tinct emulator``, serving
     ``version`` as its model; ``fail``: every answer a 503), and its Service on
     :data:`BACKEND_PORT`."""
-    labels = {"app": name}
     container = {
         "name": "backend",
         "image": image.ref,
@@ -119,31 +119,8 @@ def backend(
         "resources": {"requests": {"cpu": "20m", "memory": "48Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": RESTRICTED,
     }
-    return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "containers": [container],
-                        "securityContext": POD_SECURITY,
-                        "terminationGracePeriodSeconds": 5,
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name},
-            "spec": {"selector": labels, "ports": [{"port": BACKEND_PORT, "targetPort": "http"}]},
-        },
-    ]
+    pod = {"containers": [container], "securityContext": POD_SECURITY, "terminationGracePeriodSeconds": 5}
+    return [workload(name, replicas, pod), service(name, BACKEND_PORT, "http")]
 
 
 def cluster_ip(cluster: Cluster, ns: str, service: str) -> str:

@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ from tinct_testing.wait import WAIT, eventually
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
 
 
-def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> str:
+    """``kubectl apply`` of ``docs`` in ``ns``: what it printed."""
+    return cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs)).stdout
 
 
 def release_status(cluster: Cluster, ns: str, name: str = "chat") -> dict[str, Any]:
@@ -89,12 +91,13 @@ def modelversion(
     }
 
 
-def service(name: str) -> dict[str, Any]:
+def service(name: str, port: int = 8000, target: int | str = 8000) -> dict[str, Any]:
+    """Service ``name`` of the Pods labelled ``app: name``: ``port`` to their ``target``."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name},
-        "spec": {"selector": {"app": name}, "ports": [{"port": 8000, "targetPort": 8000}]},
+        "spec": {"selector": {"app": name}, "ports": [{"port": port, "targetPort": target}]},
     }
 
 
@@ -105,10 +108,15 @@ def deployment(name: str, replicas: int = 1, ready: bool = True, *, node: str = 
     :func:`ready_node`), where they become Running and Ready and count as available.
     Otherwise they name no node and stay Pending (no scheduler runs).
     """
-    labels = {"app": name}
     pod: dict[str, Any] = {"containers": [{"name": "scheduler", "image": "registry.invalid/scheduler:1"}]}
     if ready:
         pod.update(kwok.placement(node))
+    return workload(name, replicas, pod)
+
+
+def workload(name: str, replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment ``name`` of ``replicas`` Pods of spec ``pod``, labelled and selected ``app: name``."""
+    labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -252,6 +260,28 @@ def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
         assert runner.exit_code == 0, runner.output
 
 
+@dataclass(frozen=True)
+class Started:
+    """A release :func:`started`: the ONNX file its ModelVersions name, the status awaited."""
+
+    onnx: Path
+    status: dict[str, Any]
+
+
+@contextmanager
+def started(cluster: Cluster, ns: str, tmp: Path, doc: dict[str, Any], **fields: Any) -> Iterator[Started]:
+    """Release ``doc`` in ``ns`` over :func:`backends`, with the operator running (lineage under
+    ``tmp/lineage``) for the block, from when its status has ``fields`` (``phase="Promoted"``)."""
+    onnx = backends(cluster, ns, tmp)
+    with operator(ns, tmp / "lineage"):
+        apply(cluster, ns, doc)
+        what = ", ".join(f"{k} {v}" for k, v in fields.items())
+        st = wait_release(
+            cluster, ns, lambda s: fields.items() <= s.items(), what, name=doc["metadata"]["name"]
+        )
+        yield Started(onnx, st)
+
+
 def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = query(
         f"SELECT event_id, step, state, reason, weights, metrics FROM release_events "
@@ -261,10 +291,12 @@ def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
     return rows
 
 
-def events(cluster: Cluster, ns: str, kind: str = "GrayRelease") -> list[dict[str, Any]]:
-    out = cluster.kubectl(
-        "get", "events", "-n", ns, "--field-selector", f"involvedObject.kind={kind}", "-o", "json"
-    ).stdout
+def events(
+    cluster: Cluster, ns: str, kind: str = "GrayRelease", reason: str | None = None
+) -> list[dict[str, Any]]:
+    """The Events in ``ns`` about objects of ``kind`` (any kind: ``""``), of ``reason`` if given."""
+    fields = ",".join(f"{k}={v}" for k, v in (("involvedObject.kind", kind), ("reason", reason)) if v)
+    out = cluster.kubectl("get", "events", "-n", ns, "--field-selector", fields, "-o", "json").stdout
     items: list[dict[str, Any]] = json.loads(out).get("items", [])
     return items
 

@@ -19,8 +19,9 @@ from kopf.testing import KopfRunner
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
-from tinct_testing.release_cluster import backends, operator, release_status
+from tinct_testing.release_cluster import backends, operator, release_status, wait_release
 from tinct_testing.release_traffic import Router, router
+from tinct_testing.wait import WAIT
 
 
 @dataclass
@@ -64,6 +65,16 @@ class Stack:
     def status(self, name: str = "chat") -> dict[str, Any]:
         """Release ``name``'s status now (empty when it has none)."""
         return release_status(self.cluster, self.ns, name)
+
+    def wait(
+        self, until: Callable[[dict[str, Any]], Any], what: str, *, name: str = "chat", timeout: float = WAIT
+    ) -> dict[str, Any]:
+        """Release ``name``'s status once ``until(status)`` holds."""
+        return wait_release(self.cluster, self.ns, until, what, name=name, timeout=timeout)
+
+    def in_phase(self, phase: str, *, name: str = "chat", timeout: float = WAIT) -> dict[str, Any]:
+        """Release ``name``'s status once its phase is ``phase``."""
+        return self.wait(lambda s: s.get("phase") == phase, phase, name=name, timeout=timeout)
 
 
 __all__ = ["Stack"]
