@@ -32,7 +32,7 @@ import time
 
 from tinct_testing.controlplane import build, images
 from tinct_testing.controlplane.node import Node, ensure_parts
-from tinct_testing.measure import cold_build, recorded_build, rounded, status_mb
+from tinct_testing.measure import cold_build, cold_figures, recorded_build, status_mb
 
 
 def main() -> int:
@@ -89,11 +89,7 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "build_node_cold_s": rounded(cold["node"]),
-                "build_containerd_cold_s": rounded(cold["containerd"]),
-                "build_coredns_cold_s": rounded(cold["coredns"]),
-                "build_metrics_server_cold_s": rounded(cold["metrics-server"]),
-                "build_images_cold_s": rounded(cold["images"]),
+                **cold_figures(cold),
                 "bringup_s": round(statistics.median(starts), 1),
                 "bringup_controlplane_s": round(statistics.median(controlplane), 1),
                 "bringup_node_s": round(statistics.median(node_part), 1),

@@ -33,6 +33,7 @@ from tinct_testing.controlplane.images import Image
 from tinct_testing.controlplane.node import Node
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.lineage_artifacts import make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import mv_doc
 from tinct_testing.node_cluster import (
     Load,
     PodTargets,
@@ -76,16 +77,8 @@ def _models_configmap(tmp: Path) -> dict[str, Any]:
 
 
 def modelversion(model: str, version: str, sha256: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": f"{model}-{version.replace('.', '-')}"},
-        "spec": {
-            "model": model,
-            "version": version,
-            "artifacts": [{"format": "onnx", "uri": "file:///models/model.onnx", "sha256": sha256}],
-        },
-    }
+    artifacts = [{"format": "onnx", "uri": "file:///models/model.onnx", "sha256": sha256}]
+    return mv_doc(f"{model}-{version.replace('.', '-')}", artifacts, version=version, model=model)
 
 
 def gray_release(name: str, model: str, stable: str, candidate: str, *, failure_limit: int) -> dict[str, Any]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,9 +23,10 @@ import pytest
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.watch import EVENT_REASON
 from tinct_testing.chart_helpers import CHART
-from tinct_testing.commands import router_argv
+from tinct_testing.commands import TINCT, router_argv
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.helm import Helm
+from tinct_testing.controlplane.process import spawned
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
 from tinct_testing.release_traffic import complete
 from tinct_testing.router_fakes import (
@@ -103,31 +102,10 @@ def _operator_process(
         # What the chart's artifactRoots set: file:// artifacts are read only below these.
         "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
     }
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tinct.cli",
-                "operator",
-                f"--peering={peering}",
-                f"--lineage-root={lineage}",
-                *args,
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield
-            assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-4000:]}"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    argv = [*TINCT, "operator", f"--peering={peering}", f"--lineage-root={lineage}", *args]
+    with spawned(argv, log, env, grace=30) as proc:
+        yield
+        assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-4000:]}"
 
 
 def _modelversion(name: str, tmp: Path) -> tuple[dict[str, Any], Path]:
@@ -349,22 +327,8 @@ def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int
     """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            router_argv(port, "--watch", f"--namespace={namespace}"),
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield port
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with spawned(router_argv(port, "--watch", f"--namespace={namespace}"), log, env, grace=30):
+        yield port
 
 
 def _answer(port: int, model: str) -> tuple[int, str]:

@@ -36,10 +36,10 @@ from tinct_testing.release_cluster import (
     example,
     get,
     history,
+    in_phase,
     release_status,
     table,
     wait_history_written,
-    wait_release,
 )
 from tinct_testing.release_traffic import (
     LONG_ADMIN_HIGH,
@@ -379,20 +379,8 @@ def test_releases_named_alike_in_two_namespaces_never_judge_each_others_traffic(
                         apply(cluster, ns, doc)
                     # Traffic for the second release's model too.
                     with Background(r.port, [CellTraffic("audit", "low", 300, model="llama3-8b-b")]):
-                        rolled = wait_release(
-                            cluster,
-                            namespace,
-                            lambda s: s.get("phase") == "RolledBack",
-                            "sick rolled back",
-                            timeout=180,
-                        )
-                        promoted = wait_release(
-                            cluster,
-                            other,
-                            lambda s: s.get("phase") == "Promoted",
-                            "well promoted",
-                            timeout=240,
-                        )
+                        rolled = in_phase(cluster, namespace, "RolledBack", timeout=180)
+                        promoted = in_phase(cluster, other, "Promoted", timeout=240)
                 assert runner.exception is None, runner.output
     finally:
         sick.stop()

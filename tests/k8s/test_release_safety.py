@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from tinct_testing.commands import tinct, tinct_ok
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
+    PROMOTED_PATH,
     Versions,
     apply,
     backends,
@@ -40,6 +43,7 @@ from tinct_testing.release_cluster import (
     history,
     modelversion,
     operator,
+    path,
     release_status,
     service,
     started,
@@ -153,12 +157,7 @@ def test_a_rejected_status_write_never_lets_the_table_run_ahead_of_status(
     steps = [w for _, w, _ in sampler.seen]
     assert steps == sorted(steps, key=lambda w: w[0]), "the table only ever moved toward the candidate"
     rows = history(root)
-    assert [(r["state"], r["step"]) for r in rows] == [
-        ("Progressing", 0),
-        ("Progressing", 1),
-        ("Progressing", 2),
-        ("Promoted", 3),
-    ]
+    assert path(rows) == PROMOTED_PATH
 
 
 def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
@@ -541,16 +540,24 @@ def _in_force(
     return out
 
 
-def test_a_lineage_outage_delays_the_history_never_the_traffic(
-    cluster: Cluster, namespace: str, tmp_path: Path
-) -> None:
-    ns, root = namespace, tmp_path / "lineage"
-    backends(cluster, ns, tmp_path)
+@contextmanager
+def _recorded(cluster: Cluster, ns: str, root: Path) -> Iterator[tuple[Versions, Versions]]:
+    """The operator on ``ns`` (lineage under ``root``) for the block, every version of release
+    chat and of its table recorded meanwhile."""
     with (
         Versions(cluster, ns, "grayrelease", "chat") as releases,
         Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
         operator(ns, root),
     ):
+        yield releases, tables
+
+
+def test_a_lineage_outage_delays_the_history_never_the_traffic(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with _recorded(cluster, ns, root) as (releases, tables):
         apply(cluster, ns, example(analysis=HOLD))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "step 1/4")
         wait_history_written(cluster, ns)
@@ -582,12 +589,7 @@ def test_a_lineage_outage_delays_the_history_never_the_traffic(
     assert during is not None
     assert [c["weight"] for c in during[1]["cells"]] == [100, 100, 100], "the outage never held traffic"
     # Every row exactly once, in order, each saying where its transition stood.
-    assert [(r["state"], r["step"]) for r in rows] == [
-        ("Progressing", 0),
-        ("Progressing", 1),
-        ("Progressing", 2),
-        ("Promoted", 3),
-    ]
+    assert path(rows) == PROMOTED_PATH
     assert [r["event_id"].split("/")[1] for r in rows] == ["0", "1", "2", "3"]
     # Every table was recorded in status before it was applied, and only ever moved forward.
     seen = _in_force(releases, tables, uid)
@@ -608,11 +610,7 @@ def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
     backends(cluster, ns, tmp_path)
-    with (
-        Versions(cluster, ns, "grayrelease", "chat") as releases,
-        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
-        operator(ns, root),
-    ):
+    with _recorded(cluster, ns, root) as (releases, tables):
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
         wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
         old = get(cluster, ns, "grayrelease", "chat")

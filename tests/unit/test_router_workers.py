@@ -9,9 +9,10 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -80,7 +81,6 @@ async def _until_ready(fleet: Fleet, *, not_pids: set[int] = frozenset()) -> dic
     """Wait until the parent says every worker is ready (none of them ``not_pids``): their pids."""
 
     async def ready() -> dict[int, int]:
-        _alive(fleet)
         status, text = await _readyz(fleet)
         pids = _worker_pids(text)
         fleet.seen |= set(pids.values())
@@ -88,20 +88,26 @@ async def _until_ready(fleet: Fleet, *, not_pids: set[int] = frozenset()) -> dic
         assert not set(pids.values()) & not_pids, f"last /readyz: {text}"
         return pids
 
-    pids: dict[int, int] = await eventually_async(
-        ready,
-        timeout=WAIT,
-        interval=0.1,
-        what="every worker ready",
-        explain=fleet.output,
-        ignoring=(aiohttp.ClientConnectionError,),
-    )
+    pids: dict[int, int] = await _until(fleet, ready, "every worker ready")
     return pids
 
 
-def _alive(fleet: Fleet) -> None:
-    if fleet.proc.returncode is not None:
-        raise RuntimeError(f"the router exited:\n{fleet.output()}")
+async def _until(fleet: Fleet, check: Callable[[], Awaitable[Any]], what: str) -> Any:
+    """``check()``'s first truthy value while the router runs (a refused connection: not yet)."""
+
+    async def running_check() -> Any:
+        if fleet.proc.returncode is not None:
+            raise RuntimeError(f"the router exited:\n{fleet.output()}")
+        return await check()
+
+    return await eventually_async(
+        running_check,
+        timeout=WAIT,
+        interval=0.1,
+        what=what,
+        explain=fleet.output,
+        ignoring=(aiohttp.ClientConnectionError,),
+    )
 
 
 async def _scrape(fleet: Fleet) -> dict[str, float]:
@@ -267,18 +273,10 @@ async def test_one_worker_is_the_single_process_router(
     async with _fleet(tmp_path, v1, v2, "--workers", "1") as fleet:
 
         async def ready() -> str | None:
-            _alive(fleet)
             status, text = await _readyz(fleet)
             return text if status == 200 else None
 
-        text = await eventually_async(
-            ready,
-            timeout=WAIT,
-            interval=0.1,
-            what="the router ready",
-            explain=fleet.output,
-            ignoring=(aiohttp.ClientConnectionError,),
-        )
+        text = await _until(fleet, ready, "the router ready")
         assert text == "ready: chat table version 1\n"  # the router's own answer, no parent's
         assert _children(fleet.proc.pid) == []
         await _post_fresh(fleet, 3)

@@ -59,4 +59,9 @@ def rounded(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-__all__ = ["cold_build", "cpu_seconds", "recorded_build", "rounded", "status_mb"]
+def cold_figures(cold: dict[str, float | None]) -> dict[str, float | None]:
+    """``build_<name>_cold_s`` of each of :func:`cold_build`'s results (None: not measured)."""
+    return {f"build_{name.replace('-', '_')}_cold_s": rounded(seconds) for name, seconds in cold.items()}
+
+
+__all__ = ["cold_build", "cold_figures", "cpu_seconds", "recorded_build", "rounded", "status_mb"]

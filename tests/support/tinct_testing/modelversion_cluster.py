@@ -26,6 +26,7 @@ from tinct_testing.wait import WAIT, eventually
 
 
 def mv_doc(name: str, artifacts: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """ModelVersion ``name`` of ``artifacts``: llama3-8b 1.0.0 unless ``spec`` says otherwise."""
     return {
         "apiVersion": "tinct.io/v1alpha1",
         "kind": "ModelVersion",

@@ -24,6 +24,7 @@ from tinct_testing.controlplane.environ import patched_environ
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx, sha256_file
 from tinct_testing.modelversion_cluster import get_object as get
+from tinct_testing.modelversion_cluster import mv_doc
 from tinct_testing.paths import EXAMPLES
 from tinct_testing.wait import WAIT, eventually
 
@@ -57,6 +58,13 @@ def wait_release(
     return st
 
 
+def in_phase(
+    cluster: Cluster, ns: str, phase: str, *, name: str = "chat", timeout: float = WAIT
+) -> dict[str, Any]:
+    """Release ``name``'s status once its phase is ``phase``."""
+    return wait_release(cluster, ns, lambda s: s.get("phase") == phase, f"{name} {phase}", name, timeout)
+
+
 def wait_history_written(cluster: Cluster, ns: str, name: str = "chat") -> None:
     """Wait, with the operator still running, until its lineage holds every recorded transition.
 
@@ -78,17 +86,10 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 def modelversion(
     name: str, version: str, onnx: Path, *, wrong_digest: bool = False, model: str = "llama3-8b"
 ) -> dict[str, Any]:
-    art: dict[str, Any] = {"format": "onnx", "uri": onnx.as_uri()}
-    if wrong_digest:
-        art["sha256"] = "0" * 64
-    else:
-        art["sha256"] = sha256_file(onnx)
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": name},
-        "spec": {"model": model, "version": version, "artifacts": [art]},
-    }
+    digest = "0" * 64 if wrong_digest else sha256_file(onnx)
+    return mv_doc(
+        name, [{"format": "onnx", "uri": onnx.as_uri(), "sha256": digest}], version=version, model=model
+    )
 
 
 def service(name: str, port: int = 8000, target: int | str = 8000) -> dict[str, Any]:
@@ -289,6 +290,16 @@ def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
         str(root),
     ).to_pylist()
     return rows
+
+
+#: (state, step) of each history row of the shipped example stepped to its end: it starts,
+#: steps twice and is promoted.
+PROMOTED_PATH = [("Progressing", 0), ("Progressing", 1), ("Progressing", 2), ("Promoted", 3)]
+
+
+def path(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(state, step) of each of :func:`history`'s ``rows``."""
+    return [(r["state"], r["step"]) for r in rows]
 
 
 def events(

@@ -19,7 +19,7 @@ from kopf.testing import KopfRunner
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
-from tinct_testing.release_cluster import backends, operator, release_status, wait_release
+from tinct_testing.release_cluster import backends, in_phase, operator, release_status, wait_release
 from tinct_testing.release_traffic import Router, router
 from tinct_testing.wait import WAIT
 
@@ -74,7 +74,7 @@ class Stack:
 
     def in_phase(self, phase: str, *, name: str = "chat", timeout: float = WAIT) -> dict[str, Any]:
         """Release ``name``'s status once its phase is ``phase``."""
-        return self.wait(lambda s: s.get("phase") == phase, phase, name=name, timeout=timeout)
+        return in_phase(self.cluster, self.ns, phase, name=name, timeout=timeout)
 
 
 __all__ = ["Stack"]
