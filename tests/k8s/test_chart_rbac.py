@@ -22,6 +22,7 @@ import pytest
 
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.watch import EVENT_REASON
+from tinct_testing import router_fakes as fakes
 from tinct_testing.chart_helpers import CHART
 from tinct_testing.commands import TINCT, router_argv
 from tinct_testing.controlplane.harness import Cluster, free_port
@@ -29,15 +30,6 @@ from tinct_testing.controlplane.helm import Helm
 from tinct_testing.controlplane.process import spawned
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
 from tinct_testing.release_traffic import complete
-from tinct_testing.router_fakes import (
-    WATCH_WAIT,
-    FakeScheduler,
-    apply_table,
-    publish,
-    side,
-    table,
-    watching_router,
-)
 from tinct_testing.wait import eventually, eventually_async
 
 pytestmark = pytest.mark.usefixtures("crds")
@@ -151,7 +143,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     namespace: str,
     other_namespace: str,
     tmp_path: Path,
-    backends: tuple[FakeScheduler, FakeScheduler],
+    backends: tuple[fakes.FakeScheduler, fakes.FakeScheduler],
 ) -> None:
     rel = f"rbac-{namespace[-6:]}"
     _install(helm, rel, namespace, namespaced=True)
@@ -196,17 +188,21 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
 
     # The router: follows routing tables in its namespace, reports a bad one with an Event.
     v1, v2 = backends
-    async with watching_router(namespace, rt_kc) as (base, holder, http):
-        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=1, default_weight=0))
-        assert await side(http, base) == "v1"
-        await publish(cluster, namespace, holder, table(v1.url, v2.url, version=2, default_weight=100))
-        assert await side(http, base) == "v2"
-        bad = routing_configmap(table(v1.url, v2.url, version=3))
+    async with fakes.watching_router(namespace, rt_kc) as (base, holder, http):
+        await fakes.publish(
+            cluster, namespace, holder, fakes.table(v1.url, v2.url, version=1, default_weight=0)
+        )
+        assert await fakes.side(http, base) == "v1"
+        await fakes.publish(
+            cluster, namespace, holder, fakes.table(v1.url, v2.url, version=2, default_weight=100)
+        )
+        assert await fakes.side(http, base) == "v2"
+        bad = routing_configmap(fakes.table(v1.url, v2.url, version=3))
         bad["data"][DATA_KEY] = "{not json"
-        apply_table(cluster, namespace, bad)
+        fakes.apply_table(cluster, namespace, bad)
         await eventually_async(
             lambda: events(cluster, namespace, "", EVENT_REASON),
-            timeout=WATCH_WAIT,
+            timeout=fakes.WATCH_WAIT,
             interval=0.05,
             what="the router's InvalidRoutingTable Event",
         )
@@ -368,9 +364,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
         )
 
         def forge(name: str, model: str, version: int) -> None:
-            from tinct_testing.router_fakes import table as table_doc
-
-            t = table_doc(evil.v1.url, evil.v2.url, version=version, default_weight=100)
+            t = fakes.table(evil.v1.url, evil.v2.url, version=version, default_weight=100)
             t = t.model_copy(update={"models": [model], "release": name, "namespace": tenant})
             cm = routing_configmap(t, namespace=tenant)
             proc = cluster.kubectl(
