@@ -29,6 +29,7 @@ from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.helm import Helm
 from tinct_testing.controlplane.process import spawned
 from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
+from tinct_testing.release_cluster import events
 from tinct_testing.release_traffic import complete
 from tinct_testing.wait import eventually, eventually_async
 
@@ -160,12 +161,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
         assert "tinct.io/finalizer" in obj["metadata"]["finalizers"]
         peering = _json(cluster.kubectl("get", "kopfpeering", "tinct", "-n", namespace, "-o", "json"))
         assert (peering or {}).get("status"), "the replica announced itself in the peering"
-        events = _json(
-            cluster.kubectl(
-                "get", "events", "-n", namespace, "--field-selector", "reason=Verified", "-o", "json"
-            )
-        )
-        assert (events or {}).get("items"), "the operator posted its Event"
+        assert events(cluster, namespace, "", "Verified"), "the operator posted its Event"
 
         # Out of scope: the same kind in another namespace is neither seen nor touched.
         cluster.kubectl("apply", "-n", other_namespace, "-f", "-", input=json.dumps(doc))
