@@ -3,7 +3,7 @@
 # it with either subcommand); `tinct emulator` serves an emulated LLM engine from it too. Build: docker build -t tinct:0.1.0 .
 # Any base with python3 and its venv module works, e.g. one made of Debian packages:
 #   --build-arg PYTHON_IMAGE=localhost/debian-python3:bookworm
-# (the end-to-end tests build such a base with debootstrap: tests/controlplane/images.py).
+# (the end-to-end tests build such a base with debootstrap: tests/support/tinct_testing/controlplane/images.py).
 ARG PYTHON_IMAGE=python:3.12.8-slim-bookworm
 
 # --- build: a wheel of tinct, installed with its dependencies into a virtualenv --------

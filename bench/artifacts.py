@@ -51,10 +51,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from interface_artifacts import (  # noqa: E402
+from tinct.artifacts import limits
+from tinct.artifacts.onnx_wire import DEFAULT_ONNX_PARSE_LIMIT
+from tinct_testing.interface_artifacts import (
     big_index,
     big_ptx,
     big_safetensors_header,
@@ -62,9 +61,7 @@ from interface_artifacts import (  # noqa: E402
     onnx_with_inputs,
     onnx_with_sparse_initializers,
 )
-from lineage_artifacts import make_onnx  # noqa: E402
-from tinct.artifacts import limits  # noqa: E402
-from tinct.artifacts.onnx_wire import DEFAULT_ONNX_PARSE_LIMIT  # noqa: E402
+from tinct_testing.lineage_artifacts import make_onnx
 
 MIB = 1024 * 1024
 

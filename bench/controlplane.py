@@ -30,62 +30,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from controlplane import build
-from controlplane.environ import patched_environ
-from controlplane.harness import ControlPlane
-from controlplane.keda import Keda
-from controlplane.prometheus import Prometheus
-from release_cluster import apply, deployment, wait_available
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.keda import Keda
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.measure import cold_build, cold_figures, recorded_build, rounded, status_mb
+from tinct_testing.release_cluster import apply, deployment, wait_available
 
 
-def _timed(env: dict[str, str], make: Callable[[], Path]) -> tuple[float, Path]:
-    with patched_environ(**env):
-        t0 = time.monotonic()
-        path = make()
-        return time.monotonic() - t0, path
-
-
-def _cold(make: Callable[[], Path], what: str) -> float:
-    scratch = Path(tempfile.mkdtemp(prefix="tinct-bench-build-"))
-    try:
-        env = {"GOCACHE": str(scratch / "go-build"), "TINCT_CACHE_DIR": str(scratch / "tinct")}
-        seconds, _ = _timed(env, make)
-        print(f"cold build of {what}: {seconds:.1f}s", file=sys.stderr)
-        return seconds
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _rss_mb(pid: int | None) -> float:
-    assert pid is not None, "kwok is not running"
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+def _kwok_rss(cp: ControlPlane) -> float:
+    assert cp.kwok_pid is not None, "kwok is not running"
+    return status_mb(cp.kwok_pid)
 
 
 def _kwok_rss_with_pods(cp: ControlPlane, replicas: int) -> float:
     cp.kubectl("create", "namespace", "bench")
     apply(cp, "bench", deployment("bench", replicas))
     wait_available(cp, "bench", "bench", replicas, timeout=300)
-    return _rss_mb(cp.kwok_pid)
-
-
-def _recorded(bin_dir: Path) -> float | None:
-    try:
-        return float(json.loads((bin_dir / "BUILD.json").read_text())["seconds"])
-    except (OSError, ValueError, KeyError):
-        return None
+    return _kwok_rss(cp)
 
 
 def main() -> int:
@@ -112,23 +79,25 @@ def main() -> int:
 
     cold: dict[str, float | None] = dict.fromkeys(("controlplane", "prometheus", "helm", "kwok", "keda"))
     if not args.skip_cold:
-        cold = {"controlplane": _cold(controlplane, "the control plane")}
-        cold["prometheus"] = _cold(prometheus, "prometheus")
-        cold["helm"] = _cold(helm, "helm")
-        cold["kwok"] = _cold(kwok, "kwok")
-        cold["keda"] = _cold(keda, "KEDA")
+        cold = {"controlplane": cold_build(controlplane, "the control plane")}
+        cold["prometheus"] = cold_build(prometheus, "prometheus")
+        cold["helm"] = cold_build(helm, "helm")
+        cold["kwok"] = cold_build(kwok, "kwok")
+        cold["keda"] = cold_build(keda, "KEDA")
 
     for make in (controlplane, prometheus, helm, kwok, keda):
         make()  # the normal cache, built if needed
-    cached, bin_dir = _timed({}, controlplane)
+    t0 = time.monotonic()
+    bin_dir = controlplane()
+    cached = time.monotonic() - t0
     print(f"cached build check: {cached:.2f}s ({bin_dir})", file=sys.stderr)
     prometheus_bin, helm_bin, kwok_bin = prometheus(), helm(), kwok()
     recorded = {
-        "controlplane": _recorded(bin_dir),
-        "prometheus": _recorded(prometheus_bin.parent),
-        "helm": _recorded(helm_bin.parent),
-        "kwok": _recorded(kwok_bin.parent),
-        "keda": _recorded(keda()),
+        "controlplane": recorded_build(bin_dir),
+        "prometheus": recorded_build(prometheus_bin.parent),
+        "helm": recorded_build(helm_bin.parent),
+        "kwok": recorded_build(kwok_bin.parent),
+        "keda": recorded_build(keda()),
     }
     print(f"recorded build seconds: {recorded}", file=sys.stderr)
 
@@ -142,7 +111,7 @@ def main() -> int:
             assert cp.controllers, "kube-controller-manager did not start"
             controller_manager.append(cp.ready_after["kube-controller-manager"])
             kwok_ready.append(cp.ready_after["kwok"])
-            kwok_rss.append(_rss_mb(cp.kwok_pid))
+            kwok_rss.append(_kwok_rss(cp))
             if i == 0:
                 kwok_rss_pods = _kwok_rss_with_pods(cp, 100)
                 print(f"kwok with 100 Ready Pods: {kwok_rss_pods:.0f} MB resident", file=sys.stderr)
@@ -162,17 +131,11 @@ def main() -> int:
             prom_starts.append(time.monotonic() - t0)
         print(f"prometheus start {i + 1}: {prom_starts[-1]:.2f}s to ready", file=sys.stderr)
 
-    def rounded(v: float | None) -> float | None:
-        return None if v is None else round(v, 1)
-
     print(
         json.dumps(
             {
-                "build_cold_s": rounded(cold["controlplane"]),
-                "build_prometheus_cold_s": rounded(cold["prometheus"]),
-                "build_helm_cold_s": rounded(cold["helm"]),
-                "build_kwok_cold_s": rounded(cold["kwok"]),
-                "build_keda_cold_s": rounded(cold["keda"]),
+                "build_cold_s": rounded(cold.pop("controlplane")),
+                **cold_figures(cold),
                 "build_cached_s": round(cached, 2),
                 "start_to_ready_s": round(statistics.median(starts), 2),
                 "controller_manager_ready_s": round(statistics.median(controller_manager), 2),

@@ -22,7 +22,7 @@ line. Everything lives in a temporary directory that is removed at the end.
 - files_after_10k_events: 10,000 one-event submissions from 16 threads (as concurrent
   reconciles do), the writer's own maintenance running as in the operator, then one
   more maintenance; active data files of model_versions.
-- apply_1000_same_two_files_to_ready_s: the control plane from tests/controlplane,
+- apply_1000_same_two_files_to_ready_s: the control plane of tinct_testing.controlplane,
   ``tinct operator`` as a subprocess, ``--versions`` ModelVersions that all name the same
   two tiny files, applied in one kubectl call, time until all are Ready: the operator's
   per-object overhead (reconcile, status, lineage rows), not hashing.
@@ -36,6 +36,7 @@ line. Everything lives in a temporary directory that is removed at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -49,8 +50,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from tinct_testing.paths import ROOT
+from tinct_testing.wait import eventually
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -351,16 +352,9 @@ def bench_delta(tmp: Path) -> dict[str, Any]:
     return out
 
 
-def _vmhwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _distinct_files(directory: Path, i: int) -> list[dict[str, str]]:
     """Five small files of version ``i``, different from every other version's."""
-    from lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
+    from tinct_testing.lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
 
     directory.mkdir(parents=True, exist_ok=True)
     onnx = make_onnx(directory / "model.onnx", dim=16 + i)
@@ -405,13 +399,15 @@ def _apply_until_ready(cp: Any, ns: str, items: list[dict[str, Any]], root: Path
     t0 = time.perf_counter()
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     ready = 0
-    deadline = t0 + 900
-    while time.perf_counter() < deadline:
+
+    def all_ready() -> bool:
+        nonlocal ready
         got = json.loads(cp.kubectl("get", "modelversions", "-n", ns, "-o", "json").stdout)
         ready = sum(1 for o in got["items"] if (o.get("status") or {}).get("phase") == "Ready")
-        if ready == len(items):
-            break
-        time.sleep(1)
+        return ready == len(items)
+
+    with contextlib.suppress(AssertionError):  # not all Ready in time: the figure is None
+        eventually(all_ready, timeout=900, interval=1, what=f"{len(items)} ModelVersions Ready")
     elapsed = time.perf_counter() - t0
     rows = query(
         f"SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM model_versions WHERE namespace = '{ns}'",
@@ -423,8 +419,10 @@ def _apply_until_ready(cp: Any, ns: str, items: list[dict[str, Any]], root: Path
 
 
 def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
-    from controlplane.harness import ControlPlane
-    from lineage_artifacts import make_onnx, make_ptx
+    from tinct_testing.controlplane.harness import ControlPlane, free_port
+    from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
+    from tinct_testing.lineage_artifacts import make_onnx, make_ptx
+    from tinct_testing.measure import status_mb
 
     onnx = make_onnx(tmp / "model.onnx")
     ptx = make_ptx(tmp / "kernels.ptx")
@@ -444,15 +442,10 @@ def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
             "TINCT_LINEAGE_ROOT": str(root),
             "TINCT_ARTIFACT_ROOTS": str(tmp),
         }
-        log = (tmp / "operator.log").open("w")
-        op = subprocess.Popen(
-            [sys.executable, "-m", "tinct.cli", "operator", "-n", "bench-shared", "-n", "bench-distinct"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            time.sleep(3)
+        liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        argv = [sys.executable, "-m", "tinct.cli", "operator", "-n", "bench-shared", "-n", "bench-distinct"]
+        with spawned([*argv, "--liveness", liveness], tmp / "operator.log", env, grace=60) as op:
+            wait_ready("the operator", lambda: http_ok(liveness), op, time.monotonic() + 120)
             out["apply_1000_same_two_files_to_ready_s"] = _apply_until_ready(
                 cp, "bench-shared", [_version("bench-shared", i, shared) for i in range(versions)], root
             )
@@ -464,12 +457,8 @@ def bench_cluster(tmp: Path, versions: int) -> dict[str, Any]:
                 root,
             )
             _say("apply_1000_distinct_artifacts_to_ready_s", out["apply_1000_distinct_artifacts_to_ready_s"])
-            out["operator_rss_mb"] = round(_vmhwm_mb(op.pid), 1)
+            out["operator_rss_mb"] = round(status_mb(op.pid, "VmHWM"), 1)
             _say("operator_rss_mb", out["operator_rss_mb"])
-        finally:
-            op.terminate()
-            op.wait(timeout=60)
-            log.close()
     return out
 
 

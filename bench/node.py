@@ -26,53 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from controlplane import build, images
-from controlplane.environ import patched_environ
-from controlplane.node import Node, ensure_parts
-
-
-def _cold(make: Callable[[], object], what: str, *, after: Callable[[], object] | None = None) -> float:
-    """Seconds ``make`` takes with an empty Go build cache and tinct cache; ``after``, untimed,
-    fills them first (the control plane, as a cold ``make test`` builds it before the node)."""
-    scratch = Path(tempfile.mkdtemp(prefix="tinct-bench-node-"))
-    env = {"TINCT_CACHE_DIR": str(scratch / "tinct"), "GOCACHE": str(scratch / "go-build")}
-    try:
-        with patched_environ(**env):
-            if after is not None:
-                after()
-            t0 = time.monotonic()
-            make()
-            seconds = time.monotonic() - t0
-        print(f"cold build of {what}: {seconds:.1f}s", file=sys.stderr)
-        return seconds
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _recorded(directory: Path) -> float | None:
-    try:
-        return float(json.loads((directory / "BUILD.json").read_text())["seconds"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _rss_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1])
-    return total / 1024
+from tinct_testing.controlplane import build, images
+from tinct_testing.controlplane.node import Node, ensure_parts
+from tinct_testing.measure import cold_build, cold_figures, recorded_build, status_mb
 
 
 def main() -> int:
@@ -85,26 +45,28 @@ def main() -> int:
         ("node", "containerd", "coredns", "metrics-server", "images")
     )
     if args.cold:
-        cold["node"] = _cold(
+        cold["node"] = cold_build(
             build.ensure_node_built,
             "kubelet, kube-proxy, kube-scheduler (after the control plane)",
             after=build.ensure_built,
         )
-        cold["containerd"] = _cold(lambda: build.ensure_tool("containerd"), "containerd")
-        cold["coredns"] = _cold(lambda: build.ensure_tool("coredns"), "CoreDNS")
-        cold["metrics-server"] = _cold(lambda: build.ensure_tool("metrics-server"), "metrics-server")
-        cold["images"] = _cold(lambda: (images.ensure_pause_image(), images.ensure_image()), "the images")
+        cold["containerd"] = cold_build(lambda: build.ensure_tool("containerd"), "containerd")
+        cold["coredns"] = cold_build(lambda: build.ensure_tool("coredns"), "CoreDNS")
+        cold["metrics-server"] = cold_build(lambda: build.ensure_tool("metrics-server"), "metrics-server")
+        cold["images"] = cold_build(
+            lambda: (images.ensure_pause_image(), images.ensure_image()), "the images"
+        )
 
     parts = ensure_parts()
     image = images.ensure_image()
     recorded = {
-        "node": _recorded(parts.kube),
-        "containerd": _recorded(parts.containerd),
-        "coredns": _recorded(parts.coredns.parent),
-        "metrics_server": _recorded(parts.metrics_server.parent),
-        "pause_image": _recorded(parts.pause.archive.parent),
-        "python_base_image": _recorded(images.ensure_base_image().archive.parent),
-        "tinct_image": _recorded(image.archive.parent),
+        "node": recorded_build(parts.kube),
+        "containerd": recorded_build(parts.containerd),
+        "coredns": recorded_build(parts.coredns.parent),
+        "metrics_server": recorded_build(parts.metrics_server.parent),
+        "pause_image": recorded_build(parts.pause.archive.parent),
+        "python_base_image": recorded_build(images.ensure_base_image().archive.parent),
+        "tinct_image": recorded_build(image.archive.parent),
     }
     print(f"recorded build seconds: {recorded}", file=sys.stderr)
 
@@ -118,23 +80,16 @@ def main() -> int:
         starts.append(time.monotonic() - t0)
         controlplane.append(n.timings["controlplane"])
         node_part.append(n.timings["node"])
-        rss.append(_rss_mb(list(n.pids.values())))
+        rss.append(sum(status_mb(pid) for pid in n.pids))
         t0 = time.monotonic()
         n.stop()
         stops.append(time.monotonic() - t0)
         print(f"start {i + 1}: {starts[-1]:.1f}s {n.timings}; stop {stops[-1]:.1f}s", file=sys.stderr)
 
-    def rounded(v: float | None) -> float | None:
-        return None if v is None else round(v, 1)
-
     print(
         json.dumps(
             {
-                "build_node_cold_s": rounded(cold["node"]),
-                "build_containerd_cold_s": rounded(cold["containerd"]),
-                "build_coredns_cold_s": rounded(cold["coredns"]),
-                "build_metrics_server_cold_s": rounded(cold["metrics-server"]),
-                "build_images_cold_s": rounded(cold["images"]),
+                **cold_figures(cold),
                 "bringup_s": round(statistics.median(starts), 1),
                 "bringup_controlplane_s": round(statistics.median(controlplane), 1),
                 "bringup_node_s": round(statistics.median(node_part), 1),

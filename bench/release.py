@@ -33,26 +33,26 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from controlplane import build  # noqa: E402
-from controlplane.harness import ControlPlane  # noqa: E402
-from controlplane.prometheus import Prometheus  # noqa: E402
-from engines import Engines  # noqa: E402
-from lineage_artifacts import make_onnx  # noqa: E402
-from release_traffic import Background, CellTraffic, router  # noqa: E402
-from router_fakes import free_port, table  # noqa: E402
-from tinct.api.routing import routing_configmap  # noqa: E402
+from tinct.api.routing import routing_configmap
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.process import spawned
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.measure import cpu_seconds, status_mb
+from tinct_testing.paths import ROOT
+from tinct_testing.release_traffic import Background, CellTraffic, Router, router
+from tinct_testing.repeat import Repeating
+from tinct_testing.router_fakes import free_port, table
+from tinct_testing.wait import eventually
 
 NS = "bench"
 BUCKETS = [{"name": "short", "maxTokens": 512}, {"name": "medium", "maxTokens": 4096}, {"name": "long"}]
@@ -62,16 +62,6 @@ LATENCIES = ["low", "high", "batch"]
 
 def log(msg: str) -> None:
     print(f"[release-bench] {msg}", file=sys.stderr, flush=True)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 300.0, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    raise SystemExit(f"timed out waiting for {what}")
 
 
 def cells(n: int) -> list[dict[str, Any]]:
@@ -123,19 +113,6 @@ def release(name: str, n_cells: int, v1: str, v2: str, **analysis: Any) -> dict[
             },
         },
     }
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-def proc_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def releases_status(cp: ControlPlane) -> list[dict[str, Any]]:
@@ -208,31 +185,10 @@ def main() -> int:
                 # the 5 s default; the bench measures the operator and routers, not that.
                 "TINCT_PROMETHEUS_TIMEOUT": os.environ.get("TINCT_PROMETHEUS_TIMEOUT", "20"),
             }
-            with (work / "operator.log").open("wb") as fh:
-                op = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tinct.cli",
-                        "operator",
-                        "--namespace",
-                        NS,
-                        "--metrics-port",
-                        str(metrics_port),
-                    ],
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    env=op_env,
-                )
-                try:
-                    result = run_releases(cp, prom, rt, schedulers, op, args)
-                finally:
-                    op.terminate()
-                    try:
-                        op.wait(20)
-                    except subprocess.TimeoutExpired:
-                        op.kill()
-                        op.wait()
+            argv = [sys.executable, "-m", "tinct.cli", "operator", "--namespace", NS]
+            argv += ["--metrics-port", str(metrics_port)]
+            with spawned(argv, work / "operator.log", op_env, grace=20) as op:
+                result = run_releases(cp, prom, rt, schedulers, op, args)
     schedulers.stop()
     summary = {**result, **propagation, "releases": args.releases, "cells_per_release": args.cells}
     print(json.dumps(summary))
@@ -262,10 +218,12 @@ def measure_propagation(cp: ControlPlane, rt: Any, writes: int) -> dict[str, flo
             _content_type="application/apply-patch+yaml",
         )
         written = time.perf_counter()
-        while rt.table_version("prop") != version:
-            if time.perf_counter() - written > 10:
-                raise SystemExit(f"the router did not take table version {version} within 10 s")
-            time.sleep(0.002)
+        eventually(
+            lambda v=version: rt.table_version("prop") == v,
+            timeout=10,
+            interval=0.002,
+            what=f"the router on table version {version}",
+        )
         delays.append((time.perf_counter() - written) * 1000)
     delays.sort()
     return {
@@ -295,21 +253,17 @@ def run_releases(
         log(f"{n}/{args.releases} Progressing")
         return n >= args.releases
 
-    wait_for("every release Progressing", progressing, timeout=600, every=5)
-    wait_for(
-        "a first round of analyses",
+    eventually(progressing, timeout=600, interval=5, what="every release Progressing")
+    eventually(
         lambda: all((i.get("status") or {}).get("lastAnalysis") for i in releases_status(cp)),
         timeout=120,
-        every=5,
+        interval=5,
+        what="a first round of analyses",
     )
     log(f"measuring the operator for {args.window:.0f} s")
-    cpu0, t0 = proc_cpu_seconds(op.pid), time.monotonic()
-    rss = 0.0
-    end = t0 + args.window
-    while time.monotonic() < end:
-        rss = max(rss, proc_rss_mb(op.pid))
-        time.sleep(1)
-    cores = (proc_cpu_seconds(op.pid) - cpu0) / (time.monotonic() - t0)
+    cpu0, t0 = cpu_seconds(op.pid), time.monotonic()
+    rss = _steady_rss(op.pid, args.window)
+    cores = (cpu_seconds(op.pid) - cpu0) / (time.monotonic() - t0)
     analysed = releases_status(cp)
     fresh = sum(
         1
@@ -334,24 +288,10 @@ def run_releases(
     # 5 s windows that saw the candidate untried, and say nothing.
     rb["spec"]["fallback"] = {"cooldownSeconds": 2}
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(rb))
-    seen: dict[int, float] = {}
-    stop = threading.Event()
-
-    def follow() -> None:  # the router's table version, every 2 ms, stamped when it changes
-        while not stop.is_set():
-            try:
-                version = rt.table_version("rollback")
-            except OSError:  # a refused or reset scrape on a loaded machine: ask again
-                version = None
-            if version is not None and version not in seen:
-                seen[version] = time.time()
-            time.sleep(0.002)
-
-    follower = threading.Thread(target=follow, daemon=True)
-    follower.start()
     # The candidate's first step is 1% of the traffic: four clients at once, so that on a
     # loaded machine a 5 s window still holds minRequests of its tries.
-    with contextlib.ExitStack() as clients:
+    with _Follower(rt, "rollback") as follower, contextlib.ExitStack() as clients:
+        seen = follower.seen
         for _ in range(4):
             clients.enter_context(Background(rt.port, [CellTraffic("user", "low", 5, model="rollback")]))
 
@@ -361,8 +301,8 @@ def run_releases(
             return st if st.get("phase") == "RolledBack" and st["routing"]["version"] in seen else None
 
         try:
-            st = wait_for("the rollback", rolled_back, timeout=180, every=0.5)
-        except SystemExit:
+            st = eventually(rolled_back, timeout=180, interval=0.5, what="the rollback")
+        except AssertionError:
             obj = json.loads(cp.kubectl("get", "grayrelease", "rollback", "-n", NS, "-o", "json").stdout)
             got = obj.get("status") or {}
             log(
@@ -371,8 +311,6 @@ def run_releases(
                 f"router versions seen {sorted(seen)}"
             )
             raise
-    stop.set()
-    follower.join(5)
     failed_at = datetime.fromisoformat(st["lastAnalysis"]["time"].replace("Z", "+00:00")).timestamp()
     reaction = seen[st["routing"]["version"]] - failed_at
     log(f"rollback: analysis at {failed_at:.3f}, router on the 0% table {reaction:.3f} s later")
@@ -386,11 +324,30 @@ def run_releases(
     }
 
 
+class _Follower(Repeating):
+    """The router's version of ``release``'s table, every 2 ms: when each version came."""
+
+    pause = 0.002
+    join_timeout = 5.0
+
+    def __init__(self, rt: Router, release: str) -> None:
+        self.rt, self.release = rt, release
+        self.seen: dict[int, float] = {}
+
+    def step(self, worker: int, i: int) -> None:
+        try:
+            version = self.rt.table_version(self.release)
+        except OSError:  # a refused or reset scrape on a loaded machine: ask again
+            return
+        if version is not None and version not in self.seen:
+            self.seen[version] = time.time()
+
+
 def _steady_rss(pid: int, seconds: float = 10.0) -> float:
     """The largest RSS of ``pid`` over ``seconds``."""
     top, end = 0.0, time.monotonic() + seconds
     while time.monotonic() < end:
-        top = max(top, proc_rss_mb(pid))
+        top = max(top, status_mb(pid))
         time.sleep(0.5)
     return top
 

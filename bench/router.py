@@ -52,8 +52,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from router_fakes import table_doc  # the tests' routing table, shared
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.controlplane.process import http_ok, terminate, wait_ready
+from tinct_testing.router_fakes import table_doc  # the tests' routing table, shared
 
 ANSWER = json.dumps(
     {
@@ -92,23 +93,19 @@ def _ensure_tools() -> None:
     subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {port}")
+    def listening() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+
+    wait_ready(
+        f"{what} listening on {port}",
+        listening,
+        proc,
+        time.monotonic() + timeout,
+        interval=0.05,
+        ignoring=(OSError,),
+    )
 
 
 def _nginx_conf(tmp: Path, name: str, server: str) -> Path:
@@ -214,21 +211,8 @@ def _start_router(
 
 def _wait_ready(metrics_port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """Wait until the router's /readyz on ``metrics_port`` is 200 (with workers: all of them)."""
-    import urllib.error
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"tinct router exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"tinct router on metrics port {metrics_port} never got ready")
+    url = f"http://127.0.0.1:{metrics_port}/readyz"
+    wait_ready("tinct router", lambda: http_ok(url), proc, time.monotonic() + timeout, interval=0.1)
 
 
 def _release_tables(stable: str, candidate: str, n: int) -> list[dict[str, Any]]:
@@ -397,7 +381,7 @@ def main() -> int:
         trivial_lua.write_text(_lua(REQUEST, sessions=False))
         real_lua = tmp / "realistic.lua"
         real_lua.write_text(_lua(realistic_request(), sessions=True))
-        backend, proxy, router, router50, sse_router, sse_backend = (_port() for _ in range(6))
+        backend, proxy, router, router50, sse_router, sse_backend = (free_port() for _ in range(6))
         answer = ANSWER.replace("'", "\\'")
         _start_nginx(
             tmp,
@@ -443,7 +427,7 @@ def main() -> int:
             runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
             print(f"{name:>11}: {runs[name]}", file=sys.stderr)
         # One table vs a hundred: the request's model picks its table among them.
-        one_table, hundred_tables = _port(), _port()
+        one_table, hundred_tables = free_port(), free_port()
         _start_router(tmp, _release_tables(stable_url, candidate_url, 100)[57:58], one_table, procs)
         _start_router(tmp, _release_tables(stable_url, candidate_url, 100), hundred_tables, procs)
         model_lua = tmp / "model.lua"
@@ -461,7 +445,7 @@ def main() -> int:
         # the runs alternate so a change in the machine's load falls on both alike.
         worker_urls: dict[int, str] = {}
         for n in (1, 2):
-            port, metrics_port = _port(), _port()
+            port, metrics_port = free_port(), free_port()
             _start_router(
                 tmp,
                 _table(stable_url, candidate_url, 0),
@@ -491,7 +475,7 @@ def main() -> int:
 
         sse_table = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
         _start_router(tmp, sse_table, sse_router, procs)
-        unmeasured_router = _port()
+        unmeasured_router = free_port()
         _start_router(tmp, sse_table, unmeasured_router, procs, "--no-token-metrics")
         relay = asyncio.run(
             _chunk_relay_delays(
@@ -508,25 +492,15 @@ def main() -> int:
             _time_to_first_chunk({"router": sse_router, "direct": sse_backend}, sse_backend, 50)
         )
         print(f"time to first SSE chunk (median of 50): {ttfc}", file=sys.stderr)
-        d, n, r = runs["direct"], runs["nginx"], runs["router"]
-        rd, rn, rr = runs["real_direct"], runs["real_nginx"], runs["real_router"]
+        trivial = {name: runs[name] for name in ("direct", "nginx", "router")}
+        real = {name: runs[f"real_{name}"] for name in ("direct", "nginx", "router")}
         summary = {
-            "direct_rps": round(d["rps"], 1),
-            "nginx_rps": round(n["rps"], 1),
-            "router_rps": round(r["rps"], 1),
-            "router_vs_nginx": round(r["rps"] / n["rps"], 3),
-            "direct_p50_ms": round(d["p50"], 3),
-            "nginx_p50_ms": round(n["p50"], 3),
-            "router_p50_ms": round(r["p50"], 3),
-            "direct_p99_ms": round(d["p99"], 3),
-            "nginx_p99_ms": round(n["p99"], 3),
-            "router_p99_ms": round(r["p99"], 3),
-            "realistic_direct_rps": round(rd["rps"], 1),
-            "realistic_nginx_rps": round(rn["rps"], 1),
-            "realistic_router_rps": round(rr["rps"], 1),
-            "realistic_router_vs_nginx": round(rr["rps"] / rn["rps"], 3),
-            "realistic_nginx_p99_ms": round(rn["p99"], 3),
-            "realistic_router_p99_ms": round(rr["p99"], 3),
+            **{f"{name}_rps": round(run["rps"], 1) for name, run in trivial.items()},
+            "router_vs_nginx": round(trivial["router"]["rps"] / trivial["nginx"]["rps"], 3),
+            **{f"{name}_{q}_ms": round(run[q], 3) for q in ("p50", "p99") for name, run in trivial.items()},
+            **{f"realistic_{name}_rps": round(run["rps"], 1) for name, run in real.items()},
+            "realistic_router_vs_nginx": round(real["router"]["rps"] / real["nginx"]["rps"], 3),
+            **{f"realistic_{name}_p99_ms": round(real[name]["p99"], 3) for name in ("nginx", "router")},
             "realistic_candidate_share": round(share, 3),
             "rps_1_table": round(runs["tables_1"]["rps"], 1),
             "rps_100_tables": round(runs["tables_100"]["rps"], 1),
@@ -543,12 +517,8 @@ def main() -> int:
     finally:
         for p in procs:
             p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        for p in procs:  # all told to stop first: they stop together
+            terminate(p, 10)
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(summary))
     return 0

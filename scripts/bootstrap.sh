@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install everything tinct's tests and demo need on a bare machine, idempotently:
-#   - a virtualenv in .venv with tinct (editable) and its test dependencies,
-#     reinstalled only when pyproject.toml changes;
+#   - a virtualenv in .venv with tinct (editable), its test dependencies and the test
+#     support package tinct_testing (editable, from tests/support), reinstalled only when
+#     either pyproject.toml changes;
 #   - kube-apiserver, kube-controller-manager, kubectl and etcd, Prometheus, helm, kwok
 #     and KEDA's operator and metrics API server, built from Go modules into
 #     ~/.cache/tinct, each rebuilt only when what it is built from changes
-#     (tests/controlplane/build.py);
+#     (tests/support/tinct_testing/controlplane/build.py);
 #   - a Java runtime for the Spark test when none is on PATH (apt-get, as root);
 #   - the Debian packages of the end-to-end tier's node and images (runc, the CNI plugins,
 #     iptables, conntrack, buildah, debootstrap), when missing (apt-get, as root).
@@ -28,11 +29,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 stamp="$VENV/.tinct-deps"
-want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+# tests/support holds tinct_testing, a distribution of its own: the harness and the helpers
+# tests, scripts/ and bench/ import; never part of tinct's wheel or image.
+want=$(cat pyproject.toml tests/support/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python dependencies into $VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
-  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[test,fast]"
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[test,fast]" -e tests/support
   echo "$want" > "$stamp"
 fi
 
@@ -46,7 +49,7 @@ if ! command -v java >/dev/null 2>&1; then
   fi
 fi
 
-# The e2e tier runs a real node (tests/controlplane/node.py) and builds its images here.
+# The e2e tier runs a real node (tests/support/tinct_testing/controlplane/node.py) and builds its images here.
 node_packages="runc containernetworking-plugins iptables conntrack buildah debootstrap"
 missing=""
 for pkg in $node_packages; do
@@ -66,4 +69,4 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 say "control plane, Prometheus, helm, kwok and KEDA binaries"
-"$VENV/bin/python" tests/controlplane/build.py
+"$VENV/bin/python" -m tinct_testing.controlplane.build

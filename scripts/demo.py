@@ -34,16 +34,16 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from controlplane import build  # noqa: E402
-from controlplane.harness import ControlPlane, free_port  # noqa: E402
-from controlplane.prometheus import Prometheus  # noqa: E402
-from engines import Engines  # noqa: E402
-from lineage_artifacts import make_artifact_set  # noqa: E402
-from release_cluster import deployment  # noqa: E402
-from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background  # noqa: E402
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.lineage_artifacts import make_artifact_set
+from tinct_testing.paths import ROOT
+from tinct_testing.release_cluster import apply, deployment, service
+from tinct_testing.release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
+from tinct_testing.wait import eventually
 
 NS = "llm"
 TINCT = str(Path(sys.executable).parent / "tinct")
@@ -57,33 +57,9 @@ def show(text: str) -> None:
     print("    " + text.rstrip().replace("\n", "\n    "), flush=True)
 
 
-@contextlib.contextmanager
-def process(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def wait_for(
-    what: str, check: Any, timeout: float = 90.0, proc: subprocess.Popen[bytes] | None = None
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"{what}: the process exited with {proc.returncode}")
-        got = check()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise SystemExit(f"timed out waiting for {what}")
+def wait_for(what: str, check: Any, proc: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
+    """Until ``check()`` holds, while ``proc`` runs."""
+    wait_ready(what, check, proc, time.monotonic() + timeout, interval=0.3)
 
 
 def modelversion(name: str, version: str, arts: Any, *, wrong_digest: bool = False) -> dict[str, Any]:
@@ -142,7 +118,7 @@ def main() -> int:
         )
         with (
             contextlib.closing(prom),
-            process(
+            spawned(
                 [
                     TINCT,
                     "operator",
@@ -177,7 +153,7 @@ def main() -> int:
                 }
                 return got if all(p in ("Ready", "Failed") for p in got.values()) else None
 
-            wait_for("ModelVersions to settle", phases, proc=op)
+            wait_for("ModelVersions to settle", phases, op)
             say("kubectl get mv -n llm -o wide")
             show(cp.kubectl("get", "mv", "-n", NS, "-o", "wide").stdout)
             failed = json.loads(cp.kubectl("get", "mv", "llama3-8b-2-0-1", "-n", NS, "-o", "json").stdout)
@@ -233,28 +209,6 @@ def tinct(env: dict[str, str], *args: str) -> str:
     return subprocess.run([TINCT, *args], env=env, check=True, capture_output=True, text=True).stdout
 
 
-def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> Any:
-    return process(
-        [
-            TINCT,
-            "router",
-            "--watch",
-            "--namespace",
-            NS,
-            "--selector",
-            f"tinct.io/routing-table=true,tinct.io/release={release}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--trust-role-from",
-            "127.0.0.1/32",
-        ],
-        log,
-        env,
-    )
-
-
 def release_doc(name: str, backends: Engines) -> dict[str, Any]:
     """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus, judging TTFT,
     ITL and the engines' queue depth too), but with the schedulers on loopback and an 8 s
@@ -282,8 +236,9 @@ def follow(
 ) -> dict[str, Any]:
     """Print each new phase/step of ``name`` until ``until(status)`` holds."""
     seen: tuple[Any, ...] = ()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def arrived() -> dict[str, Any] | None:
+        nonlocal seen
         if op.poll() is not None:
             raise SystemExit(f"the operator exited with {op.returncode}")
         st = status(cp, name)
@@ -291,10 +246,12 @@ def follow(
         if st and now != seen:
             seen = now
             show(f"{name}: {st.get('phase')} step {st.get('progress', '-')} -- {st.get('message', '')}")
-        if st and until(st):
-            return st
-        time.sleep(0.3)
-    raise SystemExit(f"timed out following {name}")
+        return st if st and until(st) else None
+
+    st: dict[str, Any] = eventually(
+        arrived, timeout=timeout, interval=0.3, what=f"{name} followed to its state"
+    )
+    return st
 
 
 def gray_releases(
@@ -307,43 +264,17 @@ def gray_releases(
     prom: Prometheus,
 ) -> None:
     say("Services and Deployments of the two schedulers (their Pods run on the simulated node)")
-    objs = [
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": n},
-            "spec": {"ports": [{"port": 8000}]},
-        }
-        for n in ("sched-v1", "sched-v2")
-    ]
-    cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump_all(objs))
-    cp.kubectl(
-        "apply",
-        "-n",
-        NS,
-        "-f",
-        "-",
-        input=yaml.safe_dump_all([deployment("sched-v1"), deployment("sched-v2")]),
-    )
-    port, port2 = free_port(), free_port()
+    apply(cp, NS, *(f(n) for f in (service, deployment) for n in ("sched-v1", "sched-v2")))
     with (
-        router_process(port, "chat", work / "router.log", env) as router,
-        router_process(port2, "chat-2", work / "router-2.log", env),
+        router(NS, work / "router.log", "chat", env) as r,
+        router(NS, work / "router-2.log", "chat-2", env) as r2,
     ):
+        port, port2 = r.port, r2.port
         engines = [f"127.0.0.1:{backends.v1.port}", f"127.0.0.1:{backends.v2.port}"]
         prom.set_targets([f"127.0.0.1:{port}", f"127.0.0.1:{port2}", *engines])
         say("Prometheus scrapes both routers and both engines' /metrics (vLLM's names, emulated)")
         say("kubectl apply -f examples/grayrelease.yaml  (schedulers on loopback, 8 s analysis interval)")
-        show(
-            cp.kubectl(
-                "apply",
-                "-n",
-                NS,
-                "-f",
-                "-",
-                input=yaml.safe_dump(release_doc("chat", backends)),
-            ).stdout
-        )
+        show(apply(cp, NS, release_doc("chat", backends)))
         # The long cell streams (SSE), so each window has the tokens the analysis times.
         cells = [LONG_ADMIN_HIGH_STREAMED, LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW]
         with Background(port, cells):
@@ -354,9 +285,7 @@ def gray_releases(
             say("tinct release status chat")
             show(tinct(env, "release", "status", "chat", "-n", NS))
             wait_for(
-                "the router on the step-1 table",
-                lambda: router.poll() is None and router_ready(port),
-                proc=router,
+                "the router on the step-1 table", lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), r.proc
             )
             run_requests(port, backends)
             time.sleep(3)  # the ejection's cooldown ends: the router tries v2 again
@@ -368,7 +297,7 @@ def gray_releases(
 
         say("v2 starts answering 503; a second release, chat-2, tries the same candidate")
         backends.set(backends.v2, error_rate=1)
-        cp.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(release_doc("chat-2", backends)))
+        apply(cp, NS, release_doc("chat-2", backends))
         with Background(port2, cells):
             follow(cp, "chat-2", lambda st: st.get("phase") == "RolledBack", op)
         say("tinct release status chat-2")
@@ -394,16 +323,6 @@ def gray_releases(
     )
     say(f'tinct lineage sql "{query}"')
     show(tinct(env, "lineage", "sql", "--root", str(lineage), query))
-
-
-def router_ready(port: int) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def run_requests(port: int, backends: Engines) -> None:

@@ -33,23 +33,22 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from controlplane import build  # noqa: E402
-from controlplane.harness import ControlPlane, free_port  # noqa: E402
-from controlplane.prometheus import Prometheus  # noqa: E402
-from interface_artifacts import make_version  # noqa: E402
-from lineage_artifacts import make_checkpoint, moto_process  # noqa: E402
-from release_cluster import deployment, service  # noqa: E402
-from release_traffic import CellTraffic, ask  # noqa: E402
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane, free_port
+from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.interface_artifacts import make_version
+from tinct_testing.lineage_artifacts import make_checkpoint, moto_process
+from tinct_testing.paths import ROOT
+from tinct_testing.release_cluster import deployment, service
+from tinct_testing.release_traffic import CellTraffic, ask
+from tinct_testing.repeat import Repeating
 
 BIN = Path(sys.executable).parent
 TINCT = str(BIN / "tinct")
@@ -79,32 +78,14 @@ def say(msg: str) -> None:
     print(f"==> {msg}", flush=True)
 
 
-@contextlib.contextmanager
-def process(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def process(
+    argv: list[str], log: Path, env: dict[str, str]
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    return spawned(argv, log, env, append=True, grace=20)
 
 
 def wait_http(url: str, what: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited with {proc.returncode}; its log: {log}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit(f"{what} did not answer {url} within {timeout:.0f}s; its log: {log}")
+    wait_ready(what, lambda: http_ok(url), proc, time.monotonic() + timeout, interval=0.3, log=log)
 
 
 def upload_artifacts(endpoint: str, work: Path) -> None:
@@ -131,38 +112,25 @@ def _boto_keys() -> dict[str, str]:
     }
 
 
-class Clients:
+class Clients(Repeating):
     """OpenAI-style requests through the router from a few threads, ``rps`` per second in all
     (each thread paced to its share: a slow answer does not lower the rate)."""
 
+    pause = 0.0  # each step paces itself
+    join_timeout = 10.0
+
     def __init__(self, port: int, rps: float, threads: int = 8) -> None:
         self.port, self.rps = port, rps
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(threads)]
+        self.workers = threads if rps > 0 else 0
+        self._due: dict[int, float] = {}
 
-    def _run(self, n: int) -> None:
-        i = 0
-        period = len(self.threads) / self.rps
-        due = time.monotonic()
-        while not self.stop.is_set():
-            cell = MIX[(i + n) % len(MIX)]
-            with contextlib.suppress(OSError, Exception):
-                ask(self.port, cell, f"dev-{n}-{i}")
-            i += 1
-            due = max(due + period, time.monotonic() - period)
-            self.stop.wait(max(0.0, due - time.monotonic()))
-
-    def __enter__(self) -> Clients:
-        if self.rps > 0:
-            for t in self.threads:
-                t.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            if t.is_alive():
-                t.join(10)
+    def step(self, worker: int, i: int) -> None:
+        period = self.workers / self.rps
+        due = self._due.setdefault(worker, time.monotonic())
+        with contextlib.suppress(OSError, Exception):
+            ask(self.port, MIX[(i + worker) % len(MIX)], f"dev-{worker}-{i}")
+        self._due[worker] = due = max(due + period, time.monotonic() - period)
+        self.idle(max(0.0, due - time.monotonic()))
 
 
 def env_file(work: Path, kubeconfig: Path, lineage: Path, router_port: int, kubectl: Path) -> Path:

@@ -1,12 +1,12 @@
 """Shared fixtures: the real control plane, the CRDs, a namespace per test, Prometheus, helm, KEDA.
 
 Tests under ``tests/k8s/`` are marked ``k8s`` automatically; they run against the
-kube-apiserver + etcd + kube-controller-manager that ``tests/controlplane`` builds and
+kube-apiserver + etcd + kube-controller-manager that ``tinct_testing.controlplane`` builds and
 starts (or the cluster ``TINCT_TEST_KUBECONFIG`` names). If the control plane cannot
 start, those tests error: they are never skipped silently.
 
 Tests under ``tests/e2e/`` are marked ``e2e``: they run the chart, from the image built
-here, on a real node (``tests/controlplane/node.py``; fixtures ``node``, ``node_cluster``,
+here, on a real node (``tinct_testing.controlplane.node``; fixtures ``node``, ``node_cluster``,
 ``node_helm``, ``node_prometheus``, ``tinct_image``). That node has a control plane of its
 own: one that serves Pods differs from the ``k8s`` tier's on purpose -- there Pods stay
 Pending, or become Ready on kwok's fake node, without a scheduler, and a Pod made right
@@ -19,6 +19,7 @@ them its tests fail saying what is missing.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import threading
 import uuid
@@ -28,19 +29,16 @@ from typing import Any
 
 import pytest
 
-from controlplane import build, images
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster, ControlPlane, cluster_from_env
-from controlplane.helm import Helm
-from controlplane.keda import InstalledKeda, Keda
-from controlplane.node import Node, NodeParts, ensure_parts
-from controlplane.prometheus import Prometheus
-from router_fakes import FakeScheduler
-
-ROOT = Path(__file__).resolve().parent.parent
-CRDS = ROOT / "crds"
-EXAMPLES = ROOT / "examples"
-CRD_NAMES = ("modelversions.tinct.io", "grayreleases.tinct.io")
+from tinct_testing.controlplane import build, images
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster, ControlPlane, cluster_from_env, free_port
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.controlplane.keda import InstalledKeda, Keda
+from tinct_testing.controlplane.node import Node, NodeParts, ensure_parts
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.lineage_artifacts import S3, moto_process, s3_client
+from tinct_testing.paths import CRD_NAMES, CRDS
+from tinct_testing.router_fakes import FakeScheduler
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -68,6 +66,13 @@ def cluster() -> Iterator[Cluster]:
     # owned by tinct's resources works from the first test.
     with cluster_from_env(preapply=[CRDS]) as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
         yield c
+
+
+@pytest.fixture
+def own_control_plane() -> None:
+    """For a test that starts a control plane of its own: not against ``TINCT_TEST_KUBECONFIG``."""
+    if os.environ.get("TINCT_TEST_KUBECONFIG"):
+        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
 
 
 @pytest.fixture(scope="session")
@@ -170,6 +175,26 @@ def backends(v1: FakeScheduler, v2: FakeScheduler) -> tuple[FakeScheduler, FakeS
     return v1, v2
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """An S3 server (:func:`moto_process`); the AWS SDK environment points at it for the session."""
+    with (
+        moto_process(free_port()) as endpoint,
+        patched_environ(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_REGION="us-east-1",
+        ),
+    ):
+        yield endpoint
+
+
+@pytest.fixture
+def s3(s3_server: str) -> S3:
+    return S3(endpoint=s3_server, client=s3_client(s3_server))
+
+
 # -- the end-to-end tier's node ---------------------------------------------------------
 
 
@@ -253,10 +278,3 @@ def node_prometheus(
         yield prom
     finally:
         prom.close()
-
-
-def node_namespace(cluster: ControlPlane, prefix: str) -> str:
-    """A fresh namespace on the node's cluster (the caller deletes it)."""
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    return name

@@ -18,34 +18,36 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from chart_helpers import CHART
-from conftest import node_namespace
-from controlplane.harness import ControlPlane
-from controlplane.helm import Helm
-from controlplane.images import Image
-from controlplane.node import Node
-from controlplane.prometheus import Prometheus
-from lineage_artifacts import make_onnx, sha256_file
-from node_cluster import (
+from tinct.lineage.sql import query
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.controlplane.images import Image
+from tinct_testing.controlplane.node import Node
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.lineage_artifacts import make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import mv_doc
+from tinct_testing.node_cluster import (
     Load,
     PodTargets,
     backend,
     cluster_ip,
     get_json,
+    node_namespace,
     pods,
     values,
     wait_for,
     wait_ready,
     wait_served,
 )
-from tinct.lineage.sql import query
+from tinct_testing.release_cluster import apply
 
 RELEASE = "e2e"
 FULL = f"{RELEASE}-tinct"
@@ -75,16 +77,8 @@ def _models_configmap(tmp: Path) -> dict[str, Any]:
 
 
 def modelversion(model: str, version: str, sha256: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": f"{model}-{version.replace('.', '-')}"},
-        "spec": {
-            "model": model,
-            "version": version,
-            "artifacts": [{"format": "onnx", "uri": "file:///models/model.onnx", "sha256": sha256}],
-        },
-    }
+    artifacts = [{"format": "onnx", "uri": "file:///models/model.onnx", "sha256": sha256}]
+    return mv_doc(f"{model}-{version.replace('.', '-')}", artifacts, version=version, model=model)
 
 
 def gray_release(name: str, model: str, stable: str, candidate: str, *, failure_limit: int) -> dict[str, Any]:
@@ -200,7 +194,7 @@ def install(
     tmp = tmp_path_factory.mktemp("cluster-scope")
     models = _models_configmap(tmp)
     digest = sha256_file(tmp / "model.onnx")
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(models))
+    apply(cluster, ns, models)
     docs = [
         *backend("a-v1", tinct_image, "a-v1"),
         *backend("a-v2", tinct_image, "a-v2"),
@@ -222,7 +216,7 @@ def install(
     print(f"\nnode bring-up: {node.timings}")
     try:
         node_helm("install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "5m", *args, timeout=600)
-        cluster.kubectl("apply", "-n", tenant, "-f", "-", input=yaml.safe_dump_all(docs))
+        apply(cluster, tenant, *docs)
         with PodTargets(cluster, ns, ROUTERS, 9090, node_prometheus):
             yield Install(
                 ns, tenant, cluster_ip(cluster, ns, f"{FULL}-router"), node_prometheus, tinct_image, args
@@ -272,21 +266,41 @@ def test_install_runs_every_pod_ready_on_the_node(
     )
 
 
+@contextmanager
+def _under_load(
+    install: Install, cluster: ControlPlane, name: str, side: str, failure_limit: int
+) -> Iterator[Load]:
+    """Release ``name`` (of the model of that name, from ``side``-v1 to ``side``-v2) once served,
+    with clients sending it requests for the block; what they got is printed after."""
+    apply(
+        cluster,
+        install.tenant,
+        gray_release(name, name, f"{side}-v1", f"{side}-v2", failure_limit=failure_limit),
+    )
+    # Until its first table is in force, the routers answer 503 (no table) for the model.
+    wait_served(cluster, install.tenant, install.router_ip, 80, name)
+    with Load(install.router_ip, 80, name) as load:
+        yield load
+    print(f"\nrequests during the release: {dict(load.outcomes)}")
+    print(release_status_text(cluster, install.tenant, name))
+
+
+def _in_phase(cluster: ControlPlane, tenant: str, name: str, phase: str) -> dict[str, Any]:
+    """Release ``name``'s status once in ``phase``."""
+    st: dict[str, Any] = wait_for(
+        cluster,
+        tenant,
+        f"{name} {phase}",
+        lambda: (s := status(cluster, tenant, name)).get("phase") == phase and s,
+    )
+    return st
+
+
 def test_release_steps_to_promoted_though_the_active_operator_is_deleted(
     install: Install, node_cluster: ControlPlane
 ) -> None:
     cluster, tenant = node_cluster, install.tenant
-    cluster.kubectl(
-        "apply",
-        "-n",
-        tenant,
-        "-f",
-        "-",
-        input=json.dumps(gray_release("chat-a", "chat-a", "a-v1", "a-v2", failure_limit=2)),
-    )
-    # Until its first table is in force, the routers answer 503 (no table) for the model.
-    wait_served(cluster, tenant, install.router_ip, 80, "chat-a")
-    with Load(install.router_ip, 80, "chat-a") as load:
+    with _under_load(install, cluster, "chat-a", "a", failure_limit=2) as load:
         wait_for(
             cluster, tenant, "chat-a at step 1", lambda: status(cluster, tenant, "chat-a").get("step", 0) >= 1
         )
@@ -300,15 +314,8 @@ def test_release_steps_to_promoted_though_the_active_operator_is_deleted(
             "another replica to act",
             lambda: (a := active_operator(cluster, install.ns)) not in (None, first) and a,
         )
-        st = wait_for(
-            cluster,
-            tenant,
-            "chat-a Promoted",
-            lambda: (s := status(cluster, tenant, "chat-a")).get("phase") == "Promoted" and s,
-        )
+        st = _in_phase(cluster, tenant, "chat-a", "Promoted")
         wait_for(cluster, tenant, "v2 answering", lambda: load.outcomes["200 v2"] > 0)
-    print(f"\nrequests during the release: {dict(load.outcomes)}")
-    print(release_status_text(cluster, tenant, "chat-a"))
     log = cluster.kubectl("logs", second, "-n", install.ns, "-c", "operator").stdout
     assert f"[{tenant}/chat-a] Promoted" in log, "the replica that took over finished the release"
     # One history across both replicas: started once, each step advanced once and in order,
@@ -333,24 +340,8 @@ def test_failing_candidate_rolls_back_and_no_client_sees_it(
     install: Install, node_cluster: ControlPlane
 ) -> None:
     cluster, tenant = node_cluster, install.tenant
-    cluster.kubectl(
-        "apply",
-        "-n",
-        tenant,
-        "-f",
-        "-",
-        input=json.dumps(gray_release("chat-b", "chat-b", "b-v1", "b-v2", failure_limit=1)),
-    )
-    wait_served(cluster, tenant, install.router_ip, 80, "chat-b")
-    with Load(install.router_ip, 80, "chat-b") as load:
-        st = wait_for(
-            cluster,
-            tenant,
-            "chat-b RolledBack",
-            lambda: (s := status(cluster, tenant, "chat-b")).get("phase") == "RolledBack" and s,
-        )
-    print(f"\nrequests during the release: {dict(load.outcomes)}")
-    print(release_status_text(cluster, tenant, "chat-b"))
+    with _under_load(install, cluster, "chat-b", "b", failure_limit=1) as load:
+        st = _in_phase(cluster, tenant, "chat-b", "RolledBack")
     rows = history(cluster, install.ns, "chat-b")
     assert rows[-1]["state"] == "RolledBack"
     assert [r["reason"].split(":")[0] for r in rows].count("Started") == 1

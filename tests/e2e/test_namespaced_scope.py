@@ -16,15 +16,15 @@ from typing import Any
 
 import yaml
 
-from chart_helpers import CHART
-from conftest import node_namespace
-from controlplane.harness import ControlPlane
-from controlplane.helm import Helm
-from controlplane.images import Image
-from controlplane.node import Node
-from lineage_artifacts import make_onnx, sha256_file
-from node_cluster import get_json, pods, values, wait_for, wait_ready
 from tinct.lineage.sql import query
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import ControlPlane
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.controlplane.images import Image
+from tinct_testing.controlplane.node import Node
+from tinct_testing.lineage_artifacts import make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import mv_doc
+from tinct_testing.node_cluster import get_json, node_namespace, pods, values, wait_for, wait_ready
 
 RELEASE = "ns"
 FULL = f"{RELEASE}-tinct"
@@ -56,16 +56,9 @@ def inside(cluster: ControlPlane, ns: str, pod: str, container: str) -> dict[str
 
 
 def modelversion(name: str, version: str, sha256: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": name},
-        "spec": {
-            "model": "llama3-8b",
-            "version": version,
-            "artifacts": [{"format": "onnx", "uri": "file:///models/model.onnx", "sha256": sha256}],
-        },
-    }
+    return mv_doc(
+        name, [{"format": "onnx", "uri": "file:///models/model.onnx", "sha256": sha256}], version=version
+    )
 
 
 def phase(cluster: ControlPlane, ns: str, name: str) -> str | None:

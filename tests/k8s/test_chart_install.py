@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from chart_helpers import CHART
-from controlplane.harness import Cluster
-from controlplane.helm import Helm
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.helm import Helm
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -10,43 +10,43 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from chart_helpers import CHART
-from controlplane.harness import Cluster
-from controlplane.helm import Helm
-from lineage_artifacts import make_onnx, make_ptx, sha256_file
-from router_fakes import FakeScheduler, running_router, table
 from tinct.api.routing import DATA_KEY, routing_configmap
-from tinct.router.app import RouterConfig
 from tinct.router.watch import EVENT_REASON
+from tinct_testing import router_fakes as fakes
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.commands import TINCT, router_argv
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.controlplane.process import spawned
+from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
+from tinct_testing.release_cluster import events
+from tinct_testing.release_traffic import complete
+from tinct_testing.wait import eventually, eventually_async
 
 pytestmark = pytest.mark.usefixtures("crds")
 
 WAIT = 120.0  # an upper bound, never a measured figure
 
 
-def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT, log: Path | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            tail = log.read_text()[-4000:] if log and log.exists() else ""
-            raise AssertionError(f"gave up waiting for {what}\n{tail}")
-        time.sleep(0.2)
+def _tail(log: Path) -> str:
+    return log.read_text()[-4000:] if log.exists() else ""
+
+
+def _install(helm: Helm, rel: str, namespace: str, *values: str, namespaced: bool = False) -> None:
+    """The chart as release ``rel`` in ``namespace``; ``namespaced``: watching that namespace only."""
+    if namespaced:
+        values = ("--set", "scope=namespaced", "--set-json", f'watchNamespaces=["{namespace}"]', *values)
+    helm("install", rel, str(CHART), "--namespace", namespace, *values)
 
 
 def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
@@ -95,31 +95,10 @@ def _operator_process(
         # What the chart's artifactRoots set: file:// artifacts are read only below these.
         "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
     }
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tinct.cli",
-                "operator",
-                f"--peering={peering}",
-                f"--lineage-root={lineage}",
-                *args,
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield
-            assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-4000:]}"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    argv = [*TINCT, "operator", f"--peering={peering}", f"--lineage-root={lineage}", *args]
+    with spawned(argv, log, env, grace=30) as proc:
+        yield
+        assert proc.poll() is None, f"the operator exited:\n{log.read_text()[-4000:]}"
 
 
 def _modelversion(name: str, tmp: Path) -> tuple[dict[str, Any], Path]:
@@ -144,7 +123,9 @@ def _ready(cluster: Cluster, namespace: str, name: str, log: Path) -> dict[str, 
         phase = ((obj or {}).get("status") or {}).get("phase")
         return obj if phase in ("Ready", "Failed") else None
 
-    obj: dict[str, Any] = _wait(f"{namespace}/{name} Ready", check, log=log)
+    obj: dict[str, Any] = eventually(
+        check, timeout=WAIT, what=f"{namespace}/{name} Ready", explain=lambda: _tail(log)
+    )
     assert obj["status"]["phase"] == "Ready", obj["status"]
     return obj
 
@@ -163,20 +144,10 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     namespace: str,
     other_namespace: str,
     tmp_path: Path,
-    backends: tuple[FakeScheduler, FakeScheduler],
+    backends: tuple[fakes.FakeScheduler, fakes.FakeScheduler],
 ) -> None:
     rel = f"rbac-{namespace[-6:]}"
-    helm(
-        "install",
-        rel,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--set",
-        "scope=namespaced",
-        "--set-json",
-        f'watchNamespaces=["{namespace}"]',
-    )
+    _install(helm, rel, namespace, namespaced=True)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
 
@@ -190,16 +161,11 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
         assert "tinct.io/finalizer" in obj["metadata"]["finalizers"]
         peering = _json(cluster.kubectl("get", "kopfpeering", "tinct", "-n", namespace, "-o", "json"))
         assert (peering or {}).get("status"), "the replica announced itself in the peering"
-        events = _json(
-            cluster.kubectl(
-                "get", "events", "-n", namespace, "--field-selector", "reason=Verified", "-o", "json"
-            )
-        )
-        assert (events or {}).get("items"), "the operator posted its Event"
+        assert events(cluster, namespace, "", "Verified"), "the operator posted its Event"
 
         # Out of scope: the same kind in another namespace is neither seen nor touched.
         cluster.kubectl("apply", "-n", other_namespace, "-f", "-", input=json.dumps(doc))
-        time.sleep(3)
+        time.sleep(3)  # time an operator that saw it would need to act on it
         stray = _json(cluster.kubectl("get", "mv", "llama-1-0-0", "-n", other_namespace, "-o", "json"))
         assert stray is not None
         assert not stray.get("status"), "the operator acted outside its namespace"
@@ -218,39 +184,24 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
 
     # The router: follows routing tables in its namespace, reports a bad one with an Event.
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=rt_kc)
-    async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
-        holder = app.state.holder
-        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-        async def side() -> str:
-            async with http.post(
-                f"{base}/v1/chat/completions", json=body, headers={"X-Session-Id": "s"}
-            ) as r:
-                assert r.status == 200
-                return r.headers["X-Scheduler-Active"]
-
-        def publish(cm: dict[str, Any]) -> None:
-            cm["metadata"]["namespace"] = namespace
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
-
-        publish(routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
-        await _async_wait(lambda: holder.current is not None and holder.current.version == 1, "table 1")
-        assert await side() == "v1"
-        publish(routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
-        await _async_wait(lambda: holder.current is not None and holder.current.version == 2, "table 2")
-        assert await side() == "v2"
-        bad = routing_configmap(table(v1.url, v2.url, version=3))
+    async with fakes.watching_router(namespace, rt_kc) as (base, holder, http):
+        await fakes.publish(
+            cluster, namespace, holder, fakes.table(v1.url, v2.url, version=1, default_weight=0)
+        )
+        assert await fakes.side(http, base) == "v1"
+        await fakes.publish(
+            cluster, namespace, holder, fakes.table(v1.url, v2.url, version=2, default_weight=100)
+        )
+        assert await fakes.side(http, base) == "v2"
+        bad = routing_configmap(fakes.table(v1.url, v2.url, version=3))
         bad["data"][DATA_KEY] = "{not json"
-        publish(bad)
-
-        def event_posted() -> bool:
-            out = cluster.kubectl(
-                "get", "events", "-n", namespace, "--field-selector", f"reason={EVENT_REASON}", "-o", "json"
-            ).stdout
-            return bool(json.loads(out)["items"])
-
-        await _async_wait(event_posted, "the router's InvalidRoutingTable Event")
+        fakes.apply_table(cluster, namespace, bad)
+        await eventually_async(
+            lambda: events(cluster, namespace, "", EVENT_REASON),
+            timeout=fakes.WATCH_WAIT,
+            interval=0.05,
+            what="the router's InvalidRoutingTable Event",
+        )
         assert holder.current is not None
         assert holder.current.version == 2
 
@@ -262,22 +213,11 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
     _allowed(cluster, rt_kc, "get", "configmaps", "-n", namespace)
 
 
-async def _async_wait(check: Callable[[], Any], what: str) -> None:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 def test_cluster_wide_operator_does_its_job_and_nothing_else(
     helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     rel = f"cw-{namespace[-6:]}"
-    helm("install", rel, str(CHART), "--namespace", namespace, "--set", "router.enabled=false")
+    _install(helm, rel, namespace, "--set", "router.enabled=false")
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     log = tmp_path / "operator.log"
     doc, _ = _modelversion("cw-1-0-0", tmp_path)
@@ -303,22 +243,18 @@ def test_cluster_wide_operator_does_its_job_and_nothing_else(
 def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     helm: Helm, cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    from release_cluster import apply, backends, example, get, history, wait_history_written, wait_release
+    from tinct_testing.release_cluster import (
+        apply,
+        backends,
+        example,
+        get,
+        history,
+        wait_history_written,
+        wait_release,
+    )
 
     rel = f"gr-{namespace[-6:]}"
-    helm(
-        "install",
-        rel,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--set",
-        "scope=namespaced",
-        "--set-json",
-        f'watchNamespaces=["{namespace}"]',
-        "--set",
-        "router.enabled=false",
-    )
+    _install(helm, rel, namespace, "--set", "router.enabled=false", namespaced=True)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     log, lineage = tmp_path / "operator.log", tmp_path / "lineage"
     backends(cluster, namespace, tmp_path)
@@ -381,39 +317,17 @@ def _tenant_kubeconfig(cluster: Cluster, namespace: str) -> Path:
 @contextmanager
 def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int]:
     """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
-    from router_fakes import free_port
-
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    argv = [sys.executable, "-m", "tinct.cli", "router", "--watch", f"--namespace={namespace}"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*argv, "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield port
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with spawned(router_argv(port, "--watch", f"--namespace={namespace}"), log, env, grace=30):
+        yield port
 
 
 def _answer(port: int, model: str) -> tuple[int, str]:
     """A chat completion for ``model``: (status, the answering scheduler's name or the error code)."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        doc = json.loads(resp.read() or b"{}")
-        return resp.status, str(doc.get("model") or (doc.get("error") or {}).get("code"))
-    finally:
-        conn.close()
+    got = complete(port, model)
+    doc = got.json()
+    return got.status, str(doc.get("model") or (doc.get("error") or {}).get("code"))
 
 
 def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
@@ -423,11 +337,11 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
     ConfigMaps in its own namespace forges tables there — for a model a release serves,
     one no release serves yet, and one whose release comes after the forgery — and none
     of them changes which backend answers."""
-    from engines import Engines
-    from release_cluster import apply, example, modelversion, service, wait_release
+    from tinct_testing.engines import Engines
+    from tinct_testing.release_cluster import apply, example, modelversion, service, wait_release
 
     rel, tenant = f"ts-{namespace[-6:]}", other_namespace
-    helm("install", rel, str(CHART), "--namespace", namespace)
+    _install(helm, rel, namespace)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
     tenant_kc = _tenant_kubeconfig(cluster, tenant)
@@ -446,9 +360,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
         )
 
         def forge(name: str, model: str, version: int) -> None:
-            from router_fakes import table as table_doc
-
-            t = table_doc(evil.v1.url, evil.v2.url, version=version, default_weight=100)
+            t = fakes.table(evil.v1.url, evil.v2.url, version=version, default_weight=100)
             t = t.model_copy(update={"models": [model], "release": name, "namespace": tenant})
             cm = routing_configmap(t, namespace=tenant)
             proc = cluster.kubectl(
@@ -480,9 +392,14 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
         ):
             apply(cluster, tenant, release("chat"))
             wait_release(cluster, tenant, lambda s: s.get("phase") == "Progressing", "Progressing")
-            _wait("the router to serve llama3-8b", lambda: _answer(port, "llama3-8b")[0] == 200, log=rlog)
+            eventually(
+                lambda: _answer(port, "llama3-8b")[0] == 200,
+                timeout=WAIT,
+                what="the router to serve llama3-8b",
+                explain=lambda: _tail(rlog),
+            )
             forge("chat", "llama3-8b", 2_000_000)  # while the release serves it
-            time.sleep(3)
+            time.sleep(3)  # time a router that believed the forgery would need to follow it
             answers = {m: {_answer(port, m) for _ in range(20)} for m in ("llama3-8b", "mistral-7b")}
     finally:
         real.stop()

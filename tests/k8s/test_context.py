@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane.harness import Cluster, free_port
-from lineage_artifacts import make_onnx
-from release_cluster import apply, modelversion, wait
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import apply, modelversion
+from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -103,7 +104,9 @@ def test_context_picks_the_cluster_for_the_operator_and_the_cli(
             assert op.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
             return out.stdout == "Ready"
 
-        wait("the ModelVersion Ready through the operator on the chosen context", ready, timeout=120)
+        eventually(
+            ready, timeout=120, what="the ModelVersion Ready through the operator on the chosen context"
+        )
     finally:
         op.terminate()
         op.wait(30)

@@ -7,17 +7,14 @@ that is real. (Pods on kwok's fake Node become Ready: test_kwok.py.)
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.paths import EXAMPLES
+from tinct_testing.wait import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -37,16 +34,6 @@ def _get(cluster: Cluster, *args: str) -> dict[str, Any] | None:
         raise AssertionError(proc.stderr)
     data: dict[str, Any] = json.loads(proc.stdout)
     return data
-
-
-def _until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s")
 
 
 def _owned_configmap(namespace: str, name: str, owner: dict[str, Any]) -> str:
@@ -85,9 +72,10 @@ def test_configmap_owned_by_a_grayrelease_is_collected_with_it(cluster: Cluster,
     assert _get(cluster, "configmap", "chat-table", "-n", namespace) is not None
 
     cluster.kubectl("delete", "grayrelease", "chat", "-n", namespace, "--wait=false")
-    _until(
-        "the owned ConfigMap garbage-collected",
+    eventually(
         lambda: _get(cluster, "configmap", "chat-table", "-n", namespace) is None,
+        timeout=60,
+        what="the owned ConfigMap garbage-collected",
     )
     assert _get(cluster, "grayrelease", "chat", "-n", namespace) is None
     assert _get(cluster, "configmap", "bystander", "-n", namespace) is not None
@@ -110,12 +98,20 @@ def test_namespace_deletion_finishes(cluster: Cluster) -> None:
     cluster.kubectl("create", "namespace", name)
     cluster.kubectl("create", "configmap", "content", "-n", name)
     # The namespace's own controllers run: the default ServiceAccount and the root CA.
-    _until("the default ServiceAccount", lambda: _get(cluster, "serviceaccount", "default", "-n", name))
-    ca = _until("kube-root-ca.crt", lambda: _get(cluster, "configmap", "kube-root-ca.crt", "-n", name))
+    eventually(
+        lambda: _get(cluster, "serviceaccount", "default", "-n", name),
+        timeout=60,
+        what="the default ServiceAccount",
+    )
+    ca = eventually(
+        lambda: _get(cluster, "configmap", "kube-root-ca.crt", "-n", name),
+        timeout=60,
+        what="kube-root-ca.crt",
+    )
     assert "BEGIN CERTIFICATE" in ca["data"]["ca.crt"]
 
     cluster.kubectl("delete", "namespace", name, "--wait=false")
-    _until("the namespace gone", lambda: _get(cluster, "namespace", name) is None)
+    eventually(lambda: _get(cluster, "namespace", name) is None, timeout=60, what="the namespace gone")
 
 
 def test_deployment_gets_its_replicaset_and_pending_pods(cluster: Cluster, namespace: str) -> None:
@@ -127,7 +123,7 @@ def test_deployment_gets_its_replicaset_and_pending_pods(cluster: Cluster, names
         rs = _get(cluster, "replicasets", "-n", namespace, "-l", "app=web")
         return rs["items"][0] if rs and rs["items"] else None
 
-    rs = _until("a ReplicaSet for the Deployment", replicaset)
+    rs = eventually(replicaset, timeout=60, what="a ReplicaSet for the Deployment")
     [ref] = rs["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"]) == ("Deployment", "web")
 
@@ -135,15 +131,16 @@ def test_deployment_gets_its_replicaset_and_pending_pods(cluster: Cluster, names
         got = _get(cluster, "pods", "-n", namespace, "-l", "app=web")
         return got["items"] if got and len(got["items"]) == 2 else []
 
-    made = _until("the ReplicaSet's two Pods", pods)
+    made = eventually(pods, timeout=60, what="the ReplicaSet's two Pods")
     # No scheduler: created, never placed.
     assert {p["status"].get("phase") for p in made} == {"Pending"}
     assert all(not p["spec"].get("nodeName") for p in made)
-    deployment = _until(
-        "the Deployment status",
+    deployment = eventually(
         lambda: (
             (d := _get(cluster, "deployment", "web", "-n", namespace)) and d["status"].get("replicas") and d
         ),
+        timeout=60,
+        what="the Deployment status",
     )
     assert deployment["status"]["replicas"] == 2
     assert deployment["status"].get("readyReplicas", 0) == 0
@@ -184,7 +181,7 @@ def test_hpa_gets_status_from_its_controller(cluster: Cluster, namespace: str) -
         found = {c["type"]: c for c in hpa.get("status", {}).get("conditions", [])}
         return found if {"AbleToScale", "ScalingActive"} <= set(found) else {}
 
-    found = _until("HPA conditions", conditions)
+    found = eventually(conditions, timeout=60, what="HPA conditions")
     assert found["AbleToScale"]["status"] == "True"
     # No custom metrics API serves http_requests_total here: the controller says so.
     assert found["ScalingActive"]["status"] == "False"
@@ -206,4 +203,4 @@ def test_each_controller_acts_as_its_own_service_account(cluster: Cluster) -> No
         names = {sa["metadata"]["name"] for sa in (got or {}).get("items", [])}
         return names if wanted <= names else set()
 
-    _until("the controllers' ServiceAccounts in kube-system", accounts)
+    eventually(accounts, timeout=60, what="the controllers' ServiceAccounts in kube-system")

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES
-from controlplane.harness import Cluster
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.gr_rules import setting
+from tinct_testing.paths import EXAMPLES
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -61,27 +62,12 @@ def test_server_applies_schema_defaults(cluster: Cluster, namespace: str) -> Non
 Mutation = Callable[[dict[str, Any]], None]
 
 
-def _set(path: str, value: Any) -> Mutation:
-    def mutate(doc: dict[str, Any]) -> None:
-        node: Any = doc
-        keys = path.split(".")
-        for key in keys[:-1]:
-            node = node[int(key)] if isinstance(node, list) else node[key]
-        last = keys[-1]
-        if isinstance(node, list):
-            node[int(last)] = value
-        else:
-            node[last] = value
-
-    return mutate
-
-
 INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
     # A person reads what to write, not a 200-character regular expression.
     (
         "bad-semver",
         "modelversion.yaml",
-        _set("spec.version", "v1.2"),
+        setting("spec.version", "v1.2"),
         (
             "spec.version: Invalid value: 'v1.2' is not a semantic version: write MAJOR.MINOR.PATCH such as "
             "2.0.0, optionally with -rc.1 or +build.5 (no leading v)",
@@ -90,62 +76,62 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
     (
         "two-part-semver",
         "modelversion.yaml",
-        _set("spec.version", "2.0"),
+        setting("spec.version", "2.0"),
         ("'2.0' is not a semantic version",),
     ),
     (
         "unknown-artifact-format",
         "modelversion.yaml",
-        _set("spec.artifacts.0.format", "gguf"),
+        setting("spec.artifacts.0.format", "gguf"),
         ("spec.artifacts[0].format", "Unsupported value", '"onnx"'),
     ),
-    ("empty-artifacts", "modelversion.yaml", _set("spec.artifacts", []), ("spec.artifacts", "at least 1")),
+    ("empty-artifacts", "modelversion.yaml", setting("spec.artifacts", []), ("spec.artifacts", "at least 1")),
     (
         "bad-digest",
         "modelversion.yaml",
-        _set("spec.artifacts.2.sha256", "xyz"),
+        setting("spec.artifacts.2.sha256", "xyz"),
         ("spec.artifacts[2].sha256",),
     ),
     (
         "uri-scheme",
         "modelversion.yaml",
-        _set("spec.artifacts.0.uri", "http://example/model.onnx"),
+        setting("spec.artifacts.0.uri", "http://example/model.onnx"),
         ("spec.artifacts[0].uri",),
     ),
     (
         "bad-runtime",
         "modelversion.yaml",
-        _set("spec.runtime", "pytorch"),
+        setting("spec.runtime", "pytorch"),
         ("spec.runtime", "Unsupported value"),
     ),
     (
         "weight-150",
         "grayrelease.yaml",
-        _set("spec.cells.0.weights", [5, 150, 150, 150]),
+        setting("spec.cells.0.weights", [5, 150, 150, 150]),
         ("spec.cells[0].weights[1]", "less than or equal to 100"),
     ),
     (
         "decreasing-weights",
         "grayrelease.yaml",
-        _set("spec.cells.1.weights", [10, 1, 50, 100]),
+        setting("spec.cells.1.weights", [10, 1, 50, 100]),
         ("spec.cells[1].weights", "never decrease"),
     ),
     (
         "two-default-cells",
         "grayrelease.yaml",
-        _set("spec.cells.0.match", {"promptLength": "*"}),
+        setting("spec.cells.0.match", {"promptLength": "*"}),
         ("spec.cells", "exactly one default cell"),
     ),
     (
         "no-default-cell",
         "grayrelease.yaml",
-        _set("spec.cells.2.match", {"role": "audit"}),
+        setting("spec.cells.2.match", {"role": "audit"}),
         ("spec.cells", "exactly one default cell"),
     ),
     (
         "uneven-steps",
         "grayrelease.yaml",
-        _set("spec.cells.2.weights", [1, 100]),
+        setting("spec.cells.2.weights", [1, 100]),
         (
             "spec.cells: Invalid value: cells[2] has 2 weights but cells[0] has 4: give every cell one weight per step",
         ),
@@ -153,7 +139,7 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
     (
         "unknown-role-in-match",
         "grayrelease.yaml",
-        _set("spec.cells.0.match.role", "admn"),
+        setting("spec.cells.0.match.role", "admn"),
         (
             'spec.cells: Invalid value: cells[0].match.role "admn" is not one of dye.role.values ["user", "admin", "audit"]',
         ),
@@ -161,19 +147,19 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
     (
         "unknown-bucket-in-match",
         "grayrelease.yaml",
-        _set("spec.cells.0.match.promptLength", "huge"),
+        setting("spec.cells.0.match.promptLength", "huge"),
         ("spec.cells", "bucket of dye.promptLength"),
     ),
     (
         "role-default-not-listed",
         "grayrelease.yaml",
-        _set("spec.dye.role.default", "guest"),
+        setting("spec.dye.role.default", "guest"),
         ("spec.dye.role", "default must be one of values"),
     ),
     (
         "buckets-not-increasing",
         "grayrelease.yaml",
-        _set(
+        setting(
             "spec.dye.promptLength.buckets",
             [{"name": "a", "maxTokens": 900}, {"name": "b", "maxTokens": 10}, {"name": "c"}],
         ),
@@ -182,32 +168,32 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
     (
         "custom-metric-without-query",
         "grayrelease.yaml",
-        _set("spec.analysis.metrics", [{"name": "custom", "max": 1}]),
+        setting("spec.analysis.metrics", [{"name": "custom", "max": 1}]),
         ("spec.analysis.metrics[0]", "needs a query"),
     ),
     (
         "min-above-max-replicas",
         "grayrelease.yaml",
-        _set("spec.autoscaling.minReplicas", 20),
+        setting("spec.autoscaling.minReplicas", 20),
         ("spec.autoscaling", "minReplicas must be <= maxReplicas"),
     ),
-    ("port-zero", "grayrelease.yaml", _set("spec.stable.port", 0), ("spec.stable.port",)),
+    ("port-zero", "grayrelease.yaml", setting("spec.stable.port", 0), ("spec.stable.port",)),
     (
         "same-backend",
         "grayrelease.yaml",
-        _set("spec.candidate.service", "sched-v1"),
+        setting("spec.candidate.service", "sched-v1"),
         ("spec: Invalid value: stable and candidate are both Service sched-v1 port 8000",),
     ),
     (
         "same-modelversion",
         "grayrelease.yaml",
-        _set("spec.candidate.modelVersion", "llama3-8b-1-4-0"),
+        setting("spec.candidate.modelVersion", "llama3-8b-1-4-0"),
         ("stable and candidate are both ModelVersion llama3-8b-1-4-0",),
     ),
     (
         "duplicate-match",
         "grayrelease.yaml",
-        _set("spec.cells.1.match", {"promptLength": "long", "role": "admin", "latency": "high"}),
+        setting("spec.cells.1.match", {"promptLength": "long", "role": "admin", "latency": "high"}),
         (
             "spec.cells: Invalid value: cells[1] has the same match as an earlier cell (len:long+role:admin+latency:high)",
         ),
@@ -243,17 +229,7 @@ def test_kubectl_get_shows_printer_columns(cluster: Cluster, namespace: str) -> 
     mv_header = next(line for line in lines if line.startswith("NAME") and "MODEL" in line)
     assert mv_header.split() == ["NAME", "MODEL", "VERSION", "PHASE", "AGE"]
     gr_header = next(line for line in lines if line.startswith("NAME") and "CANDIDATE" in line)
-    assert gr_header.split() == [
-        "NAME",
-        "STABLE",
-        "CANDIDATE",
-        "STEP",
-        "WEIGHT",
-        "ANALYSIS",
-        "TABLE",
-        "PHASE",
-        "AGE",
-    ]
+    assert " ".join(gr_header.split()) == "NAME STABLE CANDIDATE STEP WEIGHT ANALYSIS TABLE PHASE AGE"
     mv_row = next(line for line in lines if line.startswith("modelversion.tinct.io/llama3-8b-2-0-0"))
     assert mv_row.split()[1:3] == ["llama3-8b", "2.0.0"]
     gr_row = next(line for line in lines if line.startswith("grayrelease.tinct.io/chat"))
@@ -271,30 +247,10 @@ def test_status_is_a_subresource(cluster: Cluster, namespace: str) -> None:
     doc["status"] = {"phase": "Ready"}
     _apply(cluster, namespace, doc)
     get = ["get", "mv", "llama3-8b-2-0-0", "-n", namespace, "-o", "jsonpath={.status.phase}"]
+    patch = ["patch", "mv", "llama3-8b-2-0-0", "-n", namespace, "--subresource=status", "--type=merge", "-p"]
     assert cluster.kubectl(*get).stdout == ""
-    cluster.kubectl(
-        "patch",
-        "mv",
-        "llama3-8b-2-0-0",
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        '{"status": {"phase": "Ready"}}',
-    )
+    cluster.kubectl(*patch, '{"status": {"phase": "Ready"}}')
     assert cluster.kubectl(*get).stdout == "Ready"
-    bad = cluster.kubectl(
-        "patch",
-        "mv",
-        "llama3-8b-2-0-0",
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        '{"status": {"phase": "Done"}}',
-        check=False,
-    )
+    bad = cluster.kubectl(*patch, '{"status": {"phase": "Done"}}', check=False)
     assert bad.returncode != 0
     assert "status.phase" in bad.stderr

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
-from chart_helpers import CHART
-from controlplane.harness import Cluster, free_port
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import apply, backends, example, get, operator, wait, wait_release
-from release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
-from shadow_helpers import Mirrored, PairPump, comparer
+from tinct_testing.chart_helpers import CHART
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.release_cluster import apply, backends, example, get, operator, wait_release
+from tinct_testing.release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
+from tinct_testing.shadow_helpers import Mirrored, PairPump, comparer
+from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -155,12 +156,11 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                     )
                     return loaded if done else None
 
-                loaded = wait("every rule evaluated once", evaluated, timeout=60)
+                loaded = eventually(evaluated, timeout=60, what="every rule evaluated once")
                 assert {x["name"]: (x["health"], x.get("lastError", "")) for x in loaded} == {
                     rule["alert"]: ("ok", "") for g in rules for rule in g["rules"]
                 }
-                firing = wait(
-                    "TinctReleaseRolledBack firing",
+                firing = eventually(
                     lambda: (
                         [
                             a
@@ -173,6 +173,7 @@ def test_every_query_of_the_dashboard_and_the_alerts_returns_series(
                         or None
                     ),
                     timeout=60,
+                    what="TinctReleaseRolledBack firing",
                 )
                 assert firing[0]["labels"]["release"] == "chat"
     finally:

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+from tinct_testing.paths import ROOT
 
 
 def test_demo_runs_end_to_end() -> None:

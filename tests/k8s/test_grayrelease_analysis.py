@@ -13,18 +13,21 @@ import math
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kopf.testing import KopfRunner
 
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster, free_port
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import (
+from tinct.api.routing import parse_table
+from tinct.router.choose import point
+from tinct.router.table import CompiledTable
+from tinct_testing import release_stack
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.release_cluster import (
     MODULES,
     apply,
     backends,
@@ -33,26 +36,21 @@ from release_cluster import (
     example,
     get,
     history,
-    operator,
+    in_phase,
     release_status,
     table,
-    wait,
     wait_history_written,
-    wait_release,
 )
-from release_traffic import (
+from tinct_testing.release_traffic import (
     LONG_ADMIN_HIGH,
     MEDIUM_AUDIT_LOW,
     STREAMED,
     Background,
     CellTraffic,
-    Router,
     burst,
     router,
 )
-from tinct.api.routing import parse_table
-from tinct.router.choose import point
-from tinct.router.table import CompiledTable
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -65,14 +63,8 @@ CELLS = [
 BUCKET = {LONG_ADMIN_HIGH: ("long", "admin", "high"), MEDIUM_AUDIT_LOW: ("medium", "audit", "low")}
 
 
-@dataclass
-class Stack:
-    cluster: Cluster
-    ns: str
-    root: Path
-    engines: Engines
-    router: Router
-    prometheus: Prometheus
+class Stack(release_stack.Stack):
+    """The router scraped; releases of the example with :data:`CELLS`, judged on it."""
 
     def release(self, **kw: Any) -> dict[str, Any]:
         analysis = {
@@ -90,19 +82,10 @@ class Stack:
         doc["spec"]["candidate"]["url"] = self.engines.v2.url
         return doc
 
-    def status(self) -> dict[str, Any]:
-        obj = get(self.cluster, self.ns, "grayrelease", "chat") or {}
-        st: dict[str, Any] = obj.get("status") or {}
-        return st
-
     def table(self) -> dict[str, Any]:
         got = table(self.cluster, self.ns)
         assert got is not None
         return got[1]
-
-    def operator(self, **env: str) -> Any:
-        """The operator, its default Prometheus the one scraping this stack's router."""
-        return operator(self.ns, self.root, TINCT_PROMETHEUS_URL=self.prometheus.url, **env)
 
     def hpa(self, side: str) -> tuple[int, int] | None:
         hpa = get(self.cluster, self.ns, "hpa", f"tinct-chat-{side}")
@@ -113,15 +96,8 @@ class Stack:
 def stack(
     cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
 ) -> Iterator[Stack]:
-    backends(cluster, namespace, tmp_path)
-    engines = Engines()
-    try:
-        with router(namespace, tmp_path / "router.log") as r:
-            prom = prometheus()
-            prom.set_targets([f"127.0.0.1:{r.port}"])
-            yield Stack(cluster, namespace, tmp_path / "lineage", engines, r, prom)
-    finally:
-        engines.stop()
+    with Stack.running(cluster, namespace, tmp_path, prometheus) as s:
+        yield s
 
 
 def _check_shares(
@@ -167,7 +143,7 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
             st = stack.status()
             if st.get("phase") == "Progressing" and st.get("step") not in checked and st.get("routing"):
                 version = st["routing"]["version"]
-                wait("the router on the new table", lambda: _in_force(stack, version), timeout=30)
+                eventually(lambda: _in_force(stack, version), timeout=30, what="the router on the new table")
                 table = stack.table()
                 if table["version"] == version:
                     held = lambda: _in_force(stack, version)  # noqa: E731
@@ -176,10 +152,12 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
                         checked[st["step"]] = (shares, stack.hpa("candidate"))
             return st.get("phase") == "Promoted"
 
-        wait("Promoted", promoted, timeout=240)
+        eventually(promoted, timeout=240, what="Promoted")
         st = stack.status()
         final = stack.table()
-        wait("the router on the final table", lambda: _in_force(stack, final["version"]), timeout=30)
+        eventually(
+            lambda: _in_force(stack, final["version"]), timeout=30, what="the router on the final table"
+        )
         after = _check_shares(stack, final, "promoted")
         assert after is not None
         hpas = (stack.hpa("stable"), stack.hpa("candidate"))
@@ -213,15 +191,17 @@ def test_candidate_answering_5xx_is_rolled_back(stack: Stack) -> None:
         # window shorter than the cooldown may see the candidate untried and say nothing).
         fallback = {"consecutiveFailures": 1000, "cooldownSeconds": 0}
         apply(stack.cluster, stack.ns, stack.release(failureLimit=2, fallback=fallback))
-        st = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
-        )
+        st = stack.in_phase("RolledBack", timeout=180)
         table = stack.table()
-        wait("the router on the rollback table", lambda: _in_force(stack, table["version"]), timeout=30)
+        eventually(
+            lambda: _in_force(stack, table["version"]), timeout=30, what="the router on the rollback table"
+        )
         stack.engines.set(stack.engines.v2, error_rate=0)  # healthy again: still nothing goes there
         after = burst(stack.router.port, LONG_ADMIN_HIGH, "after", 100)
         candidate_hpa = stack.hpa("candidate")
-        warnings = wait("the RolledBack event", lambda: _warnings_with(stack, "RolledBack"))
+        warnings = eventually(
+            lambda: _warnings_with(stack, "RolledBack"), timeout=WAIT, what="the RolledBack event"
+        )
         wait_history_written(stack.cluster, stack.ns)
     assert bg.answered.get(("v1", "upstream_error"), 0) > 0
     assert {c["weight"] for c in table["cells"]} == {0}
@@ -250,9 +230,7 @@ def test_slow_candidate_falls_back_per_request_and_fails_on_latency(stack: Stack
             fallback={"latencyMs": 300, "consecutiveFailures": 1000, "cooldownSeconds": 0},
         )
         apply(stack.cluster, stack.ns, doc)
-        st = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
-        )
+        st = stack.in_phase("RolledBack", timeout=180)
     assert bg.answered.get(("v1", "latency_too_high"), 0) > 0
     lat = st["lastAnalysis"]["metrics"][0]
     assert (lat["name"], lat["verdict"]) == ("latency-p95", "Fail")
@@ -264,9 +242,7 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
     # Only the default cell gets traffic: the long/admin/high cell is inconclusive, not failed.
     with stack.operator(), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(perCell=True, interval="5s"))
-        st = wait_release(
-            stack.cluster,
-            stack.ns,
+        st = stack.wait(
             lambda s: s.get("step") == 1 and (s.get("routing") or {}).get("confirmedAt"),
             "step 2/3 served by the router",
             timeout=120,
@@ -278,9 +254,7 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
 
         stack.prometheus.stop()
         try:
-            held = wait_release(
-                stack.cluster,
-                stack.ns,
+            held = stack.wait(
                 lambda s: s.get("inconclusiveAnalyses", 0) >= 2,
                 "two inconclusive analyses",
                 timeout=120,
@@ -291,9 +265,7 @@ def test_prometheus_stopped_holds_inconclusive_then_resumes(stack: Stack) -> Non
         assert (cond["status"], cond["reason"]) == ("Unknown", "Inconclusive")
         assert 'Prometheus "default" could not be reached' in cond["message"]
         assert (held["phase"], held["step"], held["failedAnalyses"]) == ("Progressing", 1, 0)
-        done = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
-        )
+        done = stack.in_phase("Promoted", timeout=180)
     assert done["failedAnalyses"] == 0
     assert done["inconclusiveAnalyses"] == 0
 
@@ -308,9 +280,7 @@ def test_a_candidate_that_dies_mid_stream_is_rolled_back(stack: Stack) -> None:
             stack.ns,
             stack.release(failureLimit=1, metrics=[{"name": "success-rate", "min": 95}]),
         )
-        st = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=180
-        )
+        st = stack.in_phase("RolledBack", timeout=180)
     assert bg.answered.get(("v2", "truncated"), 0) > 0, (
         "the candidate's answers started as 200s, then were cut"
     )
@@ -326,13 +296,11 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
     """A second router that never follows the tables (it reads a file of the first version)
     keeps the lowest served version back: the step's window does not start, the release
     holds and says why; once that router goes, the release goes on."""
-    from router_fakes import router_argv
+    from tinct_testing.router_fakes import router_argv
 
     with stack.operator(), Background(stack.router.port, [LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(interval="3s"))
-        first = wait_release(
-            stack.cluster, stack.ns, lambda s: (s.get("routing") or {}).get("confirmedAt"), "confirmed"
-        )
+        first = stack.wait(lambda s: (s.get("routing") or {}).get("confirmedAt"), "confirmed")
         frozen = tmp_path / "frozen.json"
         got = table(stack.cluster, stack.ns)
         assert got is not None
@@ -344,7 +312,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
         stack.cluster.kubectl(
             "patch", "grayrelease", "chat", "-n", stack.ns, "--type=merge", "-p", paused % "true"
         )
-        wait_release(stack.cluster, stack.ns, lambda s: s.get("phase") == "Paused", "paused")
+        stack.in_phase("Paused")
         port = free_port()
         stale = subprocess.Popen(
             router_argv(str(frozen), port),
@@ -356,9 +324,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
             stack.cluster.kubectl(
                 "patch", "grayrelease", "chat", "-n", stack.ns, "--type=merge", "-p", paused % "false"
             )
-            held = wait_release(
-                stack.cluster,
-                stack.ns,
+            held = stack.wait(
                 lambda s: (
                     "the routers have not been seen serving table version"
                     in condition(s, "Progressing")["message"]
@@ -372,9 +338,7 @@ def test_a_step_is_judged_only_once_every_router_serves_its_table(
             stale.terminate()
             stale.wait(10)
         stack.prometheus.set_targets([f"127.0.0.1:{stack.router.port}"], wait=True)
-        done = wait_release(
-            stack.cluster, stack.ns, lambda s: s.get("phase") == "Promoted", "Promoted", timeout=180
-        )
+        done = stack.in_phase("Promoted", timeout=180)
     assert first["step"] == 0
     assert held["step"] == still["step"], "no window judged traffic the stale router sent by an old table"
     assert (still.get("routing") or {}).get("confirmedAt") is None
@@ -415,20 +379,8 @@ def test_releases_named_alike_in_two_namespaces_never_judge_each_others_traffic(
                         apply(cluster, ns, doc)
                     # Traffic for the second release's model too.
                     with Background(r.port, [CellTraffic("audit", "low", 300, model="llama3-8b-b")]):
-                        rolled = wait_release(
-                            cluster,
-                            namespace,
-                            lambda s: s.get("phase") == "RolledBack",
-                            "sick rolled back",
-                            timeout=180,
-                        )
-                        promoted = wait_release(
-                            cluster,
-                            other,
-                            lambda s: s.get("phase") == "Promoted",
-                            "well promoted",
-                            timeout=240,
-                        )
+                        rolled = in_phase(cluster, namespace, "RolledBack", timeout=180)
+                        promoted = in_phase(cluster, other, "Promoted", timeout=240)
                 assert runner.exception is None, runner.output
     finally:
         sick.stop()
@@ -445,9 +397,7 @@ def test_a_custom_metric_answering_inf_is_inconclusive_and_recorded(stack: Stack
             stack.ns,
             stack.release(metrics=[{"name": "custom", "query": "vector(+Inf)", "max": 1}], interval="3s"),
         )
-        st = wait_release(
-            stack.cluster,
-            stack.ns,
+        st = stack.wait(
             lambda s: s.get("inconclusiveAnalyses", 0) >= 1,
             "inconclusive",
             timeout=120,
@@ -483,22 +433,15 @@ def test_prometheus_urls_come_from_the_operator_and_a_hanging_one_delays_nobody(
             waiting["spec"]["models"] = ["waiting"]
             waiting["spec"]["analysis"]["metrics"] = [{"name": "custom", "query": "vector(1)", "max": 2}]
             apply(stack.cluster, stack.ns, stranger, waiting)
-            refused = wait_release(
-                stack.cluster, stack.ns, lambda s: any(c["reason"] == "PrometheusNotAllowed" for c in s.get("conditions", [])),
-                "refused", name="stranger",
-            )  # fmt: skip
-            wait_release(
-                stack.cluster,
-                stack.ns,
-                lambda s: s.get("phase") == "Progressing",
-                "waiting started",
-                name="waiting",
+            refused = stack.wait(
+                lambda s: any(c["reason"] == "PrometheusNotAllowed" for c in s.get("conditions", [])),
+                "refused",
+                name="stranger",
             )
+            stack.in_phase("Progressing", name="waiting")
             no_ejection = {"consecutiveFailures": 1000, "cooldownSeconds": 0}
             apply(stack.cluster, stack.ns, stack.release(failureLimit=1, fallback=no_ejection))
-            rolled = wait_release(
-                stack.cluster, stack.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=120
-            )
+            rolled = stack.in_phase("RolledBack", timeout=120)
             slowpoke = release_status(stack.cluster, stack.ns, "waiting")
     finally:
         hang.close()

@@ -15,37 +15,38 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster, free_port
-from lineage_artifacts import make_onnx
-from release_cluster import (
+from tinct.api.routing import configmap_name
+from tinct_testing.commands import tinct, tinct_ok
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    PROMOTED_PATH,
     apply,
     backends,
     condition,
+    cpu_hpa,
     events,
     example,
     get,
     history,
     modelversion,
     operator,
+    path,
     release_status,
+    started,
     table,
-    wait,
     wait_history_written,
     wait_release,
 )
-from tinct.api.routing import configmap_name
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
 NO_METRICS = {"interval": "2s", "metrics": []}
-
-
-def _table(cluster: Cluster, ns: str) -> tuple[int, dict[str, Any]] | None:
-    return table(cluster, ns)
+HOLD = {"interval": "1h", "metrics": []}
 
 
 def _hpa_bounds(cluster: Cluster, ns: str, side: str) -> tuple[int, int] | None:
@@ -76,12 +77,6 @@ def _sample(samples: Samples, name: str, **labels: str) -> float:
     return got[0]
 
 
-def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tinct.cli", *args], capture_output=True, text=True, check=False, timeout=120
-    )
-
-
 def test_waits_for_a_ready_candidate_then_steps_to_promoted(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -97,17 +92,18 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
         )
         # While the versions are hashed both are Pending; then only the candidate, Failed, holds it.
         failed = "candidate ModelVersion llama3-8b-2-0-0 is Failed, not Ready"
-        cond = wait(
-            "candidate Failed",
+        cond = eventually(
             lambda: (
                 c
                 if failed == (c := condition(release_status(cluster, ns), "ModelVersionsReady"))["message"]
                 else None
             ),
+            timeout=WAIT,
+            what="candidate Failed",
         )
         assert (cond["status"], cond["reason"]) == ("False", "ModelVersionNotReady")
         assert condition(st, "BackendsAvailable")["status"] == "True"
-        pending = wait("the Pending table", lambda: _table(cluster, ns))
+        pending = eventually(lambda: table(cluster, ns), timeout=WAIT, what="the Pending table")
         assert pending[1]["state"] == "Pending"
         assert {c["weight"] for c in pending[1]["cells"]} == {0}
 
@@ -119,16 +115,16 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
             # Status is recorded before the table is applied: the end is both showing Promoted
             # at the version status recorded, read in that order so neither can be missed.
             st = release_status(cluster, ns)
-            got = _table(cluster, ns)
+            got = table(cluster, ns)
             if got is not None:
-                version, table = got
-                entry = (version, table["state"], table["step"], [c["weight"] for c in table["cells"]])
+                version, doc = got
+                entry = (version, doc["state"], doc["step"], [c["weight"] for c in doc["cells"]])
                 if not seen or seen[-1] != entry:
                     seen.append(entry)
             recorded = (st.get("routing") or {}).get("version")
             return st.get("phase") == "Promoted" and got is not None and got[0] == recorded
 
-        wait("Promoted", promoted)
+        eventually(promoted, timeout=WAIT, what="Promoted")
         wait_history_written(cluster, ns)
         st = release_status(cluster, ns)
         hpas = {side: _hpa_bounds(cluster, ns, side) for side in ("stable", "candidate")}
@@ -156,12 +152,7 @@ def test_waits_for_a_ready_candidate_then_steps_to_promoted(
     assert hpas["stable"] is not None
     assert hpas["stable"][0] == 1
     rows = history(root)
-    assert [(r["state"], r["step"]) for r in rows] == [
-        ("Progressing", 0),
-        ("Progressing", 1),
-        ("Progressing", 2),
-        ("Promoted", 3),
-    ]
+    assert path(rows) == PROMOTED_PATH
     assert [r["reason"].split(":")[0] for r in rows] == [
         "Started",
         "StepAdvanced",
@@ -181,7 +172,7 @@ def test_major_upgrade_waits_for_the_opt_in(cluster: Cluster, namespace: str, tm
     ns = namespace
     backends(cluster, ns, tmp_path, candidate_version="2.0.0")
     with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}, allowMajorUpgrade=False))
+        apply(cluster, ns, example(analysis=HOLD, allowMajorUpgrade=False))
         st = wait_release(
             cluster,
             ns,
@@ -208,37 +199,28 @@ def test_major_upgrade_waits_for_the_opt_in(cluster: Cluster, namespace: str, tm
 
 def test_cli_pause_resume_abort_retry_promote(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    backends(cluster, ns, tmp_path)
-    with operator(ns, root):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-
-        out = _tinct("release", "pause", "chat", "-n", ns)
-        assert out.returncode == 0, out.stderr
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing"):
+        tinct_ok("release", "pause", "chat", "-n", ns)
         wait_release(cluster, ns, lambda s: s.get("phase") == "Paused", "Paused")
-        out = _tinct("release", "resume", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        out = tinct_ok("release", "resume", "chat", "-n", ns, "--wait", "60")
         assert "Progressing at step 1/4" in out.stdout
 
-        out = _tinct("release", "abort", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        out = tinct_ok("release", "abort", "chat", "-n", ns, "--wait", "60")
         assert "RolledBack" in out.stdout
-        rolled = _table(cluster, ns)
+        rolled = table(cluster, ns)
         assert rolled is not None
         assert {c["weight"] for c in rolled[1]["cells"]} == {0}
 
-        out = _tinct("release", "retry", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        tinct_ok("release", "retry", "chat", "-n", ns, "--wait", "60")
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
-        out = _tinct("release", "promote", "chat", "-n", ns, "--wait", "60")
-        assert out.returncode == 0, out.stderr
+        out = tinct_ok("release", "promote", "chat", "-n", ns, "--wait", "60")
         assert "Promoted" in out.stdout
 
-        status = _tinct("release", "status", "chat", "-n", ns, "-o", "json")
-        text = _tinct("release", "status", "chat", "-n", ns)
+        status = tinct("release", "status", "chat", "-n", ns, "-o", "json")
+        text = tinct("release", "status", "chat", "-n", ns)
         # The same request seen twice is carried out once.
         ack = release_status(cluster, ns)["acknowledgedAction"]
-        missing = _tinct("release", "status", "nope", "-n", ns)
+        missing = tinct("release", "status", "nope", "-n", ns)
         wait_history_written(cluster, ns)
     data = json.loads(status.stdout)
     assert (data["phase"], data["step"], data["steps"]) == ("Promoted", "4/4", 4)
@@ -292,8 +274,7 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "4s"}))
         st1 = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 1")
         # Status is recorded before the round acts and counts: wait for the metrics to follow.
-        scraped = wait(
-            "the metrics at step 2/4",
+        scraped = eventually(
             lambda: (
                 (got := _scrape(metrics_port))
                 and any(
@@ -302,6 +283,8 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
                 )
                 and got
             ),
+            timeout=WAIT,
+            what="the metrics at step 2/4",
         )
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -321,12 +304,7 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
         wait_history_written(cluster, ns)
     assert st["routing"]["version"] > killed_version
     rows = history(root)
-    assert [(r["state"], r["step"]) for r in rows] == [
-        ("Progressing", 0),
-        ("Progressing", 1),
-        ("Progressing", 2),
-        ("Promoted", 3),
-    ]
+    assert path(rows) == PROMOTED_PATH
     assert len({r["event_id"] for r in rows}) == len(rows)
     assert st["transitions"] == 4
 
@@ -334,32 +312,16 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
 def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns = namespace
     backends(cluster, ns, tmp_path)
-    foreign = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "team-hpa"},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sched-v2"},
-            "minReplicas": 3,
-            "maxReplicas": 5,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
-                }
-            ],
-        },
-    }
-    apply(cluster, ns, foreign)
+    apply(cluster, ns, cpu_hpa("team-hpa", "sched-v2", 3, 5, utilization=80))
     with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
+        apply(cluster, ns, example(analysis=HOLD))
         st = wait_release(
             cluster,
             ns,
             lambda s: any(c["type"] == "AutoscalingReady" for c in s.get("conditions", [])),
             "autoscaling condition",
         )
-        stable = wait("stable HPA", lambda: _hpa_bounds(cluster, ns, "stable"))
+        stable = eventually(lambda: _hpa_bounds(cluster, ns, "stable"), timeout=WAIT, what="stable HPA")
     cond = condition(st, "AutoscalingReady")
     assert (cond["status"], cond["reason"]) == ("False", "ForeignHPA")
     assert "HPA team-hpa" in cond["message"]
@@ -375,22 +337,26 @@ def test_deleting_the_release_collects_its_hpas_keeps_its_route_and_the_deployme
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-        wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "stable") and _hpa_bounds(cluster, ns, "candidate"))
-        assert _table(cluster, ns) is not None
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing"):
+        eventually(
+            lambda: _hpa_bounds(cluster, ns, "stable") and _hpa_bounds(cluster, ns, "candidate"),
+            timeout=WAIT,
+            what="the HPAs",
+        )
+        assert table(cluster, ns) is not None
         cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--wait=false")
         # The operator lets go of the release (its finalizer); the garbage collector does the rest.
-        wait("the release gone", lambda: get(cluster, ns, "grayrelease", "chat") is None)
-    standing = _table(cluster, ns)
+        eventually(
+            lambda: get(cluster, ns, "grayrelease", "chat") is None, timeout=WAIT, what="the release gone"
+        )
+    standing = table(cluster, ns)
     assert standing is not None, "its model stays served: the table is the standing route now"
     assert standing[1]["standing"] is True
     assert {c["weight"] for c in standing[1]["cells"]} == {0}, "not promoted: stable serves it"
-    wait(
-        "the HPAs collected",
+    eventually(
         lambda: _hpa_bounds(cluster, ns, "stable") is None and _hpa_bounds(cluster, ns, "candidate") is None,
+        timeout=WAIT,
+        what="the HPAs collected",
     )
     for name in ("sched-v1", "sched-v2"):
         dep = get(cluster, ns, "deployment", name)
@@ -400,18 +366,17 @@ def test_deleting_the_release_collects_its_hpas_keeps_its_route_and_the_deployme
 
 def test_children_deleted_by_hand_are_applied_again(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "1h"}))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-        wait("the HPAs", lambda: _hpa_bounds(cluster, ns, "candidate"))
-        before = wait("the table", lambda: _table(cluster, ns))
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing"):
+        eventually(lambda: _hpa_bounds(cluster, ns, "candidate"), timeout=WAIT, what="the HPAs")
+        before = eventually(lambda: table(cluster, ns), timeout=WAIT, what="the table")
         time.sleep(11)  # past the grace in which the operator trusts its own last write
         cluster.kubectl(
             "delete", f"configmap/{configmap_name(ns, 'chat')}", "hpa/tinct-chat-candidate", "-n", ns
         )
-        again = wait("the table again", lambda: _table(cluster, ns))
-        hpa = wait("the candidate HPA again", lambda: _hpa_bounds(cluster, ns, "candidate"))
+        again = eventually(lambda: table(cluster, ns), timeout=WAIT, what="the table again")
+        hpa = eventually(
+            lambda: _hpa_bounds(cluster, ns, "candidate"), timeout=WAIT, what="the candidate HPA again"
+        )
         st = release_status(cluster, ns)
     assert again[0] == before[0], "the table status recorded, applied again as it was"
     assert [c["weight"] for c in again[1]["cells"]] == [c["weight"] for c in before[1]["cells"]]

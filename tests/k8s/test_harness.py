@@ -3,28 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from controlplane import build
-from controlplane.harness import Cluster, ControlPlane, ControlPlaneError, cluster_from_env
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is gone for our purposes.
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split()[2] != "Z"
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import Cluster, ControlPlane, ControlPlaneError, cluster_from_env
+from tinct_testing.controlplane.process import killed_hard, running
+from tinct_testing.wait import eventually
 
 
 def test_version_is_the_release_built(cluster: Cluster) -> None:
@@ -68,9 +56,8 @@ def test_rbac_is_enforced_for_service_accounts(cluster: Cluster, namespace: str)
     assert can.stdout.strip() == "no"
 
 
+@pytest.mark.usefixtures("own_control_plane")
 def test_teardown_leaves_no_process_or_directory_even_when_the_body_fails() -> None:
-    if os.environ.get("TINCT_TEST_KUBECONFIG"):
-        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     cp = ControlPlane()
     seen: list[int] = []
 
@@ -80,14 +67,14 @@ def test_teardown_leaves_no_process_or_directory_even_when_the_body_fails() -> N
             assert len(seen) == 4  # etcd, kube-apiserver, kube-controller-manager, kwok
             assert cp.kwok_pid in seen
             assert cp.kwok_node == "kwok-node-0"
-            assert all(_running(p) for p in seen)
+            assert all(running(p) for p in seen)
             assert (cp.workdir / "kwok.log").is_file()
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
         body()
     assert len(seen) == 4
-    assert not any(_running(p) for p in seen)
+    assert not any(running(p) for p in seen)
     assert not cp.workdir.exists()
     assert cp.kwok_node is None
 
@@ -114,36 +101,28 @@ def test_existing_cluster_is_used_when_named(cluster: Cluster, monkeypatch: pyte
         assert "kube-system" in ext.kubectl("get", "namespaces").stdout
 
 
+@pytest.mark.usefixtures("own_control_plane")
 def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     """SIGKILL skips atexit and finally; no control-plane process may outlive it."""
-    if os.environ.get("TINCT_TEST_KUBECONFIG"):
-        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     pids_file = tmp_path / "pids"
     script = (
         "import sys, time\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-        "from controlplane.harness import ControlPlane\n"
+        "from tinct_testing.controlplane.harness import ControlPlane\n"
         "cp = ControlPlane().start()\n"
         f"open({str(pids_file)!r}, 'w').write(' '.join([*map(str, cp.pids), str(cp.workdir)]))\n"
         "time.sleep(600)\n"
     )
-    owner = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 60
-        while not pids_file.exists() or not pids_file.read_text():
-            assert owner.poll() is None, "the control plane did not start"
-            assert time.monotonic() < deadline, "the control plane did not start in time"
-            time.sleep(0.2)
-        *pid_words, workdir = pids_file.read_text().split()
+    with killed_hard(script, pids_file, timeout=60) as words:
+        *pid_words, workdir = words
         pids = [int(p) for p in pid_words]
         assert len(pids) == 4  # kwok too
-        assert all(_running(p) for p in pids)
+        assert all(running(p) for p in pids)
+    try:
+        eventually(
+            lambda: not any(running(p) for p in pids),
+            timeout=30,
+            what="no control-plane process outliving its owner",
+        )
     finally:
-        owner.kill()
-        owner.wait()
-    deadline = time.monotonic() + 30
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    # Nothing ran the owner's cleanup, so its scratch directory is left; remove it here.
-    shutil.rmtree(workdir, ignore_errors=True)
-    assert not any(_running(p) for p in pids), "a control-plane process outlived its owner"
+        # Nothing ran the owner's cleanup, so its scratch directory is left; remove it here.
+        shutil.rmtree(workdir, ignore_errors=True)

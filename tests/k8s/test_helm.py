@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from controlplane import build
-from controlplane.harness import Cluster
-from controlplane.helm import Helm
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.helm import Helm
 
 
 def _chart(tmp_path: Path) -> Path:

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from interface_artifacts import make_version
-from modelversion_cluster import cond, wait_phase
-from release_cluster import (
+from tinct.cli import main
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.interface_artifacts import make_version
+from tinct_testing.modelversion_cluster import cond, mv_doc, wait_phase
+from tinct_testing.release_cluster import (
     apply,
     condition,
     deployment,
@@ -25,22 +26,12 @@ from release_cluster import (
     service,
     wait_release,
 )
-from tinct.cli import main
 
 pytestmark = pytest.mark.usefixtures("crds")
 
 
 def _mv(name: str, version: str, files: list[tuple[str, Path]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": name},
-        "spec": {
-            "model": "llama3-8b",
-            "version": version,
-            "artifacts": [{"format": fmt, "uri": p.as_uri()} for fmt, p in files],
-        },
-    }
+    return mv_doc(name, [{"format": fmt, "uri": p.as_uri()} for fmt, p in files], version=version)
 
 
 def _release(candidate: str, **spec: Any) -> dict[str, Any]:

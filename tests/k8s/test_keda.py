@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,13 +17,15 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from controlplane.keda import APISERVICE, InstalledKeda, Keda
-from controlplane.prometheus import Prometheus
-from keda_cluster import WAIT, replicas, wait_replicas
-from queue_exporter import QueueExporter
-from release_cluster import apply, deployment, get, wait
 from tinct.operator.grayrelease.kube import ReleaseKube
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.keda import APISERVICE, InstalledKeda, Keda
+from tinct_testing.controlplane.process import killed_hard, running
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.keda_cluster import WAIT, replicas, wait_replicas
+from tinct_testing.queue_exporter import QueueExporter
+from tinct_testing.release_cluster import apply, deployment, get
+from tinct_testing.wait import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +95,11 @@ def test_a_scaledobject_moves_replicas_up_and_down_with_the_queue(
             deployment("sched-v1", ready=False),
             scaled_object("queue", "sched-v2", prom.url, query, target),
         )
-        wait("KEDA's HPA for the ScaledObject", lambda: get(cluster, ns, "hpa", "keda-hpa-queue"), WAIT)
+        eventually(
+            lambda: get(cluster, ns, "hpa", "keda-hpa-queue"),
+            timeout=WAIT,
+            what="KEDA's HPA for the ScaledObject",
+        )
         assert replicas(cluster, ns, "sched-v2") == 1
 
         depth = 23.0
@@ -126,46 +129,27 @@ def test_a_scaledobject_moves_replicas_up_and_down_with_the_queue(
     )
 
 
+@pytest.mark.usefixtures("own_control_plane")
 def test_keda_dies_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     """SIGKILL skips atexit and finally; neither KEDA process may outlive the test process."""
-    if os.environ.get("TINCT_TEST_KUBECONFIG"):
-        pytest.fail("this test starts its own control plane; unset TINCT_TEST_KUBECONFIG")
     pids_file = tmp_path / "pids"
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-        "from controlplane.harness import ControlPlane\n"
-        "from controlplane.keda import Keda\n"
+        "from tinct_testing.controlplane.harness import ControlPlane\n"
+        "from tinct_testing.controlplane.keda import Keda\n"
         # Work directories in tmp_path: nothing runs the owner's cleanup.
         f"cp = ControlPlane(workdir=Path({str(tmp_path / 'cp')!r}), with_kwok=False).start()\n"
         f"k = Keda(cp, workdir=Path({str(tmp_path / 'keda')!r})).start()\n"
         f"open({str(pids_file)!r}, 'w').write(' '.join(map(str, [*k.pids, *cp.pids])))\n"
         "time.sleep(600)\n"
     )
-    owner = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 240
-        while not pids_file.exists() or not pids_file.read_text():
-            assert owner.poll() is None, "the control plane or KEDA did not start"
-            assert time.monotonic() < deadline, "the control plane and KEDA did not start in time"
-            time.sleep(0.2)
-        pids = [int(p) for p in pids_file.read_text().split()]
+    with killed_hard(script, pids_file, timeout=240) as words:
+        pids = [int(p) for p in words]
         assert len(pids) == 5, pids  # KEDA's two, etcd, kube-apiserver, kube-controller-manager
-        assert all(_running(p) for p in pids)
-    finally:
-        owner.kill()
-        owner.wait()
-    deadline = time.monotonic() + 30
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_running(p) for p in pids), "a KEDA or control-plane process outlived its owner"
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat")  # a zombie answers kill(0) too
-    return status.exists() and status.read_text().split()[2] != "Z"
+        assert all(running(p) for p in pids)
+    eventually(
+        lambda: not any(running(p) for p in pids),
+        timeout=30,
+        what="no KEDA or control-plane process outliving its owner",
+    )

@@ -8,15 +8,20 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import apply, deployment, example, modelversion, operator, service, wait_release
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.release_cluster import (
+    apply,
+    backends,
+    example,
+    operator,
+    wait_release,
+)
+from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -54,35 +59,29 @@ class _Lines:
         self._q.put(None)
 
     def until(self, what: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def matching() -> str | None:
             try:
-                line = self._q.get(timeout=max(0.1, deadline - time.monotonic()))
+                line = self._q.get(timeout=0.5)  # the pause between asks
             except queue.Empty:
-                break
+                return None
             if line is None:
-                break
+                raise EOFError("the process ended; it printed:\n" + "\n".join(self.seen))
             self.seen.append(line)
-            if what in line:
-                return line
-        raise AssertionError(
-            f"no line with {what!r} within {timeout:.0f}s; printed so far:\n" + "\n".join(self.seen)
+            return line if what in line else None
+
+        line: str = eventually(
+            matching,
+            timeout=timeout,
+            interval=0,
+            what=f"a line with {what!r}",
+            explain=lambda: "printed so far:\n" + "\n".join(self.seen),
         )
+        return line
 
 
 def test_kubectl_tinct_lists_and_watches_a_release(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1"),
-        deployment("sched-v2"),
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path)
     with operator(ns, root):
         apply(cluster, ns, example(analysis={"interval": "1h"}))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")

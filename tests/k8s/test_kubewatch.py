@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from controlplane.harness import Cluster, ControlPlane, free_port
 from tinct.kubeconfig import choose, configuration
 from tinct.kubewatch import ListWatch
+from tinct_testing.controlplane.harness import Cluster, ControlPlane, free_port
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
 LABEL = "tinct.io/kubewatch-test"

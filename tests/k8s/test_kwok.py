@@ -11,7 +11,6 @@ import json
 import queue
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from controlplane import kwok
-from controlplane.harness import Cluster, ControlPlane
-from release_cluster import apply, deployment, get, ready_node, wait, wait_available
+from tinct_testing.controlplane import kwok
+from tinct_testing.controlplane.harness import Cluster, ControlPlane
+from tinct_testing.release_cluster import apply, cpu_hpa, deployment, get, ready_node, wait_available
+from tinct_testing.wait import WAIT, eventually
 
 
 @pytest.fixture(autouse=True)
@@ -118,7 +118,9 @@ def test_node_is_ready_and_only_labelled_nodes_are_managed(cluster: Cluster, nod
     cluster.kubectl("create", "-f", "-", input=json.dumps(kwok.node_manifest(labelled)))
     cluster.kubectl("create", "-f", "-", input=json.dumps(unlabelled))
     try:
-        wait("the labelled Node Ready", lambda: kwok.node_ready(_node(cluster, labelled)))
+        eventually(
+            lambda: kwok.node_ready(_node(cluster, labelled)), timeout=WAIT, what="the labelled Node Ready"
+        )
         assert not _node(cluster, plain).get("status", {}).get("conditions")
     finally:
         cluster.kubectl("delete", "node", labelled, plain, "--wait=false")
@@ -155,25 +157,9 @@ def test_hpa_min_replicas_raises_the_deployment_and_the_new_pods_become_availabl
 ) -> None:
     apply(cluster, namespace, deployment("web", 1, node=node))
     wait_available(cluster, namespace, "web", 1)
-    hpa = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "web"},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "minReplicas": 4,
-            "maxReplicas": 6,
-            # No metrics API serves CPU here: the HPA cannot compute a replica count, yet it
-            # still lifts the target to minReplicas.
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
-                }
-            ],
-        },
-    }
-    apply(cluster, namespace, hpa)
+    # No metrics API serves CPU here: the HPA cannot compute a replica count, yet it still
+    # lifts the target to minReplicas.
+    apply(cluster, namespace, cpu_hpa("web", "web", 4, 6, utilization=50))
     dep = wait_available(cluster, namespace, "web", 4)
     assert dep["spec"]["replicas"] == 4
 
@@ -183,7 +169,7 @@ def test_hpa_min_replicas_raises_the_deployment_and_the_new_pods_become_availabl
         conditions = {c["type"]: c for c in st.get("conditions", [])}
         return st if st.get("currentReplicas") == 4 and "ScalingActive" in conditions else None
 
-    st = wait("the HPA's status", hpa_status)
+    st = eventually(hpa_status, timeout=WAIT, what="the HPA's status")
     assert st["desiredReplicas"] == 4
     # The replicas come from minReplicas, not from a metric.
     active = next(c for c in st["conditions"] if c["type"] == "ScalingActive")
@@ -203,16 +189,22 @@ def test_deleting_a_pod_drops_availability_then_a_replacement_restores_it(
     victim = sorted(before)[0]
     cluster.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")
 
-    deadline = time.monotonic() + 60
     dropped = False
-    while time.monotonic() < deadline:
-        value = available.next(timeout=1)
+
+    def dropped_and_recovered() -> bool:
+        nonlocal dropped
+        value = available.next(timeout=1)  # blocks until the watch says something, or 1 s
         # An empty value is 0: the field is left out then.
         dropped = dropped or (value is not None and int(value or 0) < 3)
-        if dropped and value == "3":
-            break
-    else:
-        raise AssertionError(f"availableReplicas did not drop and recover: {available.seen}")
+        return dropped and value == "3"
+
+    eventually(
+        dropped_and_recovered,
+        timeout=60,
+        interval=0,
+        what="availableReplicas to drop and recover",
+        explain=lambda: f"values seen: {available.seen}",
+    )
     after = {p["metadata"]["name"] for p in _pods(cluster, namespace, "app=web")}
     assert victim not in after
     assert len(after) == 3
@@ -224,7 +216,11 @@ def test_pods_that_name_no_node_stay_pending(cluster: Cluster, namespace: str, n
     apply(cluster, namespace, deployment("idle", 2, ready=False), deployment("witness", 1, node=node))
     # Once kwok has made the witness Ready, it has seen this namespace's Pods.
     wait_available(cluster, namespace, "witness", 1)
-    idle = wait("the idle Deployment's two Pods", lambda: len(_pods(cluster, namespace, "app=idle")) == 2)
+    idle = eventually(
+        lambda: len(_pods(cluster, namespace, "app=idle")) == 2,
+        timeout=WAIT,
+        what="the idle Deployment's two Pods",
+    )
     assert idle
     for pod in _pods(cluster, namespace, "app=idle"):
         assert pod["status"]["phase"] == "Pending"

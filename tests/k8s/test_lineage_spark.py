@@ -17,9 +17,18 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import apply, backends, example, get, modelversion, operator, wait, wait_release
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    apply,
+    backends,
+    example,
+    get,
+    modelversion,
+    operator,
+    wait_release,
+)
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -120,7 +129,7 @@ def test_spark_reads_the_operator_tables_as_tinct_lineage_sql_does(
             mv = get(cluster, namespace, "modelversion", "llama3-8b-3-0-0") or {}
             return (mv.get("status") or {}).get("phase") == "Ready"
 
-        wait("the third version Ready", ready)
+        eventually(ready, timeout=WAIT, what="the third version Ready")
 
     for table in COLUMNS:
         ours = _ours(root, table)

@@ -10,21 +10,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import apply, backends, example, operator, wait_release
-from release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background, Router, router
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend
 from tinct.emulator import Behaviour, serving
 from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
+from tinct_testing import release_stack
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.release_cluster import apply, example
+from tinct_testing.release_traffic import MEDIUM_AUDIT_LOW, STREAMED, Background
+from tinct_testing.wait import eventually_async
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -32,14 +32,8 @@ pytestmark = pytest.mark.usefixtures("crds")
 CELLS = [{"match": {}, "weights": [50, 100]}]
 
 
-@dataclass
-class Stack:
-    cluster: Cluster
-    ns: str
-    root: Path
-    engines: Engines
-    router: Router
-    prometheus: Prometheus
+class Stack(release_stack.Stack):
+    """The router and both engines scraped; releases judged on what LLM users feel."""
 
     def release(self, metrics: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
         analysis = {
@@ -61,34 +55,21 @@ class Stack:
 
     def rolled_back(self) -> dict[str, Any]:
         """The status once rolled back, with the analysis that did it."""
-        return wait_release(
-            self.cluster, self.ns, lambda s: s.get("phase") == "RolledBack", "RolledBack", timeout=240
-        )
+        return self.in_phase("RolledBack", timeout=240)
 
 
 @pytest.fixture
 def stack(
     cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
 ) -> Iterator[Stack]:
-    backends(cluster, namespace, tmp_path)
-    with (
-        Engines(ttft_ms=5, itl_ms=2, output_tokens=6, slots=64) as engines,
-        router(namespace, tmp_path / "router.log") as r,
-    ):
-        prom = prometheus()
-        prom.set_targets(
-            [f"127.0.0.1:{r.port}", f"127.0.0.1:{engines.v1.port}", f"127.0.0.1:{engines.v2.port}"]
-        )
-        yield Stack(cluster, namespace, tmp_path / "lineage", engines, r, prom)
+    behaviour = {"ttft_ms": 5, "itl_ms": 2, "output_tokens": 6, "slots": 64}
+    with Stack.running(cluster, namespace, tmp_path, prometheus, scrape_engines=True, **behaviour) as s:
+        yield s
 
 
 def metric(status: dict[str, Any], name: str) -> dict[str, Any]:
     found: dict[str, Any] = next(m for m in status["lastAnalysis"]["metrics"] if m["name"] == name)
     return found
-
-
-def operator_of(stack: Stack) -> Any:
-    return operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url)
 
 
 def test_a_slow_first_token_behind_fast_bytes_is_rolled_back_by_ttft_while_latency_passes(
@@ -97,7 +78,7 @@ def test_a_slow_first_token_behind_fast_bytes_is_rolled_back_by_ttft_while_laten
     # The head and the role's event come at once; the first token 1.2 s later.
     stack.engines.set(stack.engines.v2, ttft_ms=1200)
     with ExitStack() as load:
-        load.enter_context(operator_of(stack))
+        load.enter_context(stack.operator())
         clients = [load.enter_context(Background(stack.router.port, [STREAMED])) for _ in range(3)]
         metrics = [{"name": "latency-p95", "maxMs": 800}, {"name": "ttft-p95", "maxMs": 800}]
         apply(stack.cluster, stack.ns, stack.release(metrics))
@@ -126,7 +107,7 @@ def test_a_candidate_whose_queue_grows_is_rolled_back_by_queue_depth(stack: Stac
         {"name": "queue-depth", "max": 0.5, "maxStableDelta": 0.5},
     ]
     with ExitStack() as load:
-        load.enter_context(operator_of(stack))
+        load.enter_context(stack.operator())
         for _ in range(6):  # six clients at once
             load.enter_context(Background(stack.router.port, [STREAMED], pause=0))
         apply(stack.cluster, stack.ns, stack.release(metrics))
@@ -143,7 +124,7 @@ def test_a_candidate_whose_queue_grows_is_rolled_back_by_queue_depth(stack: Stac
 def test_a_throttling_candidate_is_caught_by_throttle_rate_and_not_by_success_rate(stack: Stack) -> None:
     stack.engines.set(stack.engines.v2, throttle_rate=0.5)
     metrics = [{"name": "success-rate", "min": 95}, {"name": "throttle-rate", "max": 5}]
-    with operator_of(stack), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
+    with stack.operator(), Background(stack.router.port, [MEDIUM_AUDIT_LOW]):
         apply(stack.cluster, stack.ns, stack.release(metrics))
         st = stack.rolled_back()
     sr, throttled = metric(st, "success-rate"), metric(st, "throttle-rate")
@@ -157,7 +138,7 @@ def test_a_throttling_candidate_is_caught_by_throttle_rate_and_not_by_success_ra
 def test_a_contract_breaking_stream_is_caught_by_contract_violations(stack: Stack) -> None:
     stack.engines.set(stack.engines.v2, contract="sse-no-done")
     metrics = [{"name": "success-rate", "min": 95}, {"name": "contract-violations", "max": 0}]
-    with operator_of(stack), Background(stack.router.port, [STREAMED]) as bg:
+    with stack.operator(), Background(stack.router.port, [STREAMED]) as bg:
         apply(stack.cluster, stack.ns, stack.release(metrics))
         st = stack.rolled_back()
     assert bg.answered.get(("v2", "-"), 0) > 0, "the client got the candidate's streams whole"
@@ -193,18 +174,17 @@ async def _read_until(
     """The engine metrics of ``side`` (name -> MetricResult), read until ``done`` holds."""
     from datetime import UTC, datetime
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 90
-    while True:
+    async def read() -> dict[str, Any]:
         r = await analyse(
             spec, "ns", "r", datetime.now(UTC), prometheus=PrometheusTarget("default", prom.url),
             sides={"candidate": side},
         )  # fmt: skip
         got = {m.name: m for m in r.metrics}
-        if done(got):
-            return got
-        assert loop.time() < deadline, f"timed out waiting for {what}: {got}"
-        await asyncio.sleep(0.5)
+        assert done(got), got
+        return got
+
+    got: dict[str, Any] = await eventually_async(read, timeout=90, interval=0.5, what=what)
+    return got
 
 
 @pytest.mark.parametrize(("engine", "alt", "queue", "kv", "prefix"), ENGINES, ids=lambda v: str(v))

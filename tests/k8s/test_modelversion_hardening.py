@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.harness import Cluster
-from interface_artifacts import (
+from tinct.artifacts import limits
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.interface_artifacts import (
     big_index,
     big_safetensors_header,
     big_tokenizer,
@@ -34,8 +35,8 @@ from interface_artifacts import (
     onnx_with_inputs,
     onnx_with_sparse_initializers,
 )
-from lineage_artifacts import make_onnx, make_ptx, sha256_file
-from modelversion_cluster import (
+from tinct_testing.lineage_artifacts import make_onnx, make_ptx, sha256_file
+from tinct_testing.modelversion_cluster import (
     FileOpens,
     apply,
     big_safetensors,
@@ -46,10 +47,9 @@ from modelversion_cluster import (
     operator,
     rows,
     sparse_file,
-    wait,
     wait_phase,
 )
-from tinct.artifacts import limits
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -156,7 +156,7 @@ def test_without_an_artifact_root_file_uris_are_refused(
 def _apply_big(cluster: Cluster, ns: str, name: str, shards: list[Path]) -> None:
     """Apply a version of ``shards`` and return once it is hashing."""
     apply(cluster, ns, mv_doc(name, [{"format": "safetensors", "uri": p.as_uri()} for p in shards]))
-    wait(f"{name} hashing", lambda: hashing(cluster, ns, name))
+    eventually(lambda: hashing(cluster, ns, name), timeout=WAIT, what=f"{name} hashing")
 
 
 def test_small_version_does_not_wait_and_a_new_generation_stops_hashing(
@@ -182,7 +182,9 @@ def test_small_version_does_not_wait_and_a_new_generation_stops_hashing(
             apply(cluster, namespace, mv_doc("big", small))
             obj = wait_phase(cluster, namespace, "big", "Ready")
             regen_s = time.monotonic() - t1
-            wait("big shards closed", lambda: opens.take() is not None and opens.open_now == 0, timeout=30)
+            eventually(
+                lambda: opens.take() is not None and opens.open_now == 0, timeout=30, what="big shards closed"
+            )
     finally:
         opens.close()
     print(
@@ -209,9 +211,11 @@ def test_delete_stops_hashing(cluster: Cluster, namespace: str, tmp_path: Path) 
             _apply_big(cluster, namespace, "doomed", shards)
             t0 = time.monotonic()
             cluster.kubectl("delete", "modelversion", "doomed", "-n", namespace, "--wait=false")
-            wait("deletion", lambda: get(cluster, namespace, "doomed") is None)
+            eventually(lambda: get(cluster, namespace, "doomed") is None, timeout=WAIT, what="deletion")
             gone_s = time.monotonic() - t0
-            wait("shards closed", lambda: opens.take() is not None and opens.open_now == 0, timeout=30)
+            eventually(
+                lambda: opens.take() is not None and opens.open_now == 0, timeout=30, what="shards closed"
+            )
             closed_s = time.monotonic() - t0
     finally:
         opens.close()
@@ -252,12 +256,18 @@ def test_sigterm_while_hashing_exits_promptly_and_restart_finishes(
             namespace,
             mv_doc("big", [{"format": "onnx", "uri": onnx.as_uri()}], source={"uri": big.as_uri()}),
         )
-        wait("hashing", lambda: hashing(cluster, namespace, "big"))
+        eventually(lambda: hashing(cluster, namespace, "big"), timeout=WAIT, what="hashing")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        while proc.poll() is None:  # what the process has read, until it is gone
+
+        def gone() -> bool:  # what the process has read, until it is gone
+            nonlocal read
+            if proc.poll() is not None:
+                return True
             read = max(read, _bytes_read(proc.pid))
-            time.sleep(0.05)
+            return False
+
+        eventually(gone, timeout=WAIT, interval=0.05, what="the operator gone after SIGTERM")
         exit_s = time.monotonic() - t0
     finally:
         if proc.poll() is None:
@@ -343,7 +353,9 @@ def test_artifacts_at_the_caps_are_read_and_hostile_ones_fail_once(
                 for name in versions
             }
             events = {
-                name: wait(f"{name} event", lambda name=name: _events(cluster, namespace, name))
+                name: eventually(
+                    lambda name=name: _events(cluster, namespace, name), timeout=WAIT, what=f"{name} event"
+                )
                 for name in versions
             }
             index_opens = opens.take()[index.name]

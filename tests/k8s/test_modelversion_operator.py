@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import S3, make_artifact_set, make_onnx, s3, s3_server, sha256_file
-from modelversion_cluster import (
+from tinct.artifacts.hashing import manifest_digest
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import S3, make_artifact_set, make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import (
     FileOpens,
     apply,
     cond,
@@ -29,12 +30,9 @@ from modelversion_cluster import (
     operator,
     rows,
     sparse_file,
-    wait,
     wait_phase,
 )
-from tinct.artifacts.hashing import manifest_digest
-
-__all__ = ["s3", "s3_server"]
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -146,14 +144,15 @@ def test_bad_inputs_fail_with_actionable_reasons(cluster: Cluster, namespace: st
         for doc, _, _ in cases.values():
             apply(cluster, namespace, doc)
         results = {name: wait_phase(cluster, namespace, name, "Failed", "Ready") for name in cases}
-        events = wait(
-            "warning events",
+        events = eventually(
             lambda: (
                 json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout).get(
                     "items"
                 )
                 or None
             ),
+            timeout=WAIT,
+            what="warning events",
         )
     for name, (_, cond_type, reason) in cases.items():
         st = results[name]["status"]
@@ -198,7 +197,7 @@ def test_spec_change_rehashes_resync_does_not_and_delete_retires(
             wait_phase(cluster, namespace, "later", "Ready")
             reread = opens.take()
             cluster.kubectl("delete", "modelversion", "m", "-n", namespace, "--wait=false")
-            wait("deletion", lambda: get(cluster, namespace, "m") is None)
+            eventually(lambda: get(cluster, namespace, "m") is None, timeout=WAIT, what="deletion")
     finally:
         opens.close()
     print(f"opens of m's files by the restarted operator: {reread}")
@@ -239,7 +238,7 @@ def test_operator_killed_while_hashing_ends_ready_with_one_row(
             namespace,
             mv_doc("big", [{"format": "onnx", "uri": onnx.as_uri()}], source={"uri": big.as_uri()}),
         )
-        wait("progress while hashing", lambda: hashing(cluster, namespace, "big"))
+        eventually(lambda: hashing(cluster, namespace, "big"), timeout=WAIT, what="progress while hashing")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -260,10 +259,8 @@ def test_operator_killed_while_hashing_ends_ready_with_one_row(
 def test_unreachable_store_retries_then_becomes_ready(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
-    import boto3
-
-    from controlplane.harness import free_port
-    from lineage_artifacts import make_ptx, moto_process, tcp_forward
+    from tinct_testing.controlplane.harness import free_port
+    from tinct_testing.lineage_artifacts import make_ptx, moto_process, s3_client, tcp_forward
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -279,20 +276,14 @@ def test_unreachable_store_retries_then_becomes_ready(
             hit = any(c["type"] == "Verified" and c["reason"] == "StorageUnavailable" for c in conds)
             return obj if hit else None
 
-        waiting = wait("Verified=Unknown/StorageUnavailable", retrying)
+        waiting = eventually(retrying, timeout=WAIT, what="Verified=Unknown/StorageUnavailable")
         assert waiting["status"]["phase"] != "Failed", waiting["status"]
         assert cond(waiting, "Verified")["status"] == "Unknown"
         assert "retrying in" in waiting["status"]["message"]
         # The store comes up elsewhere, is filled, and only then becomes reachable at the
         # endpoint the operator retries: a retry must never see an empty store.
         with moto_process(free_port()) as behind:
-            client = boto3.client(
-                "s3",
-                endpoint_url=behind,
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-                region_name="us-east-1",
-            )
+            client = s3_client(behind)
             client.create_bucket(Bucket="late")
             client.upload_file(str(ptx), "late", "k.ptx")
             with tcp_forward(port, int(behind.rsplit(":", 1)[1])):

@@ -15,8 +15,9 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from controlplane.prometheus import JOB, Prometheus
-from router_fakes import FakeScheduler, running_router, table
+from tinct_testing.controlplane.prometheus import JOB, Prometheus
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
+from tinct_testing.wait import eventually
 
 
 def _free_port() -> int:
@@ -66,17 +67,15 @@ def test_scrapes_a_target_and_answers_queries(
     assert up["value"][1] == "1"
 
     gauge.set(7)
-    deadline = time.monotonic() + 20
-    while _value(prom, "tinct_test_value") != 7:
-        assert time.monotonic() < deadline, "a changed value was not scraped again"
-        time.sleep(0.2)
+    eventually(
+        lambda: _value(prom, "tinct_test_value") == 7, timeout=20, what="the changed value scraped again"
+    )
 
     # Targets are replaced, not added to: with none left the series goes stale.
     prom.set_targets([])
-    deadline = time.monotonic() + 20
-    while prom.query("tinct_test_value"):
-        assert time.monotonic() < deadline, "the removed target's series did not go stale"
-        time.sleep(0.2)
+    eventually(
+        lambda: not prom.query("tinct_test_value"), timeout=20, what="the removed target's series stale"
+    )
 
 
 def test_stop_and_start_keep_the_port_and_the_data(
@@ -104,10 +103,7 @@ def test_stop_and_start_keep_the_port_and_the_data(
     assert len(series["values"]) >= scraped_before
     # ... and scraping resumes.
     gauge.set(6)
-    deadline = time.monotonic() + 20
-    while _value(prom, "tinct_test_value") != 6:
-        assert time.monotonic() < deadline, "scraping did not resume after start"
-        time.sleep(0.2)
+    eventually(lambda: _value(prom, "tinct_test_value") == 6, timeout=20, what="scraping resumed after start")
 
 
 def test_bad_target_is_refused_with_the_reason(prometheus_bin: Path, tmp_path: Path) -> None:

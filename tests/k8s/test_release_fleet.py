@@ -9,21 +9,31 @@ OpenAI-style 404.
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from engines import Engines
-from lineage_artifacts import make_onnx
-from release_cluster import apply, example, get, modelversion, operator, service, table, wait, wait_release
-from release_traffic import Router, router
 from tinct.api.routing import configmap_name
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.engines import Engines
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    apply,
+    example,
+    get,
+    modelversion,
+    operator,
+    service,
+    table,
+    wait_release,
+)
+from tinct_testing.release_traffic import Router, complete, router
+from tinct_testing.repeat import Repeating
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -44,81 +54,73 @@ def _release(
     return doc
 
 
-def _table(cluster: Cluster, ns: str, release: str) -> tuple[int, dict[str, Any]] | None:
-    return table(cluster, ns, release)
+def _chat(name: str, chat: Engines, weights: list[float]) -> dict[str, Any]:
+    """A release of llama3-8b from 1.4.0 (sched-v1) to 1.5.0 (sched-v2), served by ``chat``."""
+    mvs, services = ("llama3-8b-1-4-0", "llama3-8b-1-5-0"), ("sched-v1", "sched-v2")
+    return _release(name, mvs, services, (chat.v1.url, chat.v2.url), weights)
+
+
+def _coder(name: str, coder: Engines, weights: list[float]) -> dict[str, Any]:
+    """A release of coder-7b from 1.0.0 (coder-v1) to 1.1.0 (coder-v2), served by ``coder``."""
+    mvs, services = ("coder-7b-1-0-0", "coder-7b-1-1-0"), ("coder-v1", "coder-v2")
+    return _release(name, mvs, services, (coder.v1.url, coder.v2.url), weights)
+
+
+@pytest.fixture
+def fleet(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[tuple[Engines, Engines]]:
+    """The engines of two models, chat's and coder's, with their Services and ModelVersions."""
+    onnx = make_onnx(tmp_path / "model.onnx")
+    apply(
+        cluster,
+        namespace,
+        *(service(s) for s in ("sched-v1", "sched-v2", "coder-v1", "coder-v2")),
+        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
+        modelversion("llama3-8b-1-5-0", "1.5.0", onnx),
+        modelversion("coder-7b-1-0-0", "1.0.0", onnx, model="coder-7b"),
+        modelversion("coder-7b-1-1-0", "1.1.0", onnx, model="coder-7b"),
+    )
+    with Engines(("chat-v1", "chat-v2")) as chat, Engines(("coder-v1", "coder-v2")) as coder:
+        yield chat, coder
 
 
 def _ask(port: int, model: str, session: str) -> tuple[int, dict[str, Any]]:
     """A chat completion for ``model`` through the router: (status, JSON body)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-        conn.request(
-            "POST",
-            "/v1/chat/completions",
-            body=body,
-            headers={"Content-Type": "application/json", "X-Session-Id": session},
-        )
-        resp = conn.getresponse()
-        doc: dict[str, Any] = json.loads(resp.read() or b"{}")
-        return resp.status, doc
-    finally:
-        conn.close()
+    got = complete(port, model, session)
+    return got.status, got.json()
 
 
 def _in_force(r: Router, cluster: Cluster, ns: str, release: str) -> bool:
     """The router holds the table the operator last wrote for ``release``, models named."""
-    got = _table(cluster, ns, release)
+    got = table(cluster, ns, release)
     return got is not None and bool(got[1]["models"]) and r.table_version(release) == got[0]
 
 
-def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+def test_one_router_serves_two_releases_by_model(
+    cluster: Cluster, namespace: str, tmp_path: Path, fleet: tuple[Engines, Engines]
+) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    chat = Engines(("chat-v1", "chat-v2"))
-    coder = Engines(("coder-v1", "coder-v2"))
-    try:
-        onnx = make_onnx(tmp_path / "model.onnx")
+    chat, coder = fleet
+    with operator(ns, root), router(ns, tmp_path / "router.log") as r:
+        # "chat" sends nothing to its candidate at step 0, "coder" everything: each
+        # table's weights hold for its own model only.
         apply(
             cluster,
             ns,
-            *(service(s) for s in ("sched-v1", "sched-v2", "coder-v1", "coder-v2")),
-            modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-            modelversion("llama3-8b-1-5-0", "1.5.0", onnx),
-            modelversion("coder-7b-1-0-0", "1.0.0", onnx, model="coder-7b"),
-            modelversion("coder-7b-1-1-0", "1.1.0", onnx, model="coder-7b"),
+            _chat("chat", chat, [0, 100]),
+            _coder("coder", coder, [100, 100]),
         )
-        with operator(ns, root), router(ns, tmp_path / "router.log") as r:
-            # "chat" sends nothing to its candidate at step 0, "coder" everything: each
-            # table's weights hold for its own model only.
-            apply(
-                cluster,
-                ns,
-                _release(
-                    "chat",
-                    ("llama3-8b-1-4-0", "llama3-8b-1-5-0"),
-                    ("sched-v1", "sched-v2"),
-                    (chat.v1.url, chat.v2.url),
-                    [0, 100],
-                ),
-                _release(
-                    "coder",
-                    ("coder-7b-1-0-0", "coder-7b-1-1-0"),
-                    ("coder-v1", "coder-v2"),
-                    (coder.v1.url, coder.v2.url),
-                    [100, 100],
-                ),
+        for name in ("chat", "coder"):
+            wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", f"{name} started", name)
+            eventually(
+                partial(_in_force, r, cluster, ns, name),
+                timeout=WAIT,
+                what=f"the router to hold {name}'s table",
             )
-            for name in ("chat", "coder"):
-                wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", f"{name} started", name)
-                wait(f"the router to hold {name}'s table", partial(_in_force, r, cluster, ns, name))
-            tables = {name: _table(cluster, ns, name) for name in ("chat", "coder")}
-            answers = {
-                model: [_ask(r.port, model, f"s-{i}") for i in range(20)]
-                for model in ("llama3-8b", "coder-7b", "mistral-7b")
-            }
-    finally:
-        chat.stop()
-        coder.stop()
+        tables = {name: table(cluster, ns, name) for name in ("chat", "coder")}
+        answers = {
+            model: [_ask(r.port, model, f"s-{i}") for i in range(20)]
+            for model in ("llama3-8b", "coder-7b", "mistral-7b")
+        }
 
     assert {name: t[1]["models"] for name, t in tables.items() if t} == {
         "chat": ["llama3-8b"],
@@ -134,136 +136,95 @@ def test_one_router_serves_two_releases_by_model(cluster: Cluster, namespace: st
     assert [e.state.received for e in (chat.v1, chat.v2, coder.v1, coder.v2)] == [20, 0, 0, 20]
 
 
-class _Steady:
+class _Steady(Repeating):
     """Requests for each of ``models`` in turn from a thread, counting (model, status, answered by)."""
 
     def __init__(self, port: int, models: tuple[str, ...]) -> None:
-        import threading
-
         self.port, self.models = port, models
-        self.seen: dict[tuple[str, int, str], int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            model = self.models[i % len(self.models)]
-            try:
-                status, doc = _ask(self.port, model, f"steady-{i}")
-                key = (model, status, str(doc.get("model") or (doc.get("error") or {}).get("code")))
-            except OSError as e:
-                key = (model, 0, type(e).__name__)
-            self.seen[key] = self.seen.get(key, 0) + 1
-            i += 1
-            self._stop.wait(0.01)
+    def step(self, worker: int, i: int) -> None:
+        model = self.models[i % len(self.models)]
+        try:
+            status, doc = _ask(self.port, model, f"steady-{i}")
+            self.tally((model, status, str(doc.get("model") or (doc.get("error") or {}).get("code"))))
+        except OSError as e:
+            self.tally((model, 0, type(e).__name__))
 
     def count(self, model: str, status: int | None = None, by: str | None = None) -> int:
         return sum(
             n
-            for (m, s, b), n in self.seen.items()
+            for (m, s, b), n in self.outcomes.items()
             if m == model and (status is None or s == status) and (by is None or b == by)
         )
 
-    def __enter__(self) -> _Steady:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
 
 def test_deleting_a_release_never_makes_its_model_unavailable(
-    cluster: Cluster, namespace: str, tmp_path: Path
+    cluster: Cluster, namespace: str, tmp_path: Path, fleet: tuple[Engines, Engines]
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    chat = Engines(("chat-v1", "chat-v2"))
-    coder = Engines(("coder-v1", "coder-v2"))
-    try:
-        onnx = make_onnx(tmp_path / "model.onnx")
-        apply(
-            cluster,
-            ns,
-            *(service(s) for s in ("sched-v1", "sched-v2", "coder-v1", "coder-v2")),
-            modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-            modelversion("llama3-8b-1-5-0", "1.5.0", onnx),
-            modelversion("coder-7b-1-0-0", "1.0.0", onnx, model="coder-7b"),
-            modelversion("coder-7b-1-1-0", "1.1.0", onnx, model="coder-7b"),
-        )
-        chat_doc = _release(
-            "chat",
-            ("llama3-8b-1-4-0", "llama3-8b-1-5-0"),
-            ("sched-v1", "sched-v2"),
-            (chat.v1.url, chat.v2.url),
-            [0, 100],
-        )
-        coder_doc = _release(
-            "coder",
-            ("coder-7b-1-0-0", "coder-7b-1-1-0"),
-            ("coder-v1", "coder-v2"),
-            (coder.v1.url, coder.v2.url),
-            [0, 100],
-        )
-        with operator(ns, root), router(ns, tmp_path / "router.log") as r:
-            apply(cluster, ns, chat_doc, coder_doc)
-            for name in ("chat", "coder"):
-                wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", f"{name} started", name)
-            wait_release(cluster, ns, lambda s: s.get("attempt") == 1, "chat recorded")
-            cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-x")
-            wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "chat Promoted")
-            for name in ("chat", "coder"):
-                wait(f"the router to hold {name}'s table", partial(_in_force, r, cluster, ns, name))
-            with _Steady(r.port, ("llama3-8b", "coder-7b")) as steady:
-                time.sleep(1)
-                # Promoted: its model stays with the candidate; in progress: with stable.
-                cluster.kubectl("delete", "gr", "chat", "coder", "-n", ns)
-                wait(
-                    "both gone",
-                    lambda: (
-                        get(cluster, ns, "grayrelease", "chat") is None
-                        and get(cluster, ns, "grayrelease", "coder") is None
-                    ),
-                )
-                time.sleep(3)
-                standing = {n: table(cluster, ns, n) for n in ("chat", "coder")}
-                # A new release of llama3-8b takes the model over; its standing route goes.
-                nxt = _release(
-                    "chat-next",
-                    ("llama3-8b-1-5-0", "llama3-8b-1-4-0"),
-                    ("sched-v2", "sched-v1"),
-                    (chat.v2.url, chat.v1.url),
-                    [0, 100],
-                )
-                nxt["spec"]["allowMajorUpgrade"] = True
-                apply(cluster, ns, nxt)
-                wait("the standing route retired", lambda: table(cluster, ns, "chat") is None)
-                time.sleep(2)
-            # Remove: the route goes with the release.
-            gone = _release(
-                "coder-2",
-                ("coder-7b-1-0-0", "coder-7b-1-1-0"),
-                ("coder-v1", "coder-v2"),
-                (coder.v1.url, coder.v2.url),
+    chat, coder = fleet
+    chat_doc, coder_doc = _chat("chat", chat, [0, 100]), _coder("coder", coder, [0, 100])
+    with operator(ns, root), router(ns, tmp_path / "router.log") as r:
+        apply(cluster, ns, chat_doc, coder_doc)
+        for name in ("chat", "coder"):
+            wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", f"{name} started", name)
+        wait_release(cluster, ns, lambda s: s.get("attempt") == 1, "chat recorded")
+        cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-x")
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "chat Promoted")
+        for name in ("chat", "coder"):
+            eventually(
+                partial(_in_force, r, cluster, ns, name),
+                timeout=WAIT,
+                what=f"the router to hold {name}'s table",
+            )
+        with _Steady(r.port, ("llama3-8b", "coder-7b")) as steady:
+            time.sleep(1)  # traffic flows before the deletion
+            # Promoted: its model stays with the candidate; in progress: with stable.
+            cluster.kubectl("delete", "gr", "chat", "coder", "-n", ns)
+            eventually(
+                lambda: (
+                    get(cluster, ns, "grayrelease", "chat") is None
+                    and get(cluster, ns, "grayrelease", "coder") is None
+                ),
+                timeout=WAIT,
+                what="both gone",
+            )
+            time.sleep(3)  # and for a while after it: every request must still be answered
+            standing = {n: table(cluster, ns, n) for n in ("chat", "coder")}
+            # A new release of llama3-8b takes the model over; its standing route goes.
+            nxt = _release(
+                "chat-next",
+                ("llama3-8b-1-5-0", "llama3-8b-1-4-0"),
+                ("sched-v2", "sched-v1"),
+                (chat.v2.url, chat.v1.url),
                 [0, 100],
             )
-            gone["spec"]["routeOnDelete"] = "Remove"
-            cluster.kubectl("delete", "configmap", configmap_name(ns, "coder"), "-n", ns)
-            apply(cluster, ns, gone)
-            wait("coder-2's table", partial(_in_force, r, cluster, ns, "coder-2"))
-            cluster.kubectl("delete", "gr", "coder-2", "-n", ns)
-            wait("coder-2's route removed", lambda: table(cluster, ns, "coder-2") is None)
-            wait("404 for coder-7b", lambda: _ask(r.port, "coder-7b", "after")[0] == 404)
-    finally:
-        chat.stop()
-        coder.stop()
+            nxt["spec"]["allowMajorUpgrade"] = True
+            apply(cluster, ns, nxt)
+            eventually(
+                lambda: table(cluster, ns, "chat") is None,
+                timeout=WAIT,
+                what="the standing route retired",
+            )
+            time.sleep(2)  # traffic across the takeover, answered throughout
+        # Remove: the route goes with the release.
+        gone = _coder("coder-2", coder, [0, 100])
+        gone["spec"]["routeOnDelete"] = "Remove"
+        cluster.kubectl("delete", "configmap", configmap_name(ns, "coder"), "-n", ns)
+        apply(cluster, ns, gone)
+        eventually(partial(_in_force, r, cluster, ns, "coder-2"), timeout=WAIT, what="coder-2's table")
+        cluster.kubectl("delete", "gr", "coder-2", "-n", ns)
+        eventually(
+            lambda: table(cluster, ns, "coder-2") is None, timeout=WAIT, what="coder-2's route removed"
+        )
+        eventually(lambda: _ask(r.port, "coder-7b", "after")[0] == 404, timeout=WAIT, what="404 for coder-7b")
     assert standing["chat"] is not None
     assert standing["chat"][1]["standing"] is True
     assert {c["weight"] for c in standing["chat"][1]["cells"]} == {100}
     assert standing["coder"] is not None
     assert {c["weight"] for c in standing["coder"][1]["cells"]} == {0}
     # Not one request of a served model was refused, before, during and after the deletions.
-    assert sum(n for (_, status, _), n in steady.seen.items() if status != 200) == 0, steady.seen
+    assert sum(n for (_, status, _), n in steady.outcomes.items() if status != 200) == 0, steady.outcomes
     assert steady.count("llama3-8b") > 50
     assert steady.count("coder-7b") > 50
     # The promoted candidate (chat-v2) answered llama3-8b after chat went, then chat-next's

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from controlplane.prometheus import Prometheus
-from keda_cluster import WAIT, replicas, wait_replicas
-from queue_exporter import QueueExporter
-from release_cluster import (
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.keda_cluster import WAIT, replicas, wait_replicas
+from tinct_testing.queue_exporter import QueueExporter
+from tinct_testing.release_cluster import (
     apply,
     backends,
     condition,
@@ -27,9 +27,9 @@ from release_cluster import (
     get,
     operator,
     release_status,
-    wait,
     wait_release,
 )
+from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds", "keda")
 
@@ -76,18 +76,24 @@ def test_each_side_scales_on_its_own_queue_through_keda(
             # First the HPA way; then the same release switches to KEDA.
             apply(cluster, ns, _release(None))
             wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
-            wait("tinct's HPAs", lambda: get(cluster, ns, "hpa", "tinct-chat-candidate"), WAIT)
+            eventually(
+                lambda: get(cluster, ns, "hpa", "tinct-chat-candidate"), timeout=WAIT, what="tinct's HPAs"
+            )
             apply(cluster, ns, _release({"targetPerReplica": 5, "scaleDownStabilizationSeconds": 0}))
-            wait("the candidate's ScaledObject", lambda: _bounds(cluster, ns, "tinct-chat-candidate"), WAIT)
-            wait(
-                "tinct's HPAs replaced by KEDA's",
+            eventually(
+                lambda: _bounds(cluster, ns, "tinct-chat-candidate"),
+                timeout=WAIT,
+                what="the candidate's ScaledObject",
+            )
+            eventually(
                 lambda: (
                     get(cluster, ns, "hpa", "tinct-chat-candidate") is None
                     and get(cluster, ns, "hpa", "tinct-chat-stable") is None
                     and get(cluster, ns, "hpa", "keda-hpa-tinct-chat-candidate") is not None
                     and get(cluster, ns, "hpa", "keda-hpa-tinct-chat-stable") is not None
                 ),
-                WAIT,
+                timeout=WAIT,
+                what="tinct's HPAs replaced by KEDA's",
             )
             assert _bounds(cluster, ns, "tinct-chat-candidate") == (1, 6), "half of maxReplicas at 50 %"
             assert _bounds(cluster, ns, "tinct-chat-stable") == (1, 12), "stable keeps its floor, up to max"
@@ -125,11 +131,12 @@ def test_each_side_scales_on_its_own_queue_through_keda(
             )
 
             cluster.kubectl("delete", "grayrelease", "chat", "-n", ns, "--wait=false")
-            wait("the release gone", lambda: get(cluster, ns, "grayrelease", "chat") is None)
+            eventually(
+                lambda: get(cluster, ns, "grayrelease", "chat") is None, timeout=WAIT, what="the release gone"
+            )
     # The garbage collector takes the ScaledObjects (it learns KEDA's kinds within its
     # discovery period), and KEDA its HPAs; the Deployments stay as they are.
-    wait(
-        "the ScaledObjects and KEDA's HPAs collected",
+    eventually(
         lambda: all(
             get(cluster, ns, kind, name) is None
             for kind, name in (
@@ -139,7 +146,8 @@ def test_each_side_scales_on_its_own_queue_through_keda(
                 ("hpa", "keda-hpa-tinct-chat-candidate"),
             )
         ),
-        WAIT,
+        timeout=WAIT,
+        what="the ScaledObjects and KEDA's HPAs collected",
     )
     assert replicas(cluster, ns, "sched-v1") == 3
     print(json.dumps(figures))
@@ -179,7 +187,9 @@ def test_foreign_scaledobject_is_reported_and_left_alone(
             lambda s: any(c["type"] == "AutoscalingReady" for c in s.get("conditions", [])),
             "autoscaling condition",
         )
-        stable = wait("stable's ScaledObject", lambda: _bounds(cluster, ns, "tinct-chat-stable"), WAIT)
+        stable = eventually(
+            lambda: _bounds(cluster, ns, "tinct-chat-stable"), timeout=WAIT, what="stable's ScaledObject"
+        )
         st = release_status(cluster, ns)
     cond = condition(st, "AutoscalingReady")
     assert (cond["status"], cond["reason"]) == ("False", "ForeignScaledObject"), cond

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster, free_port
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from notify_receiver import Receiver, receiver
-from release_cluster import apply, backends, example, operator, wait, wait_release
-from release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, router
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.notify_receiver import Receiver, receiver
+from tinct_testing.release_cluster import apply, backends, example, operator, wait_release
+from tinct_testing.release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, router
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -78,30 +79,32 @@ def _promoted(cluster: Cluster, ns: str, rec: Receiver, metrics_port: int) -> No
     assert (unknown["status"], unknown["reason"]) == ("False", "NotifierUnknown")
     assert "the operator has no notifier nobody" in unknown["message"]
     story = ["Started", "StepAdvanced", "StepAdvanced", "Promoted"]
-    wait("the json webhook's four transitions", lambda: len(rec.at("/ok/json")) == 4 or None)
+    eventually(
+        lambda: len(rec.at("/ok/json")) == 4 or None, timeout=WAIT, what="the json webhook's four transitions"
+    )
     json_docs = [x.body for x in rec.at("/ok/json")]
     assert [d["reason"] for d in json_docs] == story
     assert [d["step"] for d in json_docs] == ["1/4", "2/4", "3/4", "4/4"]
     assert {(d["namespace"], d["release"]) for d in json_docs} == {(ns, "chat")}
     assert json_docs[-1]["phase"] == "Promoted"
     assert json_docs[-1]["candidateWeight"] == 100
-    wait("the slack webhook's", lambda: len(rec.at("/ok/slack")) == 4 or None)
+    eventually(lambda: len(rec.at("/ok/slack")) == 4 or None, timeout=WAIT, what="the slack webhook's")
     texts = [x.body["text"] for x in rec.at("/ok/slack")]
     assert texts[-1].startswith(f"GrayRelease {ns}/chat: Promoted - promoted after step 3/4")
     # The CloudEvents receiver answered 503 twice: retried, each event delivered once, in order.
-    wait("the CloudEvents", lambda: len(rec.at("/flaky/ce")) == 4 or None)
+    eventually(lambda: len(rec.at("/flaky/ce")) == 4 or None, timeout=WAIT, what="the CloudEvents")
     events = list(rec.at("/flaky/ce"))
     assert [e.body["type"] for e in events] == [f"io.tinct.grayrelease.{s.lower()}" for s in story]
     assert [e.body["id"] for e in events] == [d["id"] for d in json_docs]
     assert all(e.headers["Content-Type"].startswith("application/cloudevents+json") for e in events)
     assert rec.attempts["/flaky/ce"] == 4 + 2
     # Counted in the operator's metrics.
-    wait("the counters", lambda: _counter(metrics_port, "hook", "sent") == 4 or None)
+    eventually(lambda: _counter(metrics_port, "hook", "sent") == 4 or None, timeout=WAIT, what="the counters")
     assert _counter(metrics_port, "bus", "sent") == 4
-    wait(
-        "the hanging webhook given up",
+    eventually(
         lambda: _counter(metrics_port, "stuck", "failed") >= 1 or None,
         timeout=60,
+        what="the hanging webhook given up",
     )
     cluster.kubectl("delete", "gr", "chat", "-n", ns, "--wait=true")
 
@@ -140,7 +143,7 @@ def _rolled_back(
         docs = [x.body for x in rec.at("/ok/json") if x.body["release"] == "chat-2"]
         return docs or None
 
-    docs = wait("chat-2's RolledBack notification", rolled)
+    docs = eventually(rolled, timeout=WAIT, what="chat-2's RolledBack notification")
     assert [(d["reason"], d["phase"], d["step"]) for d in docs] == [("RolledBack", "RolledBack", "1/4")]
     assert "success-rate" in docs[0]["message"]
     assert docs[0]["candidateWeight"] == 0

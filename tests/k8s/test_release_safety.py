@@ -15,10 +15,9 @@ has its replicas); the analysis against a real Prometheus and routers is in
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,12 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import (
+from tinct.api.routing import DATA_KEY, configmap_name
+from tinct_testing.commands import tinct, tinct_ok
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
+    PROMOTED_PATH,
     Versions,
     apply,
     backends,
@@ -41,16 +43,18 @@ from release_cluster import (
     history,
     modelversion,
     operator,
+    path,
     release_status,
     service,
+    started,
     table,
-    wait,
     wait_available,
     wait_history_written,
     wait_release,
     weights,
 )
-from tinct.api.routing import DATA_KEY, configmap_name
+from tinct_testing.repeat import Repeating
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -58,39 +62,24 @@ NO_METRICS = {"interval": "2s", "metrics": []}
 HOLD = {"interval": "1h", "metrics": []}
 
 
-def _tinct(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tinct.cli", *args], capture_output=True, text=True, check=False, timeout=120
-    )
-
-
-class Sampler:
+class Sampler(Repeating):
     """Reads the table and the status together, every 0.1 s, in a thread: what a router
     would have followed at each moment, next to what status recorded then."""
+
+    pause = 0.1
+    join_timeout = 10.0
 
     def __init__(self, cluster: Cluster, ns: str) -> None:
         self.cluster, self.ns = cluster, ns
         self.seen: list[tuple[int, list[float], dict[str, Any]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            got = table(self.cluster, self.ns)
-            st = release_status(self.cluster, self.ns)
-            if got is not None:
-                entry = (got[0], [c["weight"] for c in got[1]["cells"]], st)
-                if not self.seen or self.seen[-1][:2] != entry[:2]:
-                    self.seen.append(entry)
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+    def step(self, worker: int, i: int) -> None:
+        got = table(self.cluster, self.ns)
+        st = release_status(self.cluster, self.ns)
+        if got is not None:
+            entry = (got[0], [c["weight"] for c in got[1]["cells"]], st)
+            if not self.seen or self.seen[-1][:2] != entry[:2]:
+                self.seen.append(entry)
 
 
 def _deny_status_writes(cluster: Cluster, ns: str) -> str:
@@ -136,7 +125,7 @@ def _deny_status_writes(cluster: Cluster, ns: str) -> str:
         )  # fmt: skip
         return probe.returncode != 0 and "status writes are refused" in probe.stderr
 
-    wait("status writes refused", refused, 30)
+    eventually(refused, timeout=30, what="status writes refused")
     return name
 
 
@@ -168,22 +157,15 @@ def test_a_rejected_status_write_never_lets_the_table_run_ahead_of_status(
     steps = [w for _, w, _ in sampler.seen]
     assert steps == sorted(steps, key=lambda w: w[0]), "the table only ever moved toward the candidate"
     rows = history(root)
-    assert [(r["state"], r["step"]) for r in rows] == [
-        ("Progressing", 0),
-        ("Progressing", 1),
-        ("Progressing", 2),
-        ("Promoted", 3),
-    ]
+    assert path(rows) == PROMOTED_PATH
 
 
 def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
-        st = wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
+    with started(cluster, ns, tmp_path, example(analysis={**NO_METRICS, "interval": "3s"}), step=1) as run:
+        st = run.status
         # Someone else (a replica that took over, a person) records a rollback, keeping the
         # transition count the operator last wrote: its memory is no newer than this.
         patch = {
@@ -205,7 +187,7 @@ def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
             "-p",
             json.dumps(patch),
         )
-        wait("the table at 0", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="the table at 0")
         time.sleep(7)  # two intervals: a stale memory would step it on
         after = release_status(cluster, ns)
         w = weights(cluster, ns)
@@ -217,10 +199,8 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis=NO_METRICS))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted")
+    with started(cluster, ns, tmp_path, example(analysis=NO_METRICS), phase="Promoted") as run:
+        onnx = run.onnx
         assert weights(cluster, ns) == [100, 100, 100]
         seen: list[list[float] | None] = []
 
@@ -229,7 +209,7 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
                 seen.append(weights(cluster, ns))
                 return until()
 
-            wait(what, check)
+            eventually(check, timeout=WAIT, what=what)
 
         # The candidate's ModelVersion is briefly of another model, then back; its Service recreated.
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
@@ -257,18 +237,18 @@ def test_rollback_and_promotion_are_final_through_transient_problems(
         wait_release(
             cluster, ns, lambda s: s.get("phase") == "Progressing", "chat-2 Progressing", name="chat-2"
         )
-        out = _tinct("release", "abort", "chat-2", "-n", ns)
-        assert out.returncode == 0, out.stderr
+        tinct_ok("release", "abort", "chat-2", "-n", ns)
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, model="mistral-7b"))
-        wait(
-            "chat-2 sees the other model",
+        eventually(
             lambda: (
                 condition(release_status(cluster, ns, "chat-2"), "ModelVersionsReady")["reason"]
                 == "DifferentModels"
             ),
+            timeout=WAIT,
+            what="chat-2 sees the other model",
         )
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
-        time.sleep(3)
+        time.sleep(3)  # rounds that would bring it back if the rollback were not final
         rolled = release_status(cluster, ns, "chat-2")
         rolled_weights = weights(cluster, ns, "chat-2")
     assert all(w == [100, 100, 100] for w in seen), seen
@@ -281,15 +261,13 @@ def test_a_failing_candidate_loses_its_traffic_within_a_tick(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    onnx = backends(cluster, ns, tmp_path)
-    with operator(ns, tmp_path / "lineage"):
-        apply(cluster, ns, example(analysis=HOLD))
-        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+    with started(cluster, ns, tmp_path, example(analysis=HOLD), phase="Progressing") as run:
+        onnx = run.onnx
         assert weights(cluster, ns) == [5, 0.1, 1]
         # Its ModelVersion becomes Failed (a wrong digest).
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx, wrong_digest=True))
         t0 = time.monotonic()
-        wait("weights at 0", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="weights at 0")
         lost_after = time.monotonic() - t0
         st = release_status(cluster, ns)
         assert condition(st, "Degraded")["reason"] == "CandidateUnavailable"
@@ -299,16 +277,16 @@ def test_a_failing_candidate_loses_its_traffic_within_a_tick(
         assert warned[0]["type"] == "Warning"
         # Fixed: the same step's weights again, no step skipped.
         apply(cluster, ns, modelversion("llama3-8b-2-0-0", "1.5.0", onnx))
-        wait("weights back", lambda: weights(cluster, ns) == [5, 0.1, 1])
+        eventually(lambda: weights(cluster, ns) == [5, 0.1, 1], timeout=WAIT, what="weights back")
         assert release_status(cluster, ns)["step"] == 0
         # Its pods gone (scaled to 0): the same.
         cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=0")
-        wait("weights at 0 again", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="weights at 0 again")
         cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=1")
-        wait("weights back again", lambda: weights(cluster, ns) == [5, 0.1, 1])
+        eventually(lambda: weights(cluster, ns) == [5, 0.1, 1], timeout=WAIT, what="weights back again")
         # Its Deployment deleted.
         cluster.kubectl("delete", "deployment", "sched-v2", "-n", ns)
-        wait("weights at 0 a third time", lambda: weights(cluster, ns) == [0, 0, 0])
+        eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="weights at 0 a third time")
         rows = [e["reason"] for e in events(cluster, ns)]
     # A tick is 0.5 s here; the bound is the tick plus the ModelVersion's re-verification.
     assert lost_after < 30, lost_after
@@ -386,9 +364,9 @@ def test_steps_wait_for_the_candidate_replicas_and_stable_keeps_its_floor(
             sample()
             return release_status(cluster, ns).get("phase") == "Promoted"
 
-        wait("Promoted", promoted, 180)
+        eventually(promoted, timeout=180, what="Promoted")
         st = release_status(cluster, ns)
-        for _ in range(20):
+        for _ in range(20):  # six more seconds of samples: nothing moves once Promoted
             sample()
             time.sleep(0.3)
     assert st["stableFloor"] == 3
@@ -460,20 +438,20 @@ def test_actions_from_old_yaml_or_old_attempts_never_take_effect(
         assert "present when the release was created" in st["lastAction"]["message"]
         assert weights(cluster, ns) == [5, 0.1, 1]
 
-        aborted = _tinct("release", "abort", "chat", "-n", ns)
-        assert aborted.returncode == 0, aborted.stderr
+        aborted = tinct_ok("release", "abort", "chat", "-n", ns)
         assert "abort done" in aborted.stdout
         # GitOps restores the value it last knew: refused, still rolled back.
         cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@1", "--overwrite")
-        wait(
-            "the old value refused",
+        eventually(
             lambda: (release_status(cluster, ns).get("lastAction") or {}).get("value") == "promote@1",
+            timeout=WAIT,
+            what="the old value refused",
         )
         again = release_status(cluster, ns)
         assert (again["phase"], again["lastAction"]["result"]) == ("RolledBack", "Refused")
         # The CLI says so and exits 1 for a refused request.
-        refused = _tinct("release", "promote", "chat", "-n", ns)
-        retried = _tinct("release", "retry", "chat", "-n", ns)
+        refused = tinct("release", "promote", "chat", "-n", ns)
+        retried = tinct("release", "retry", "chat", "-n", ns)
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing again")
         # A request addressed to the attempt before the retry is refused.
         cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=promote@a1-stale", "--overwrite")
@@ -513,17 +491,7 @@ def test_a_change_of_port_starts_over_and_kubectl_tells_the_story(
         apply(cluster, ns, doc)
         st = wait_release(cluster, ns, lambda s: s.get("attempt") == 2, "a new attempt")
         restarted = weights(cluster, ns)
-    assert cols[0].split() == [
-        "NAME",
-        "STABLE",
-        "CANDIDATE",
-        "STEP",
-        "WEIGHT",
-        "ANALYSIS",
-        "TABLE",
-        "PHASE",
-        "AGE",
-    ]
+    assert " ".join(cols[0].split()) == "NAME STABLE CANDIDATE STEP WEIGHT ANALYSIS TABLE PHASE AGE"
     assert cols[1].split()[3:5] == ["4/4", "100"]
     assert (st["phase"], st["step"]) == ("Progressing", 0)
     assert restarted == [5, 0.1, 1]
@@ -543,7 +511,7 @@ def _lineage_down(root: Path) -> Path:
     """Replace the ``release_events`` table with a regular file: every write to it fails,
     even as root (a path through a file is no directory). Returns where the table is kept."""
     live, aside = root / "release_events", root.parent / "release_events.aside"
-    wait("the release_events table created", lambda: (live / "_delta_log").is_dir())
+    eventually(lambda: (live / "_delta_log").is_dir(), timeout=WAIT, what="the release_events table created")
     live.rename(aside)
     live.write_text("the lineage volume is gone\n")
     return aside
@@ -572,16 +540,24 @@ def _in_force(
     return out
 
 
-def test_a_lineage_outage_delays_the_history_never_the_traffic(
-    cluster: Cluster, namespace: str, tmp_path: Path
-) -> None:
-    ns, root = namespace, tmp_path / "lineage"
-    backends(cluster, ns, tmp_path)
+@contextmanager
+def _recorded(cluster: Cluster, ns: str, root: Path) -> Iterator[tuple[Versions, Versions]]:
+    """The operator on ``ns`` (lineage under ``root``) for the block, every version of release
+    chat and of its table recorded meanwhile."""
     with (
         Versions(cluster, ns, "grayrelease", "chat") as releases,
         Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
         operator(ns, root),
     ):
+        yield releases, tables
+
+
+def test_a_lineage_outage_delays_the_history_never_the_traffic(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with _recorded(cluster, ns, root) as (releases, tables):
         apply(cluster, ns, example(analysis=HOLD))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "step 1/4")
         wait_history_written(cluster, ns)
@@ -613,12 +589,7 @@ def test_a_lineage_outage_delays_the_history_never_the_traffic(
     assert during is not None
     assert [c["weight"] for c in during[1]["cells"]] == [100, 100, 100], "the outage never held traffic"
     # Every row exactly once, in order, each saying where its transition stood.
-    assert [(r["state"], r["step"]) for r in rows] == [
-        ("Progressing", 0),
-        ("Progressing", 1),
-        ("Progressing", 2),
-        ("Promoted", 3),
-    ]
+    assert path(rows) == PROMOTED_PATH
     assert [r["event_id"].split("/")[1] for r in rows] == ["0", "1", "2", "3"]
     # Every table was recorded in status before it was applied, and only ever moved forward.
     seen = _in_force(releases, tables, uid)
@@ -639,11 +610,7 @@ def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
     backends(cluster, ns, tmp_path)
-    with (
-        Versions(cluster, ns, "grayrelease", "chat") as releases,
-        Versions(cluster, ns, "configmap", configmap_name(ns, "chat")) as tables,
-        operator(ns, root),
-    ):
+    with _recorded(cluster, ns, root) as (releases, tables):
         apply(cluster, ns, example(analysis={**NO_METRICS, "interval": "3s"}))
         wait_release(cluster, ns, lambda s: s.get("step") == 1, "step 2/4")
         old = get(cluster, ns, "grayrelease", "chat")
@@ -655,11 +622,12 @@ def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
             fresh = gr is not None and gr["metadata"]["uid"] != old["metadata"]["uid"]
             return gr if fresh and (gr.get("status") or {}).get("phase") == "Progressing" else None
 
-        new = wait("the new release Progressing", started)
+        new = eventually(started, timeout=WAIT, what="the new release Progressing")
         uid = new["metadata"]["uid"]
-        wait(
-            "the table of the new release",
+        eventually(
             lambda: (got := table(cluster, ns)) is not None and got[1].get("uid") == uid,
+            timeout=WAIT,
+            what="the table of the new release",
         )
         time.sleep(4)  # eight ticks: memory of the old release would show by now
         wait_history_written(cluster, ns)
@@ -784,8 +752,7 @@ def test_an_abort_given_while_a_step_up_is_due_wins_for_good(
             ),
             "the step-up to 2/3 decided and due, waiting for capacity",
         )
-        aborted = _tinct("release", "abort", "chat", "-n", ns)
-        assert aborted.returncode == 0, aborted.stderr
+        aborted = tinct_ok("release", "abort", "chat", "-n", ns)
         rolled = wait_release(cluster, ns, lambda s: s.get("phase") == "RolledBack", "RolledBack")
         # The capacity the step-up waited for arrives: it must not be carried out.
         cluster.kubectl("scale", "deployment", "sched-v2", "-n", ns, "--replicas=2")

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx
-from release_cluster import (
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx
+from tinct_testing.release_cluster import (
     apply,
+    backends,
     condition,
     deployment,
     events,
@@ -24,9 +25,9 @@ from release_cluster import (
     modelversion,
     operator,
     service,
-    wait,
     wait_release,
 )
+from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -84,7 +85,11 @@ def test_a_release_waiting_for_a_modelversion_and_a_service_says_so_everywhere(
         row = _wide(cluster, ns, "chat")
         assert (row["PHASE"], row["STEP"]) == ("Pending", "1/4")
         assert missing_mv in row["MESSAGE"]
-        warned = wait("a Warning Event naming the wait", lambda: _warnings(cluster, ns, "chat") or None)
+        warned = eventually(
+            lambda: _warnings(cluster, ns, "chat") or None,
+            timeout=WAIT,
+            what="a Warning Event naming the wait",
+        )
         assert any(missing_mv in m for m in warned.values()), warned
 
         # The Service appears, without the port the release names: a failed precondition naming it.
@@ -109,9 +114,10 @@ def test_a_release_waiting_for_a_modelversion_and_a_service_says_so_everywhere(
             "False",
             "ServicePortMissing",
         )
-        wait(
-            "the ServicePortMissing Event",
+        eventually(
             lambda: _warnings(cluster, ns, "chat").get("ServicePortMissing") == port or None,
+            timeout=WAIT,
+            what="the ServicePortMissing Event",
         )
         # Fixed: it starts, and says which step it is at.
         apply(cluster, ns, service("sched-v2"))
@@ -124,17 +130,7 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns, root = namespace, tmp_path / "lineage"
-    onnx = make_onnx(tmp_path / "model.onnx")
-    apply(
-        cluster,
-        ns,
-        service("sched-v1"),
-        service("sched-v2"),
-        deployment("sched-v1"),
-        deployment("sched-v2"),
-        modelversion("llama3-8b-1-4-0", "1.4.0", onnx),
-        modelversion("llama3-8b-2-0-0", "1.5.0", onnx),
-    )
+    backends(cluster, ns, tmp_path)
     with operator(ns, root):
         apply(cluster, ns, example(analysis=HOLD))
         wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "chat Progressing")
@@ -159,9 +155,10 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict(
             "ModelConflict",
             conflict,
         )
-        wait(
-            "the ModelConflict Event on chat-2",
+        eventually(
             lambda: _warnings(cluster, ns, "chat-2").get("ModelConflict") == conflict or None,
+            timeout=WAIT,
+            what="the ModelConflict Event on chat-2",
         )
         # The older release is untouched by it.
         first = json.loads(cluster.kubectl("get", "gr", "chat", "-n", ns, "-o", "json").stdout)["status"]

@@ -9,24 +9,20 @@ import json
 import os
 import re
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, table
 from tinct.api.routing import DATA_KEY, routing_configmap
 from tinct.router.summing import parse, sample_sum
 from tinct.router.watch import EVENT_REASON
+from tinct_testing.commands import router_argv
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, apply_table, table
+from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
-
-
-def _apply(cluster: Any, namespace: str, cm: dict[str, Any]) -> None:
-    cm["metadata"]["namespace"] = namespace
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
 
 
 async def _readyz(metrics: str) -> tuple[int, str]:
@@ -39,17 +35,25 @@ async def _readyz(metrics: str) -> tuple[int, str]:
 
 async def _all_workers_on(metrics: str, proc: asyncio.subprocess.Process, version: int, log: Path) -> str:
     """Wait until the parent is ready with every worker's table at ``version``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    text = ""
-    while loop.time() < deadline:
-        assert proc.returncode is None, log.read_text()
+
+    async def on_version() -> str:
+        if proc.returncode is not None:
+            raise RuntimeError(f"the router exited:\n{log.read_text()}")
         status, text = await _readyz(metrics)
         states = re.findall(r"^worker \d+ pid \d+: (.*)$", text, re.M)
-        if status == 200 and len(states) == 2 and all(s.endswith(f"version {version}") for s in states):
-            return text
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the workers never both had table version {version}:\n{text}\n{log.read_text()}")
+        assert status == 200, text
+        assert len(states) == 2, text
+        assert all(s.endswith(f"version {version}") for s in states), text
+        return text
+
+    text: str = await eventually_async(
+        on_version,
+        timeout=WAIT,
+        interval=0.1,
+        what=f"both workers on table version {version}",
+        explain=log.read_text,
+    )
+    return text
 
 
 async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(
@@ -60,42 +64,30 @@ async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(
     metrics = f"http://127.0.0.1:{mport}"
     log = tmp_path / "router.log"
     with log.open("wb") as err:
+        argv = router_argv(port, "--watch", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tinct.cli",
-            "router",
-            "--watch",
-            "--namespace",
-            namespace,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(mport),
-            "--workers",
-            "2",
+            *argv,
+            *("--metrics-port", str(mport), "--workers", "2"),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,
         )
     try:
-        _apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1)))
+        apply_table(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1)))
         await _all_workers_on(metrics, proc, 1, log)
-        _apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100)))
+        apply_table(
+            cluster, namespace, routing_configmap(table(v1.url, v2.url, version=2, default_weight=100))
+        )
         await _all_workers_on(metrics, proc, 2, log)
 
         bad = routing_configmap(table(v1.url, v2.url, version=3))
         doc = json.loads(bad["data"][DATA_KEY])
         doc["cells"].append({"match": {"role": "*"}, "weight": 0})  # a second default cell
         bad["data"][DATA_KEY] = json.dumps(doc)
-        _apply(cluster, namespace, bad)
+        apply_table(cluster, namespace, bad)
         # A valid table after it: once both workers have it, both have handled the bad one
         # (each watch handles its events in order, the Event included).
-        _apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4)))
+        apply_table(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=4)))
         text = await _all_workers_on(metrics, proc, 4, log)
         async with aiohttp.ClientSession() as http, http.get(f"{metrics}/metrics") as r:
             fams = parse(await r.text())

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from controlplane.harness import Cluster
-from gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
 
 pytestmark = pytest.mark.usefixtures("crds")
 

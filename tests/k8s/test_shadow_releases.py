@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
-from controlplane.harness import Cluster
-from controlplane.prometheus import Prometheus
-from engines import Engines
-from release_cluster import (
+from tinct.lineage.sql import query
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.engines import Engines
+from tinct_testing.paths import ROOT
+from tinct_testing.release_cluster import (
     apply,
     backends,
     example,
@@ -33,9 +34,8 @@ from release_cluster import (
     wait,
     wait_history_written,
 )
-from release_traffic import router
-from shadow_helpers import Comparer, Mirrored, PairPump, comparer
-from tinct.lineage.sql import query
+from tinct_testing.release_traffic import router
+from tinct_testing.shadow_helpers import Comparer, Mirrored, PairPump, comparer
 
 pytestmark = pytest.mark.usefixtures("crds")
 

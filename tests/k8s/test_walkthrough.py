@@ -16,14 +16,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from controlplane.harness import free_port
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.paths import ROOT
+from tinct_testing.wait import eventually
 
 README = ROOT / "README.md"
 DEFAULT_DIR = "/tmp/tinct-dev"
@@ -90,11 +90,14 @@ def test_the_readme_walkthrough_prints_what_the_readme_shows(tmp_path: Path) -> 
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 900  # a cold start builds the control plane first
-        while "tinct is up" not in (tmp_path / "dev.out").read_text():
-            assert dev.poll() is None, "make dev exited:\n" + (tmp_path / "dev.out").read_text()[-3000:]
-            assert time.monotonic() < deadline, "make dev did not come up in 15 minutes"
-            time.sleep(1)
+
+        def up() -> bool:
+            if dev.poll() is not None:
+                raise RuntimeError("make dev exited:\n" + (tmp_path / "dev.out").read_text()[-3000:])
+            return "tinct is up" in (tmp_path / "dev.out").read_text()
+
+        # 15 minutes: a cold start builds the control plane first.
+        eventually(up, timeout=900, interval=1, what="make dev up")
         banner = (tmp_path / "dev.out").read_text()
         assert f"    export KUBECONFIG={work}/kubeconfig\n" in banner
         script = "set -o pipefail\n" + "".join(

@@ -4,31 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
 from tinct.api.crd import crd
 from tinct.api.routing import RoutingTable
 from tinct.api.v1alpha1 import GRAYRELEASE, GrayReleaseSpec
 from tinct.api.v1alpha1.rules import walk_rules
+from tinct_testing.gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
+
+
+def _refused_as(refusal: str | None, expected: str | None, what: str) -> None:
+    """``refusal`` is None when nothing is ``expected``, else a message containing it."""
+    if expected is None:
+        assert refusal is None
+    else:
+        assert refusal is not None, f"{what} accepted it"
+        assert expected in refusal
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_model_refuses_what_the_rule_forbids(case: Case) -> None:
-    refusal = model_refusal(release_doc(case))
-    if case.message is None:
-        assert refusal is None
-    else:
-        assert refusal is not None, f"{case.id}: the model accepted it"
-        assert case.message in refusal
+    _refused_as(model_refusal(release_doc(case)), case.message, f"{case.id}: the model")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_routing_table_refuses_the_same_inputs(case: Case) -> None:
-    refusal = table_refusal(release_doc(case))
-    if case.table is None:
-        assert refusal is None
-    else:
-        assert refusal is not None, f"{case.id}: the table accepted it"
-        assert case.table in refusal
+    _refused_as(table_refusal(release_doc(case)), case.table, f"{case.id}: the table")
 
 
 def test_every_rule_has_a_case() -> None:

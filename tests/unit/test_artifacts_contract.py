@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from interface_artifacts import make_version
 from tinct.artifacts.contract import RULES, declared_bump, diff, measured_bump, verdict
 from tinct.artifacts.formats import validate
 from tinct.artifacts.interface import Interface, combine
+from tinct_testing.interface_artifacts import make_version
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -10,6 +10,7 @@ from concurrent.futures import wait
 import pytest
 
 from tinct.artifacts.fair import FairPool, Job, WorkCancelledError
+from tinct_testing.wait import eventually
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def _ticks(n: int, log: list[str], name: str, pause: float = 0.002) -> Job[int]:
 def test_a_small_group_runs_between_slices_of_a_big_one(pool: FairPool) -> None:
     log: list[str] = []
     big = [pool.group("big").submit(_ticks(500, log, "big")) for _ in range(4)]
-    time.sleep(0.05)
+    eventually(lambda: "big" in log, timeout=5, interval=0.005, what="the big group running")
     small = pool.group("small").submit(_ticks(3, log, "small"))
     assert small.result(timeout=5) == 3
     big_before_small_done = log[: len(log) - log[::-1].index("small")].count("big")
@@ -64,7 +65,7 @@ def test_cancel_drops_queued_and_stops_running_work(pool: FairPool) -> None:
         with pytest.raises(WorkCancelledError):
             f.result()
     seen = len(log)
-    time.sleep(0.05)
+    time.sleep(0.05)  # slices a job still running would take
     assert len(log) == seen
     assert "never" not in log
     with pytest.raises(WorkCancelledError):

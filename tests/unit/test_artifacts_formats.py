@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
 from tinct.artifacts.formats import FormatError, validate
+from tinct_testing.lineage_artifacts import PTX_TEXT, make_onnx, make_safetensors
 
 
 def _rewrite_header(path: Path, mutate: object) -> Path:

@@ -9,10 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from interface_artifacts import make_llm_onnx, make_llm_shards, make_tokenizer, ptx_text, verify_files
 from tinct.artifacts.fair import FairPool
 from tinct.artifacts.formats import FormatError, validate
 from tinct.artifacts.interface import InterfaceError, combine, digest, summary
+from tinct_testing.interface_artifacts import (
+    make_llm_onnx,
+    make_llm_shards,
+    make_tokenizer,
+    ptx_text,
+    verify_files,
+)
 
 
 @pytest.fixture

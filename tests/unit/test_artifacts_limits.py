@@ -16,7 +16,11 @@ from typing import get_args
 
 import pytest
 
-from interface_artifacts import (
+from tinct.api.v1alpha1.modelversion import ArtifactFormat
+from tinct.artifacts import limits
+from tinct.artifacts.fair import FairPool
+from tinct.artifacts.formats import READERS, FormatError, validate
+from tinct_testing.interface_artifacts import (
     big_index,
     big_ptx,
     make_llm_shards,
@@ -25,10 +29,6 @@ from interface_artifacts import (
     onnx_with_sparse_initializers,
     verify_files,
 )
-from tinct.api.v1alpha1.modelversion import ArtifactFormat
-from tinct.artifacts import limits
-from tinct.artifacts.fair import FairPool
-from tinct.artifacts.formats import READERS, FormatError, validate
 
 MiB = 1024 * 1024
 

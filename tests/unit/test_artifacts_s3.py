@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from lineage_artifacts import S3, make_artifact_set, s3, s3_server, sha256_file
 from tinct.api.v1alpha1.modelversion import ModelVersion
 from tinct.artifacts.fair import FairPool
 from tinct.artifacts.storage import ArtifactNotFoundError, StorageConfig, StorageUnavailableError, stat_size
@@ -15,8 +14,7 @@ from tinct.artifacts.verify import verify
 from tinct.lineage.records import model_version_rows
 from tinct.lineage.sql import query
 from tinct.lineage.store import LineageStore
-
-__all__ = ["s3", "s3_server"]
+from tinct_testing.lineage_artifacts import S3, make_artifact_set, sha256_file
 
 
 def test_verify_and_record_on_s3(tmp_path: Path, s3: S3) -> None:

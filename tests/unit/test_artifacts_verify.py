@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from lineage_artifacts import make_artifact_set, make_onnx, make_ptx, sha256_file
 from tinct.api.v1alpha1.modelversion import ModelVersionSpec
 from tinct.artifacts.fair import FairPool
 from tinct.artifacts.hashing import Progress, manifest_digest
 from tinct.artifacts.verify import Verification, spec_files, verify
+from tinct_testing.lineage_artifacts import make_artifact_set, make_onnx, make_ptx, sha256_file
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from chart_helpers import CHART, by_kind, container, one, sets, template
-from conftest import CRDS
-from controlplane.helm import Helm, HelmError
+from tinct_testing.chart_helpers import CHART, by_kind, container, one, sets, template
+from tinct_testing.controlplane.helm import Helm, HelmError
+from tinct_testing.paths import CRDS
 
 
 @pytest.fixture(scope="module")
@@ -356,6 +356,12 @@ def test_notifiers_reach_the_operator_with_secret_urls_kept_in_their_secret(
     }
 
 
+def _monitored(docs: list[dict[str, Any]], monitor: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Services of ``docs`` that ServiceMonitor ``monitor`` selects."""
+    wanted = monitor["spec"]["selector"]["matchLabels"].items()
+    return [d for d in by_kind(docs, "Service") if wanted <= d["metadata"]["labels"].items()]
+
+
 def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     docs = template(
         helm,
@@ -371,11 +377,7 @@ def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
     assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
     # The ServiceMonitor picks the metrics Service alone, which reaches the router Pods'
     # metrics port; the client-facing Service does not carry it.
-    selected = [
-        d
-        for d in by_kind(docs, "Service")
-        if sm["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()
-    ]
+    selected = _monitored(docs, sm)
     assert [d["metadata"]["name"] for d in selected] == ["t-tinct-router-metrics"]
     router = one(docs, "Deployment", "t-tinct-router")
     assert selected[0]["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
@@ -425,11 +427,7 @@ def test_dashboard_alerts_and_operator_scraping_are_optional(helm: Helm) -> None
     }
     # The operator is scraped too: a ServiceMonitor picking a metrics Service of the operator's Pods.
     sm = one(docs, "ServiceMonitor", "t-tinct-operator")
-    selected = [
-        d
-        for d in by_kind(docs, "Service")
-        if sm["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()
-    ]
+    selected = _monitored(docs, sm)
     assert [d["metadata"]["name"] for d in selected] == ["t-tinct-operator-metrics"]
     operator = one(docs, "Deployment", "t-tinct-operator")
     assert selected[0]["spec"]["selector"] == operator["spec"]["selector"]["matchLabels"]

@@ -9,28 +9,25 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from controlplane.harness import free_port
-from lineage_artifacts import lineage_event
 from tinct.cli import build_parser
 from tinct.clierrors import EXIT_CODES
 from tinct.lineage.store import LineageStore
-
-TINCT = [sys.executable, "-m", "tinct.cli"]
+from tinct_testing import commands
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.lineage_artifacts import lineage_event
 
 
 def tinct(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    """``tinct ARGS`` without this machine's cluster settings, with ``env`` besides."""
     base = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "TINCT_CONTEXT", "TINCT_DEBUG")}
-    return subprocess.run(
-        [*TINCT, *args], capture_output=True, text=True, env={**base, **(env or {})}, timeout=timeout
-    )
+    return commands.tinct(*args, env={**base, **(env or {})}, timeout=timeout)
 
 
 def one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import build
+from tinct_testing.controlplane import build
 
 
 def test_every_staging_module_is_replaced_with_its_release() -> None:
@@ -35,14 +35,7 @@ def test_every_staging_module_is_replaced_with_its_release() -> None:
 def test_cache_key_changes_with_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = build.build_key()
     assert key == build.build_key()
-    module = tmp_path / "kube"
-    module.mkdir()
-    for f in build.KUBE_MODULE.rglob("*"):
-        if f.is_file():
-            target = module / f.relative_to(build.KUBE_MODULE)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(f.read_bytes())
-    monkeypatch.setattr(build, "KUBE_MODULE", module)
+    module = _copy_kube_module(tmp_path, monkeypatch)
     same_files = build.build_key()
     (module / "cmd" / "kubectl" / "main.go").write_text("package main\n")
     assert build.build_key() != same_files
@@ -89,7 +82,7 @@ def test_concurrent_builds_of_one_component_build_once(
 
     def slow_build(staging: Path, spec: dict[str, str]) -> None:
         calls.append(spec["tool"])
-        time.sleep(0.5)
+        time.sleep(0.5)  # a build long enough for the other thread to ask meanwhile
         (staging / "fake").write_text("binary")
 
     monkeypatch.setitem(build._BUILDERS, "fake", slow_build)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import CRDS, EXAMPLES, ROOT
 from tinct.api.crd import crd, render, structural_schema
 from tinct.api.v1alpha1 import RESOURCES, GrayRelease, ModelVersion
+from tinct_testing.paths import CRDS, EXAMPLES, ROOT
 
 
 def test_committed_crds_match_the_models(tmp_path: Path) -> None:

@@ -6,17 +6,19 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.harness import free_port
 from tinct.emulator import EMULATOR_HEADER, Behaviour, BehaviourError, serving
 from tinct.emulator.behaviour import from_env
 from tinct.emulator.server import Emulator
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.wait import eventually_async
 
 CHAT = [{"role": "user", "content": "tell me about dye tags " * 40}]
 
@@ -42,20 +44,6 @@ async def metrics(e: Emulator) -> dict[str, float]:
             key = s.name + (json.dumps(extra, sort_keys=True) if extra else "")
             out[key] = s.value
     return out
-
-
-async def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        got = check()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_streams_chat_to_the_openai_client_and_says_it_emulates(emu: Emulator) -> None:
@@ -179,7 +167,7 @@ async def test_queue_depth_and_kv_cache_move_with_load_and_clients_that_leave(em
             m = await metrics(emu)
             return m["vllm:num_requests_waiting"] == 2 and m["vllm:num_requests_running"] == 1
 
-        await wait_for("one running, two waiting", loaded)
+        await eventually_async(loaded, timeout=30, interval=0.02, what="one running, two waiting")
         m = await metrics(emu)
         assert m["vllm:kv_cache_usage_perc"] == pytest.approx(len(CHAT[0]["content"]) // 4 / 1000)
         for t in tasks:
@@ -190,7 +178,9 @@ async def test_queue_depth_and_kv_cache_move_with_load_and_clients_that_leave(em
             m = await metrics(emu)
             return (m["vllm:num_requests_waiting"], m["vllm:num_requests_running"]) == (0, 0)
 
-        await wait_for("the queue emptied by the clients leaving", idle)
+        await eventually_async(
+            idle, timeout=30, interval=0.02, what="the queue emptied by the clients leaving"
+        )
         assert (await metrics(emu))["vllm:kv_cache_usage_perc"] == 0
         emu.set(ttft_ms=0)
         await one()  # the slot is free again
@@ -285,16 +275,19 @@ def test_the_command_serves_and_its_help_says_it_emulates() -> None:
 
         async def check() -> None:
             async with aiohttp.ClientSession() as http:
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + 60
-                while True:
-                    try:
-                        async with http.get(f"http://127.0.0.1:{port}/v1/models") as r:
-                            doc = await r.json()
-                            break
-                    except aiohttp.ClientConnectionError:
-                        assert loop.time() < deadline, "the emulator did not start"
-                        await asyncio.sleep(0.1)
+
+                async def models() -> dict[str, Any]:
+                    async with http.get(f"http://127.0.0.1:{port}/v1/models") as r:
+                        doc: dict[str, Any] = await r.json()
+                        return doc
+
+                doc = await eventually_async(
+                    models,
+                    timeout=60,
+                    interval=0.1,
+                    what="the emulator started",
+                    ignoring=(aiohttp.ClientConnectionError,),
+                )
                 assert doc["data"][0]["id"] == "from-env"
                 async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
                     assert "tgi_queue_size" in await r.text()

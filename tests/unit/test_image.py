@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from tinct_testing.paths import ROOT
 
 
 def _run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

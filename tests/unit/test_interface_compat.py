@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EXAMPLES
-from interface_artifacts import make_version
 from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
 from tinct.api.v1alpha1.modelversion import ModelVersion
 from tinct.artifacts.contract import verdict
@@ -22,6 +20,8 @@ from tinct.artifacts.verify import Verification
 from tinct.operator.grayrelease.preconditions import preconditions
 from tinct.operator.interface import Comparison, predecessor, semver_key
 from tinct.operator.modelversion import build_status
+from tinct_testing.interface_artifacts import make_version
+from tinct_testing.paths import EXAMPLES
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -89,13 +89,23 @@ def _ok(interface: Interface) -> Verification:
     return Verification(files=[("onnx", d)], digests={"onnx": "a" * 64}, interface=interface)
 
 
-def test_input_removed_in_a_minor_bump_is_misversioned(interfaces: dict[str, Interface]) -> None:
-    v = verdict("1.2.0", "1.3.0", interfaces["base"], interfaces["no_mask"])
-    st = build_status(
-        _mv("1.3.0"), _ok(interfaces["no_mask"]), "t", 1, NOW, Comparison(base="base-mv@1.2.0", verdict=v)
+def _compatible(st: Any) -> Any:
+    """The InterfaceCompatible condition of status ``st``."""
+    return next(c for c in st.conditions if c.type == "InterfaceCompatible")
+
+
+def _against(base: str, old: str, new: str, interfaces: dict[str, Interface]) -> Any:
+    """The status of version ``new`` (without the attention mask) compared with ``base`` at ``old``."""
+    v = verdict(old, new, interfaces["base"], interfaces["no_mask"])
+    return build_status(
+        _mv(new), _ok(interfaces["no_mask"]), "t", 1, NOW, Comparison(base=f"{base}@{old}", verdict=v)
     )
+
+
+def test_input_removed_in_a_minor_bump_is_misversioned(interfaces: dict[str, Interface]) -> None:
+    st = _against("base-mv", "1.2.0", "1.3.0", interfaces)
     assert st.phase == "Misversioned"
-    cond = next(c for c in st.conditions if c.type == "InterfaceCompatible")
+    cond = _compatible(st)
     assert (cond.status, cond.reason) == ("False", "VersionContradictsInterface")
     assert "compared with base-mv@1.2.0" in cond.message
     assert "breaking InputRemoved: onnx model.onnx input attention_mask" in cond.message
@@ -106,21 +116,18 @@ def test_input_removed_in_a_minor_bump_is_misversioned(interfaces: dict[str, Int
 
 
 def test_the_same_change_in_a_major_bump_is_ready(interfaces: dict[str, Interface]) -> None:
-    v = verdict("1.2.0", "2.0.0", interfaces["base"], interfaces["no_mask"])
-    st = build_status(
-        _mv("2.0.0"), _ok(interfaces["no_mask"]), "t", 1, NOW, Comparison(base="b@1.2.0", verdict=v)
-    )
+    st = _against("b", "1.2.0", "2.0.0", interfaces)
     assert st.phase == "Ready"
-    cond = next(c for c in st.conditions if c.type == "InterfaceCompatible")
+    cond = _compatible(st)
     assert (cond.status, cond.reason) == ("True", "InterfaceMatchesVersion")
 
 
 def test_no_earlier_version_and_unreadable_comparison() -> None:
     st = build_status(_mv("1.0.0"), _ok({}), "t", 1, NOW, Comparison())
-    cond = next(c for c in st.conditions if c.type == "InterfaceCompatible")
+    cond = _compatible(st)
     assert (st.phase, cond.status, cond.reason) == ("Ready", "True", "NoEarlierVersion")
     st = build_status(_mv("1.0.0"), _ok({}), "t", 1, NOW, Comparison(error="lineage down"))
-    cond = next(c for c in st.conditions if c.type == "InterfaceCompatible")
+    cond = _compatible(st)
     assert (st.phase, cond.status, cond.reason) == ("Ready", "Unknown", "ComparisonUnavailable")
 
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from interface_artifacts import make_version
 from tinct.api.v1alpha1.modelversion import ModelVersion
 from tinct.artifacts.fair import FairPool
 from tinct.artifacts.verify import verify
@@ -24,6 +23,7 @@ from tinct.lineage.records import model_version_rows
 from tinct.lineage.sql import query
 from tinct.lineage.store import LineageStore
 from tinct.operator.modelversion import build_status
+from tinct_testing.interface_artifacts import make_version
 
 #: version -> how its artifacts differ from 1.2.0's.
 VERSIONS: dict[str, dict[str, Any]] = {

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lineage_artifacts import lineage_event as _event
 from tinct.cli import main
 from tinct.lineage.sql import NotAQueryError, OutsideHistoryError, history, query
 from tinct.lineage.store import LineageStore
+from tinct_testing.lineage_artifacts import lineage_event as _event
 
 
 def _files(root: Path) -> set[Path]:
@@ -92,7 +92,7 @@ def test_unplannable_write_fails_and_writes_nothing(store: LineageStore) -> None
 def test_time_travel(tmp_path: Path) -> None:
     store = LineageStore(str(tmp_path))
     v1 = store.merge("model_versions", _event(1)["model_versions"])
-    time.sleep(0.05)
+    time.sleep(0.05)  # a moment strictly between the two commits' timestamps
     middle = datetime.now(UTC)
     time.sleep(0.05)
     store.merge("model_versions", _event(2)["model_versions"])

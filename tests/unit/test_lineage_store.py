@@ -5,11 +5,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lineage_artifacts import lineage_event
 from tinct.lineage.records import record_release_event
 from tinct.lineage.sql import query
 from tinct.lineage.store import LineageStore
 from tinct.lineage.writer import BatchWriter
+from tinct_testing.lineage_artifacts import lineage_event
 
 
 def _count(root: Path, table: str = "model_versions") -> tuple[int, int]:

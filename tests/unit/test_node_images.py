@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from controlplane import images
-from controlplane.images import Image
+from tinct_testing.controlplane import images
+from tinct_testing.controlplane.images import Image
+from tinct_testing.paths import ROOT
 
 
 def test_the_image_key_covers_exactly_what_the_dockerfile_copies() -> None:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from controlplane.environ import patched_environ
 from tinct.kubeconfig import choose
 from tinct.lineage.root import DEFAULT_ROOT
 from tinct.operator.settings import OperatorConfig
+from tinct_testing.commands import tinct
+from tinct_testing.controlplane.environ import patched_environ
 
 
 def test_environment_then_flags() -> None:
@@ -36,21 +35,12 @@ def test_bad_values_name_their_source() -> None:
 
 def test_operator_and_lineage_share_the_root_default() -> None:
     assert OperatorConfig.from_env({}).lineage_root == DEFAULT_ROOT
-    out = subprocess.run(
-        [sys.executable, "-m", "tinct.cli", "lineage", "sql", "--help"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = tinct("lineage", "sql", "--help").stdout
     assert DEFAULT_ROOT in out
 
 
 def test_operator_refuses_a_bad_flag_before_starting() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tinct.cli", "operator", "--hash-workers", "lots"],
-        capture_output=True,
-        text=True,
-    )
+    proc = tinct("operator", "--hash-workers", "lots")
     assert proc.returncode == 2
     assert "tinct operator: hash-workers 'lots'" in proc.stderr
 
@@ -134,10 +124,6 @@ def test_bad_prometheus_settings_are_refused(env: dict[str, str], message: str) 
 
 
 def test_operator_refuses_a_bad_prometheus_before_starting() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tinct.cli", "operator", "--prometheus", "fleet-b=ftp://prom"],
-        capture_output=True,
-        text=True,
-    )
+    proc = tinct("operator", "--prometheus", "fleet-b=ftp://prom")
     assert proc.returncode == 2
     assert "tinct operator: prometheus ['fleet-b=ftp://prom']: fleet-b: a Prometheus URL" in proc.stderr

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import uv
 
-REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "src" / "tinct"
+from tinct_testing.paths import ROOT
+
+SRC = ROOT / "src" / "tinct"
 #: Imported only when installed, each from an extra: ``tinct[fast]`` brings uvloop.
 OPTIONAL = {"uvloop"}
 
@@ -58,7 +59,7 @@ def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "tinct",
             "--python",
             str(python),
-            str(REPO),
+            str(ROOT),
         ],
         check=True,
         timeout=900,
@@ -80,7 +81,7 @@ def test_every_command_helps_without_extras(bare_env: Path, command: list[str]) 
 def test_every_module_imports_without_extras(bare_env: Path) -> None:
     wanted = sorted(third_party_imports() - OPTIONAL)
     script = (
-        "import importlib, pkgutil, sys, tinct\n"
+        "import importlib, importlib.util, pkgutil, sys, tinct\n"
         "mods = [m.name for m in pkgutil.walk_packages(tinct.__path__, 'tinct.')]\n"
         f"mods += {wanted!r}\n"
         "failed = []\n"
@@ -89,6 +90,9 @@ def test_every_module_imports_without_extras(bare_env: Path) -> None:
         "        importlib.import_module(m)\n"
         "    except ImportError as e:\n"
         "        failed.append(f'{m}: {e}')\n"
+        # The test support package (tests/support) is never part of tinct's wheel.
+        "if importlib.util.find_spec('tinct_testing') is not None:\n"
+        "    failed.append('tinct_testing: installed with tinct')\n"
         "print(len(mods))\n"
         "sys.exit('\\n'.join(failed) or None)\n"
     )

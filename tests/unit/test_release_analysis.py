@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from prometheus_fakes import FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult
 from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
 from tinct.operator.grayrelease.samples import Samples, Side, quantile, queries, samples_from
 from tinct.operator.grayrelease.verdict import evaluate
+from tinct_testing.prometheus_fakes import FakePrometheus, Series, buckets, merged, vec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"
@@ -36,14 +36,6 @@ def spec(**kw: Any) -> Analysis:
     }
     doc.update(kw)
     return Analysis.model_validate(doc)
-
-
-def vec(metric: dict[str, str], value: float) -> dict[str, Any]:
-    return {"metric": metric, "value": [1700000000.0, str(value)]}
-
-
-def ttfb(side: str, tag: str, counts: dict[str, float]) -> list[dict[str, Any]]:
-    return [vec({"side": side, "dye_tag": tag, "le": le}, n) for le, n in counts.items()]
 
 
 FAST = {"0.1": 90.0, "0.25": 100.0, "+Inf": 100.0}
@@ -71,16 +63,8 @@ def answers(
             vec({"side": side, "dye_tag": tag, "reason": "idle_timeout"}, n)
             for side, n in (truncated or {}).items()
         ],
-        "ttfb": ttfb("candidate", tag, cand_ttfb or FAST) + ttfb("stable", tag, FAST),
+        "ttfb": buckets("candidate", tag, cand_ttfb or FAST) + buckets("stable", tag, FAST),
     }
-
-
-def merged(*parts: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for p in parts:
-        for k, rows in p.items():
-            out.setdefault(k, []).extend(rows)
-    return out
 
 
 def json_safe(r: AnalysisResult) -> None:
@@ -304,7 +288,7 @@ def cell_traffic(
 
     return {
         "requests": codes("candidate", cand, cand_5xx) + codes("stable", stable, stable_5xx),
-        "ttfb": ttfb("candidate", tag, hist(cand)) + ttfb("stable", tag, hist(stable)),
+        "ttfb": buckets("candidate", tag, hist(cand)) + buckets("stable", tag, hist(stable)),
     }
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from release_helpers import DEFAULT, LONG, SHORT, T0, TABLES, mv, release, step
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, parse_table
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.grayrelease.scaling import (
@@ -25,6 +24,7 @@ from tinct.operator.grayrelease.tables import (
     table_manifest,
     target_digest,
 )
+from tinct_testing.release_helpers import DEFAULT, LONG, SHORT, T0, TABLES, mv, release, step
 
 
 def started(**spec: Any) -> GrayRelease:

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from prometheus_fakes import FakePrometheus
 from tinct.api.v1alpha1.grayrelease import Analysis, Backend, MetricResult
 from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.engine import FORMS, engine_query, reading_from
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
 from tinct.operator.grayrelease.samples import queries, samples_from
 from tinct.operator.grayrelease.verdict import evaluate
+from tinct_testing.prometheus_fakes import FakePrometheus, buckets, merged, vec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = "len:short+role:user+latency:low"
@@ -27,14 +27,6 @@ SLOW = {"0.05": 0.0, "0.1": 0.0, "1.0": 10.0, "2.5": 100.0, "+Inf": 100.0}  # p9
 
 def spec(*metrics: dict[str, Any], **kw: Any) -> Analysis:
     return Analysis.model_validate({"interval": "30s", "minRequests": 10, "metrics": list(metrics), **kw})
-
-
-def vec(metric: dict[str, str], value: float) -> dict[str, Any]:
-    return {"metric": metric, "value": [1700000000.0, str(value)]}
-
-
-def hist(side: str, tag: str, counts: dict[str, float]) -> list[dict[str, Any]]:
-    return [vec({"side": side, "dye_tag": tag, "le": le}, n) for le, n in counts.items()]
 
 
 def window(
@@ -61,22 +53,14 @@ def window(
     return {
         "requests": codes("candidate", cand, cand_codes) + codes("stable", stable, stable_codes),
         "fallbacks": [vec({"dye_tag": tag, "reason": r}, n) for r, n in (fallbacks or {}).items()],
-        "ttfb": hist("candidate", tag, ttfb or FAST) + hist("stable", tag, FAST),
-        "ttft": hist("candidate", tag, ttft or FAST) + hist("stable", tag, stable_ttft or FAST),
-        "itl": hist("candidate", tag, itl or FAST) + hist("stable", tag, FAST),
+        "ttfb": buckets("candidate", tag, ttfb or FAST) + buckets("stable", tag, FAST),
+        "ttft": buckets("candidate", tag, ttft or FAST) + buckets("stable", tag, stable_ttft or FAST),
+        "itl": buckets("candidate", tag, itl or FAST) + buckets("stable", tag, FAST),
         "violations": [
             vec({"side": "candidate", "dye_tag": tag}, violations[0]),
             vec({"side": "stable", "dye_tag": tag}, violations[1]),
         ],
     }
-
-
-def merged(*parts: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for p in parts:
-        for k, rows in p.items():
-            out.setdefault(k, []).extend(rows)
-    return out
 
 
 def by_name(metrics: list[MetricResult]) -> dict[str, MetricResult]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from release_helpers import LONG, SHORT, T0, release, result, step
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, MetricResult, ShadowCell, ShadowResult
 from tinct.release.matrix import matrix, render
+from tinct_testing.release_helpers import LONG, SHORT, T0, release, result, step
 
 
 def test_matrix_marks_the_current_step_and_weights_in_force() -> None:

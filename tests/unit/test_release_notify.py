@@ -3,7 +3,6 @@ receiver (retries with backoff, refusals, a receiver that never answers), and th
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from datetime import timedelta
@@ -11,12 +10,13 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from notify_receiver import Receiver, receiver
-from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
 from tinct.operator.grayrelease.metrics import ReleaseMetrics
 from tinct.operator.grayrelease.notify import Dispatcher, parse_notifiers, payload, render
 from tinct.operator.settings import OperatorConfig
+from tinct_testing.notify_receiver import Receiver, receiver
+from tinct_testing.release_helpers import T0, release, step
+from tinct_testing.wait import eventually_async
 
 
 def test_notifiers_come_from_the_configuration_only() -> None:
@@ -99,15 +99,6 @@ def _count(metrics: ReleaseMetrics, name: str, result: str) -> float:
     return value or 0.0
 
 
-async def _until(what: str, check: object, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_delivery_retries_refuses_and_never_waits_for_a_receiver() -> None:
     with receiver(flaky=2) as rec:
         await _deliver(rec)
@@ -141,9 +132,21 @@ async def _deliver(rec: Receiver) -> None:
     assert time.monotonic() - started < 0.5  # queued, not sent: a round never waits
     assert queued == 2 * 5
     try:
-        await _until("json and slack delivered", lambda: len(rec.at("/ok/")) == 4)
-        await _until("the flaky receiver's two after retries", lambda: len(rec.at("/flaky/")) == 2)
-        await _until("the refusal counted", lambda: _count(metrics, "gone", "refused") == 2)
+        await eventually_async(
+            lambda: len(rec.at("/ok/")) == 4, timeout=30, interval=0.05, what="json and slack delivered"
+        )
+        await eventually_async(
+            lambda: len(rec.at("/flaky/")) == 2,
+            timeout=30,
+            interval=0.05,
+            what="the flaky receiver's two after retries",
+        )
+        await eventually_async(
+            lambda: _count(metrics, "gone", "refused") == 2,
+            timeout=30,
+            interval=0.05,
+            what="the refusal counted",
+        )
         # Order kept per webhook; the id is the same at every attempt.
         assert [r.body["reason"] for r in rec.at("/ok/json")] == ["Started", "Promoted"]
         assert [r.body["id"] for r in rec.at("/flaky/")] == [f"uid-1/{h.seq}" for h in history]
@@ -155,7 +158,12 @@ async def _deliver(rec: Receiver) -> None:
         assert retries == 2  # two 503s, then delivered
         assert rec.attempts["/gone/json"] == 2  # a 410 is not retried
         # The receiver that never answers: each attempt times out, then it is given up.
-        await _until("the hanging webhook given up", lambda: _count(metrics, "stuck", "failed") == 2, 60)
+        await eventually_async(
+            lambda: _count(metrics, "stuck", "failed") == 2,
+            timeout=60,
+            interval=0.05,
+            what="the hanging webhook given up",
+        )
         assert rec.attempts["/hang/json"] == 2 * 4
     finally:
         await d.close()

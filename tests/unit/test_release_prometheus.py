@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from controlplane.harness import free_port
-from prometheus_fakes import SECRET, FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, AnalysisResult, PrometheusRef
 from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.prometheus import (
@@ -24,6 +22,8 @@ from tinct.operator.grayrelease.prometheus import (
     routers_serving,
 )
 from tinct.operator.settings import OperatorConfig
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.prometheus_fakes import SECRET, FakePrometheus, Series
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TAG = "len:short+role:user+latency:low"

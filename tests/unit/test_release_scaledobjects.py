@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from release_helpers import T0, release, step
 from tinct.api.v1alpha1.grayrelease import GrayRelease
 from tinct.operator.grayrelease.engine import QUEUE_METRICS
 from tinct.operator.grayrelease.scaling import (
@@ -21,6 +20,7 @@ from tinct.operator.grayrelease.scaling import (
     stable_bounds,
     targets,
 )
+from tinct_testing.release_helpers import T0, release, step
 
 PROM = "http://prometheus.monitoring:9090"
 KEDA = KedaEnv(served=True, url=PROM)
@@ -260,7 +260,7 @@ def test_every_engine_has_a_queue_metric() -> None:
 def test_kubectl_explain_describes_every_autoscaling_field() -> None:
     import yaml
 
-    from conftest import CRDS
+    from tinct_testing.paths import CRDS
 
     crd = yaml.safe_load((CRDS / "tinct.io_grayreleases.yaml").read_text())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from release_helpers import DEFAULT, LONG, SHORT, T0, mv, ok_objects, release, result, round_, step
 from tinct.api.v1alpha1.action import ActionRequest, action_value, handled, parse_action
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, cell_key, parse_duration
 from tinct.operator.grayrelease.decision import Capacity, Inputs
@@ -15,6 +14,18 @@ from tinct.operator.grayrelease.preconditions import Claim, Problem, model_confl
 from tinct.operator.grayrelease.round import Round
 from tinct.operator.grayrelease.shares import needed, shadows_for, share_at, weights_for
 from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation, next_wakeup
+from tinct_testing.release_helpers import (
+    DEFAULT,
+    LONG,
+    SHORT,
+    T0,
+    mv,
+    ok_objects,
+    release,
+    result,
+    round_,
+    step,
+)
 
 MINUTE = timedelta(minutes=1)
 CANDIDATE_FAILED = Problem(

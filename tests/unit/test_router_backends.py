@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router_fakes import FakeScheduler, HostileBackend, RouterProcess, router_process, table_doc
+from tinct_testing.router_fakes import FakeScheduler, HostileBackend, RouterProcess, router_process, table_doc
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 MiB = 1024 * 1024

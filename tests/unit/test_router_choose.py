@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from router_fakes import table
 from tinct.router.choose import point, sticky_key, to_candidate
 from tinct.router.table import CompiledTable
+from tinct_testing.router_fakes import table
 
 KEYS = [f"session-{i}".encode() for i in range(10_000)]
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from router_fakes import table
 from tinct.router.classify import CHAT_PATH, COMPLETIONS_PATH, ClassifyError, classify
 from tinct.router.table import CompiledTable
+from tinct_testing.router_fakes import table
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ import aiohttp
 import openai
 import pytest
 
-from engines import QUICK
-from router_fakes import FakeScheduler, HostileBackend, RouterProcess, router_process, table_doc
 from tinct.emulator import Behaviour, serving
+from tinct_testing.engines import QUICK
+from tinct_testing.router_fakes import FakeScheduler, HostileBackend, RouterProcess, router_process, table_doc
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

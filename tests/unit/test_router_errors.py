@@ -17,7 +17,8 @@ from pathlib import Path
 
 import aiohttp
 
-from router_fakes import (
+from tinct.router.errors import CATALOGUE, MAX_ID
+from tinct_testing.router_fakes import (
     FakeScheduler,
     HostileBackend,
     RouterProcess,
@@ -26,7 +27,6 @@ from router_fakes import (
     running_router,
     table_doc,
 )
-from tinct.router.errors import CATALOGUE, MAX_ID
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

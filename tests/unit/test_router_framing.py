@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from router_fakes import FakeScheduler, RouterProcess, router_argv, router_process, table_doc
 from tinct.router.errors import CATALOGUE
 from tinct.router.framing import FramingError, request_framing
+from tinct_testing.router_fakes import FakeScheduler, RouterProcess, router_argv, router_process, table_doc
 
 WAIT = 30.0  # bound on one read; never a measured figure
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from router_fakes import FakeScheduler, RouterProcess, router_process, table_doc
+from tinct_testing.router_fakes import FakeScheduler, RouterProcess, router_process, table_doc
 
 WAIT = 30.0  # bound on one read or one wait; never a measured figure
 MiB = 1024 * 1024
@@ -267,12 +267,7 @@ async def test_sigterm_with_slow_senders_connected_exits_without_waiting_for_the
                 rp.proc.send_signal(signal.SIGTERM)
                 # The idle connection is closed at once.
                 assert await asyncio.wait_for(idle_r.read(), WAIT) == b"ok\n"  # then EOF
-                v1.gate.set()
-                rest = b""
-                async for line in r.content:
-                    rest += line
-                    if line.startswith(b"data: "):
-                        v1.gate.set()
+                rest = b"".join(await v1.ungate(r.content))
                 assert b"data: [DONE]" in rest  # the request in flight finished
         rc = await asyncio.wait_for(rp.proc.wait(), WAIT)
         print(f"exit {rc} {time.monotonic() - started:.2f}s after SIGTERM (grace {grace:.0f}s)")

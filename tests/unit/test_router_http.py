@@ -7,8 +7,8 @@ import json
 
 import aiohttp
 
-from router_fakes import FakeScheduler, free_port, running_router, table
 from tinct.router.config import RouterConfig
+from tinct_testing.router_fakes import FakeScheduler, free_port, running_router, table
 
 WAIT = 30.0  # bound on a socket read; never a measured figure
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import aiohttp
 
-from router_fakes import FakeScheduler, router_process, running_router, table, table_doc
 from tinct.api.routing import RoutingTable
 from tinct.router.table import TableHolder
+from tinct_testing.router_fakes import FakeScheduler, router_process, running_router, table, table_doc
 
 
 def _chat(model: str) -> dict[str, object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from router_fakes import FakeScheduler, running_router, table
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 
 async def test_openai_chat_and_stream_through_the_router(

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import aiohttp
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, router_argv, table_doc
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
+from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # bound on waiting for the process; never a measured figure
 
@@ -18,34 +19,34 @@ WAIT = 60.0  # bound on waiting for the process; never a measured figure
 async def _ready_text(
     http: aiohttp.ClientSession, base: str, needle: str, proc: asyncio.subprocess.Process
 ) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while True:
-        assert proc.returncode is None, "router exited"
-        try:
-            async with http.get(f"{base}/readyz") as r:
-                if r.status == 200 and needle in await r.text():
-                    return
-        except aiohttp.ClientConnectionError:
-            pass
-        if loop.time() > deadline:
-            raise AssertionError(f"router never got ready with {needle!r}")
-        await asyncio.sleep(0.1)
+    async def ready() -> bool:
+        if proc.returncode is not None:
+            raise RuntimeError(f"the router exited with code {proc.returncode}")
+        async with http.get(f"{base}/readyz") as r:
+            return r.status == 200 and needle in await r.text()
+
+    await eventually_async(
+        ready,
+        timeout=WAIT,
+        interval=0.1,
+        what=f"the router ready with {needle!r}",
+        ignoring=(aiohttp.ClientConnectionError,),
+    )
 
 
 async def _stopped_accepting(base: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
-        while loop.time() < deadline:
+
+        async def refusing() -> bool:
             try:
                 async with fresh.get(f"{base}/readyz") as r:
-                    if r.status == 503:
-                        return
+                    return r.status == 503
             except aiohttp.ClientConnectionError:
-                return
-            await asyncio.sleep(0.05)
-    raise AssertionError("router kept accepting after SIGTERM")
+                return True
+
+        await eventually_async(
+            refusing, timeout=WAIT, interval=0.05, what="the router to stop accepting after SIGTERM"
+        )
 
 
 async def test_router_process_reloads_on_sighup_and_drains_on_sigterm(
@@ -72,11 +73,7 @@ async def test_router_process_reloads_on_sighup_and_drains_on_sigterm(
                 proc.send_signal(signal.SIGTERM)
                 await _stopped_accepting(base)  # the stream is still held back by the backend
                 assert not v2.stream_done.is_set()
-                v2.gate.set()
-                async for line in r.content:
-                    lines.append(line)
-                    if line.startswith(b"data: "):
-                        v2.gate.set()
+                lines += await v2.ungate(r.content)
             assert b"data: [DONE]\n" in lines
             assert await asyncio.wait_for(proc.wait(), WAIT) == 0
     finally:

@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, running_router, table
 from tinct.router.config import RouterConfig
 from tinct.router.summing import parse as parse_metrics
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 ADMIN_LONG = {"X-User-Role": "admin", "X-Latency-Class": "high"}
 LONG = "x" * 20_000  # > 4096 tokens at 4 chars per token
@@ -249,11 +249,7 @@ async def test_graceful_shutdown_lets_a_stream_finish(
         for _ in range(20):
             await asyncio.sleep(0)
         assert not shutdown.done()  # waiting for the stream in flight
-        v1.gate.set()
-        async for line in r.content:  # ends only if the router lets the stream finish
-            lines.append(line)
-            if line.startswith(b"data: "):
-                v1.gate.set()
+        lines += await v1.ungate(r.content)  # ends only if the router lets the stream finish
     await asyncio.wait_for(shutdown, 30)
     assert b"data: [DONE]\n" in b"".join(lines)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from router_fakes import FakeScheduler, router_process, table_doc
 from tinct.router.app import parse_resolve
+from tinct_testing.router_fakes import FakeScheduler, router_process, table_doc
 
 
 async def test_backends_named_by_service_are_reached_at_the_resolved_address(

@@ -9,12 +9,13 @@ from typing import Any
 
 import aiohttp
 
-from router_fakes import running_router, table_doc
 from tinct.api.routing import DATA_KEY, RoutingTable, configmap_name
 from tinct.cli import build_parser
 from tinct.router.config import RouterConfig
 from tinct.router.sources import FileTable
 from tinct.router.table import TableHolder
+from tinct_testing.router_fakes import running_router, table_doc
+from tinct_testing.wait import eventually_async
 
 
 def test_file_table_reload_keeps_the_last_good_table(tmp_path: Path) -> None:
@@ -150,11 +151,10 @@ async def test_watch_refuses_a_table_under_another_name_and_one_going_back() -> 
         _configmap(configmap_name("llm", "chat"), table_doc(*ab, version=2, uid="u-1", models=["m"]))
     )
     assert "version 2 of llm/chat (uid u-1) goes back: version 3" in rejected[-1]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while len(events) < 2:  # the Event is posted from a worker thread
-        assert loop.time() < deadline, "no Event for the refused table"
-        await asyncio.sleep(0.01)
+    # The Event is posted from a worker thread.
+    await eventually_async(
+        lambda: len(events) >= 2, timeout=30, interval=0.01, what="the refused table's Event"
+    )
     assert events[-1][:2] == ("tinct-routing-llm.chat", EVENT_REASON)
     assert "goes back" in events[-1][2]
     assert len(rejected) == 2

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from router_fakes import table, table_doc
 from tinct.api.routing import (
     DATA_KEY,
     TABLE_LABEL,
@@ -23,6 +22,7 @@ from tinct.api.routing import (
 from tinct.api.v1alpha1 import GrayRelease
 from tinct.api.v1alpha1.dye import cell_key
 from tinct.router.table import CompiledTable, TableHolder, TableRefusedError
+from tinct_testing.router_fakes import table, table_doc
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grayrelease.yaml"
 

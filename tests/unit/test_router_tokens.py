@@ -13,13 +13,13 @@ import aiohttp
 import openai
 import pytest
 
-from router_fakes import HostileBackend, running_router, table
 from tinct.emulator import Behaviour, Emulator, serving
 from tinct.histogram import Histogram
 from tinct.router.config import RouterConfig
 from tinct.router.metrics import ITL_BUCKETS, LATENCY_BUCKETS, RouterMetrics
 from tinct.router.summing import Family, merge, parse, render
 from tinct.router.tokens import MAX_EVENT, Meter
+from tinct_testing.router_fakes import HostileBackend, running_router, table
 
 SHORT = "len:short+role:user+latency:low"
 STREAMED = "len:short+role:user+latency:high"  # the test table's streamClass is high

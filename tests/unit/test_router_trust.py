@@ -7,10 +7,10 @@ import re
 import aiohttp
 import pytest
 
-from router_fakes import FakeScheduler, running_router, table
 from tinct.cli import main
 from tinct.router.config import RouterConfig
 from tinct.router.trust import RoleTrust
+from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 
 def test_nobody_is_trusted_by_default() -> None:

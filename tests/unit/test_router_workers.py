@@ -9,18 +9,20 @@ import os
 import re
 import shutil
 import signal
-import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
-from controlplane.harness import free_port
-from router_fakes import FakeScheduler, router_argv, table_doc
 from tinct.router import workers
 from tinct.router.summing import Family, MetricsSum, parse, render
+from tinct_testing.commands import TINCT
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
+from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # bound on waiting for processes; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -77,19 +79,35 @@ def _worker_pids(readyz: str) -> dict[int, int]:
 
 async def _until_ready(fleet: Fleet, *, not_pids: set[int] = frozenset()) -> dict[int, int]:  # type: ignore[assignment]
     """Wait until the parent says every worker is ready (none of them ``not_pids``): their pids."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    text = ""
-    while loop.time() < deadline:
-        assert fleet.proc.returncode is None, f"router exited:\n{fleet.output()}"
-        with contextlib.suppress(aiohttp.ClientConnectionError):
-            status, text = await _readyz(fleet)
-            pids = _worker_pids(text)
-            fleet.seen |= set(pids.values())
-            if status == 200 and not set(pids.values()) & not_pids:
-                return pids
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the workers never got ready; last /readyz:\n{text}\n{fleet.output()}")
+
+    async def ready() -> dict[int, int]:
+        status, text = await _readyz(fleet)
+        pids = _worker_pids(text)
+        fleet.seen |= set(pids.values())
+        assert status == 200, f"last /readyz: {text}"
+        assert not set(pids.values()) & not_pids, f"last /readyz: {text}"
+        return pids
+
+    pids: dict[int, int] = await _until(fleet, ready, "every worker ready")
+    return pids
+
+
+async def _until(fleet: Fleet, check: Callable[[], Awaitable[Any]], what: str) -> Any:
+    """``check()``'s first truthy value while the router runs (a refused connection: not yet)."""
+
+    async def running_check() -> Any:
+        if fleet.proc.returncode is not None:
+            raise RuntimeError(f"the router exited:\n{fleet.output()}")
+        return await check()
+
+    return await eventually_async(
+        running_check,
+        timeout=WAIT,
+        interval=0.1,
+        what=what,
+        explain=fleet.output,
+        ignoring=(aiohttp.ClientConnectionError,),
+    )
 
 
 async def _scrape(fleet: Fleet) -> dict[str, float]:
@@ -122,13 +140,9 @@ async def _fleet(tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler, *args: st
     port, mport = free_port(), free_port()
     log = tmp_path / "router.log"
     with log.open("wb") as err:
+        argv = router_argv(str(table), port, "--metrics-port", str(mport), "--log-level", "info", *args)
         proc = await asyncio.create_subprocess_exec(
-            *router_argv(str(table), port),
-            "--metrics-port",
-            str(mport),
-            "--log-level",
-            "info",
-            *args,
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,
@@ -194,17 +208,17 @@ async def test_sigterm_drains_every_worker_then_the_parent_exits(
             async with http.post(f"{fleet.base}/v1/chat/completions", json=body) as r:
                 lines = [await r.content.readline()]
                 fleet.proc.send_signal(signal.SIGTERM)
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + WAIT
-                while (answer := await _readyz(fleet)) != (503, "draining\n"):
-                    assert loop.time() < deadline, f"the parent never said draining: {answer}"
-                    await asyncio.sleep(0.05)
+
+                async def draining() -> bool:
+                    answer = await _readyz(fleet)
+                    assert answer == (503, "draining\n"), answer
+                    return True
+
+                await eventually_async(
+                    draining, timeout=WAIT, interval=0.05, what="the parent saying draining"
+                )
                 assert not v1.stream_done.is_set()
-                v1.gate.set()
-                async for line in r.content:
-                    lines.append(line)
-                    if line.startswith(b"data: "):
-                        v1.gate.set()
+                lines += await v1.ungate(r.content)
             assert b"data: [DONE]\n" in lines, lines
             assert await asyncio.wait_for(fleet.proc.wait(), WAIT) == 0, fleet.output()
         assert [p for p in pids if _state(p) not in (None, "Z")] == []
@@ -220,11 +234,12 @@ async def test_parent_killed_leaves_no_worker(tmp_path: Path, v1: FakeScheduler,
         assert rundir.is_dir()
         fleet.proc.kill()
         await fleet.proc.wait()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while (alive := [p for p in pids if _state(p) not in (None, "Z")]) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        assert alive == [], f"workers outlived their parent: {alive}"
+        await eventually_async(
+            lambda: [p for p in pids if _state(p) not in (None, "Z")] == [],
+            timeout=WAIT,
+            interval=0.05,
+            what="no worker outliving its parent",
+        )
         shutil.rmtree(rundir)  # a parent killed outright cannot remove its sockets' directory
 
 
@@ -261,15 +276,12 @@ async def test_one_worker_is_the_single_process_router(
     tmp_path: Path, v1: FakeScheduler, v2: FakeScheduler
 ) -> None:
     async with _fleet(tmp_path, v1, v2, "--workers", "1") as fleet:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while True:
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                status, text = await _readyz(fleet)
-                if status == 200:
-                    break
-            assert loop.time() < deadline, fleet.output()
-            await asyncio.sleep(0.1)
+
+        async def ready() -> str | None:
+            status, text = await _readyz(fleet)
+            return text if status == 200 else None
+
+        text = await _until(fleet, ready, "the router ready")
         assert text == "ready: chat table version 1\n"  # the router's own answer, no parent's
         assert _children(fleet.proc.pid) == []
         await _post_fresh(fleet, 3)
@@ -282,15 +294,9 @@ async def test_one_worker_is_the_single_process_router(
 async def test_workers_without_a_metrics_port_are_refused(tmp_path: Path) -> None:
     table = tmp_path / "t.json"
     table.write_text(json.dumps(table_doc("http://127.0.0.1:1", "http://127.0.0.1:2")))
+    argv = [*TINCT, "router", "--table", str(table), "--workers", "2"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tinct.cli",
-        "router",
-        "--table",
-        str(table),
-        "--workers",
-        "2",
+        *argv,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -353,20 +359,25 @@ async def test_the_table_version_is_the_lowest_of_the_workers_so_a_lagging_one_s
         os.kill(pids[1], signal.SIGSTOP)
         try:
             (tmp_path / "table.json").write_text(json.dumps(table_doc(v1.url, v2.url, version=2)))
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT
-            while b"version 2" not in (await workers._get(sock0, "/readyz", WAIT))[1]:
-                assert loop.time() < deadline, "worker 0 never took table version 2"
-                await asyncio.sleep(0.1)
+
+            async def worker0_on_2() -> bool:
+                return b"version 2" in (await workers._get(sock0, "/readyz", WAIT))[1]
+
+            await eventually_async(
+                worker0_on_2, timeout=WAIT, interval=0.1, what="worker 0 on table version 2"
+            )
             lagging = await _table_version(fleet)
         finally:
             os.kill(pids[1], signal.SIGCONT)
         print(f"worker 0 on version 2, worker 1 frozen on 1: the parent says {lagging}")
         assert lagging == 1, "a worker still on version 1 must keep the router's version at 1"
-        deadline = asyncio.get_running_loop().time() + WAIT
-        while (version := await _table_version(fleet)) != 2:
-            assert asyncio.get_running_loop().time() < deadline, f"stuck at {version}"
-            await asyncio.sleep(0.1)
+
+        async def on_2() -> bool:
+            version = await _table_version(fleet)
+            assert version == 2, f"stuck at {version}"
+            return True
+
+        await eventually_async(on_2, timeout=WAIT, interval=0.1, what="the router's table version 2")
 
 
 def test_sums_take_the_lowest_table_version_and_only_where_every_worker_has_one() -> None:

@@ -17,8 +17,6 @@ import yaml
 from deltalake import DeltaTable
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import EXAMPLES
-from shadow_helpers import TAG, judge_server, mirror, post_pairs
 from tinct.api.routing import RoutingTable, routing_table_from
 from tinct.api.v1alpha1 import GrayRelease
 from tinct.emulator import Behaviour
@@ -26,6 +24,8 @@ from tinct.emulator import serving as emulating
 from tinct.emulator.server import Emulator
 from tinct.router.table import TableHolder
 from tinct.shadow.service import MAX_LINES, Comparer, ComparerConfig, serving
+from tinct_testing.paths import EXAMPLES
+from tinct_testing.shadow_helpers import TAG, judge_server, mirror, post_pairs
 
 TOKEN = "s3cret-token"
 CHAT = {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": "what is a dye tag?"}]}

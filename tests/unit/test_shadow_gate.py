@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_fakes import FakePrometheus, Series
 from tinct.api.v1alpha1.grayrelease import Analysis, Metric
 from tinct.operator.grayrelease.agreement import PairSamples, judge, pair_samples
 from tinct.operator.grayrelease.analysis import analyse
 from tinct.operator.grayrelease.prometheus import PrometheusTarget
 from tinct.operator.grayrelease.samples import samples_from
 from tinct.operator.grayrelease.verdict import evaluate
+from tinct_testing.prometheus_fakes import FakePrometheus, Series
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A, B, C = (

@@ -6,9 +6,9 @@ import re
 import typing
 from pathlib import Path
 
-from conftest import ROOT
-from reasons import reasons
 from tinct.api.v1alpha1.grayrelease import GrayReleasePhase
+from tinct_testing.paths import ROOT
+from tinct_testing.reasons import reasons
 
 DOC = ROOT / "docs" / "troubleshooting.md"
 

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from conftest import EXAMPLES
 from tinct.api.routing import RoutingTableError, parse_table
 from tinct.api.v1alpha1 import GrayRelease
+from tinct_testing.paths import EXAMPLES
 
 Doc = dict[str, Any]
 
@@ -61,13 +61,18 @@ def _buckets(*bounds: tuple[str, int | None]) -> Callable[[Doc], None]:
     return mutate
 
 
-def _spec(path: str, value: Any) -> Callable[[Doc], None]:
+def _walk(node: Any, keys: list[str]) -> Any:
+    for key in keys:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node
+
+
+def setting(path: str, value: Any) -> Callable[[Doc], None]:
+    """A mutation setting the dotted ``path`` of a document (list items by index) to ``value``."""
+
     def mutate(doc: Doc) -> None:
-        node = doc["spec"]
-        keys = path.split(".")
-        for key in keys[:-1]:
-            node = node[int(key)] if isinstance(node, list) else node[key]
-        last = keys[-1]
+        *parents, last = path.split(".")
+        node = _walk(doc, parents)
         if isinstance(node, list):
             node[int(last)] = value
         else:
@@ -76,13 +81,14 @@ def _spec(path: str, value: Any) -> Callable[[Doc], None]:
     return mutate
 
 
+def _spec(path: str, value: Any) -> Callable[[Doc], None]:
+    return setting(f"spec.{path}", value)
+
+
 def _drop(path: str) -> Callable[[Doc], None]:
     def mutate(doc: Doc) -> None:
-        node = doc["spec"]
-        keys = path.split(".")
-        for key in keys[:-1]:
-            node = node[int(key)] if isinstance(node, list) else node[key]
-        node.pop(keys[-1], None)
+        *parents, last = f"spec.{path}".split(".")
+        _walk(doc, parents).pop(last, None)
 
     return mutate
 

@@ -5,7 +5,7 @@ requests, records every request it saw (headers, body, peer), and can be told to
 reject the scheduler version (426), stall before answering, or stream SSE one event per
 ``gate`` release so a test can observe the ordering of chunk arrival without clocks; a
 :class:`HostileBackend` answers whatever bytes a test writes. Tests that need an LLM engine
-rather than these exact behaviours use the emulator (:mod:`engines`).
+rather than these exact behaviours use the emulator (:mod:`tinct_testing.engines`).
 """
 
 from __future__ import annotations
@@ -14,18 +14,21 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
-from controlplane.harness import free_port
-from tinct.api.routing import RoutingTable
+from tinct.api.routing import RoutingTable, routing_configmap
 from tinct.router.app import Router
 from tinct.router.config import RouterConfig
 from tinct.router.table import TableHolder
+from tinct_testing import commands
+from tinct_testing.controlplane.harness import Cluster, free_port
+from tinct_testing.wait import eventually_async
 
 
 @dataclass
@@ -144,6 +147,17 @@ class FakeScheduler:
         self.gate.set()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def ungate(self, content: aiohttp.StreamReader) -> list[bytes]:
+        """Let a ``gated`` answer run to its end, opening the gate for each event read from
+        ``content`` (the client's side of it): the lines read."""
+        lines: list[bytes] = []
+        self.gate.set()
+        async for line in content:
+            lines.append(line)
+            if line.startswith(b"data: "):
+                self.gate.set()
+        return lines
 
     def reset(self, mode: str = "ok") -> None:
         self.mode = mode
@@ -264,39 +278,23 @@ class RouterProcess:
 
 
 async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) -> None:
-    import aiohttp
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
     async with aiohttp.ClientSession() as http:
-        while True:
-            assert proc.returncode is None, "router exited"
+
+        async def ready() -> bool:
+            if proc.returncode is not None:
+                raise RuntimeError(f"the router exited with code {proc.returncode}")
             try:
                 async with http.get(f"{base}/readyz") as r:
-                    if r.status == 200:
-                        return
+                    return r.status == 200
             except aiohttp.ClientConnectionError:
-                pass
-            if loop.time() > deadline:
-                raise AssertionError("router never got ready")
-            await asyncio.sleep(0.05)
+                return False
+
+        await eventually_async(ready, timeout=wait, interval=0.05, what="the router ready (/readyz)")
 
 
 def router_argv(table_file: str, port: int, *args: str) -> list[str]:
     """The argv of ``tinct router --table FILE`` listening on 127.0.0.1:``port``."""
-    return [
-        sys.executable,
-        "-m",
-        "tinct.cli",
-        "router",
-        "--table",
-        table_file,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *args,
-    ]
+    return commands.router_argv(port, "--table", table_file, *args)
 
 
 @contextlib.asynccontextmanager
@@ -328,6 +326,46 @@ async def router_process(
             proc.kill()
             await proc.wait()
         await reader
+
+
+#: Seconds a router watching the API server gets to take a table: an upper bound, never a
+#: measured figure.
+WATCH_WAIT = 60.0
+
+
+@contextlib.asynccontextmanager
+async def watching_router(
+    namespace: str, kubeconfig: Path
+) -> AsyncIterator[tuple[str, TableHolder, aiohttp.ClientSession]]:
+    """A router watching ``namespace``'s routing tables as ``kubeconfig``: its base URL, its
+    table holder and a client."""
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
+    async with running_router(None, cfg) as (base, router), aiohttp.ClientSession() as http:
+        yield base, router.state.holder, http
+
+
+def apply_table(cluster: Cluster, namespace: str, configmap: dict[str, Any]) -> None:
+    """A routing table's ConfigMap (:func:`~tinct.api.routing.routing_configmap`) in ``namespace``."""
+    configmap["metadata"]["namespace"] = namespace
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(configmap))
+
+
+async def publish(cluster: Cluster, namespace: str, holder: TableHolder, tbl: RoutingTable) -> None:
+    """``tbl`` applied as its ConfigMap, once the watching router has it in force."""
+    apply_table(cluster, namespace, routing_configmap(tbl))
+
+    def in_force() -> bool:
+        return holder.current is not None and holder.current.version == tbl.version
+
+    await eventually_async(in_force, timeout=WATCH_WAIT, interval=0.05, what=f"table v{tbl.version}")
+
+
+async def side(http: aiohttp.ClientSession, base: str) -> str:
+    """The scheduler that answers a chat completion of session ``s-1`` (X-Scheduler-Active)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with http.post(f"{base}/v1/chat/completions", json=body, headers={"X-Session-Id": "s-1"}) as r:
+        assert r.status == 200
+        return r.headers["X-Scheduler-Active"]
 
 
 @contextlib.asynccontextmanager

@@ -31,6 +31,25 @@ _MIN = re.compile(r"^min\((\w+)\{(.*)\}\)$")
 _MATCHER = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
+def vec(metric: dict[str, str], value: float) -> dict[str, Any]:
+    """One sample of an instant query's result, as Prometheus' HTTP API gives it."""
+    return {"metric": metric, "value": [1700000000.0, str(value)]}
+
+
+def buckets(side: str, tag: str, counts: dict[str, float]) -> list[dict[str, Any]]:
+    """A histogram's buckets of one side and dye tag (``le`` -> count) as result rows."""
+    return [vec({"side": side, "dye_tag": tag, "le": le}, n) for le, n in counts.items()]
+
+
+def merged(*parts: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows of each query name over all ``parts``."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for p in parts:
+        for k, rows in p.items():
+            out.setdefault(k, []).extend(rows)
+    return out
+
+
 def _matchers(text: str) -> dict[str, str]:
     return {k: re.sub(r"\\(.)", r"\1", v) for k, v in _MATCHER.findall(text)}
 

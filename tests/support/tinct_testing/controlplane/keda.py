@@ -12,7 +12,7 @@ TokenRequest API, so they have exactly the rights KEDA's manifests grant.
 How the pieces meet without Pods, a kubelet or kube-proxy:
 
 - the operator serves its gRPC metrics service on loopback with a cert of KEDA's own CA
-  (:func:`~controlplane.pki.make_keda_certs`), which the metrics API server, its client,
+  (:func:`~tinct_testing.controlplane.pki.make_keda_certs`), which the metrics API server, its client,
   presents back (``--cert-dir`` holds ``ca.crt``, ``tls.crt``, ``tls.key``, as KEDA's
   cert rotation would write them);
 - the metrics API server serves ``external.metrics.k8s.io`` on loopback, registered
@@ -34,25 +34,20 @@ each :class:`Keda` is meant to run once per control plane (the ``keda`` session 
 
 from __future__ import annotations
 
-import atexit
 import base64
-import contextlib
 import json
-import shutil
-import ssl
 import subprocess
-import tempfile
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from controlplane import build
-from controlplane.harness import ControlPlane, ControlPlaneError, _Clients, _Process, free_port
-from controlplane.pki import KedaCerts, make_keda_certs
+from tinct_testing.controlplane import build
+from tinct_testing.controlplane.harness import ControlPlane, _Clients, free_port
+from tinct_testing.controlplane.pki import KedaCerts, make_keda_certs
+from tinct_testing.controlplane.process import ControlPlaneError, Process, Processes, http_ok, wait_ready
 
 NAMESPACE = "keda"
 SERVICE_ACCOUNT = "keda-operator"
@@ -118,13 +113,14 @@ class InstalledKeda(_Reading):
             )
 
 
-class Keda(_Reading):
+class Keda(Processes, _Reading):
     """KEDA's operator and metrics API server against ``cluster``; a context manager as well.
 
     :attr:`ready_after` says how long each part took to be ready (seconds).
     """
 
     cluster: ControlPlane
+    start_timeout = 180.0
 
     def __init__(
         self,
@@ -136,26 +132,18 @@ class Keda(_Reading):
         self.cluster = cluster
         self.bin_dir = bin_dir or build.ensure_keda()
         self.source = source or build.keda_source()
-        self._own_workdir = workdir is None
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-keda-"))
+        super().__init__(workdir, prefix="tinct-keda-")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.certs: KedaCerts | None = None
         self.kubeconfig = self.workdir / "keda.kubeconfig"
-        self._operator: _Process | None = None
-        self._adapter: _Process | None = None
+        self._operator: Process | None = None
+        self._adapter: Process | None = None
         self.ready_after: dict[str, float] = {}
-        self._stopped = False
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self, timeout: float = 180.0) -> Keda:
-        atexit.register(self.stop)
-        try:
-            self._start(time.monotonic() + timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def _processes(self) -> list[Process | None]:
+        return [self._adapter, self._operator]
 
     def _start(self, deadline: float) -> None:
         started = time.monotonic()
@@ -177,7 +165,7 @@ class Keda(_Reading):
             "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE,
         }
         started = time.monotonic()
-        self._operator = _Process(
+        self._operator = Process(
             [
                 str(self.bin_dir / "keda-operator"),
                 f"--metrics-bind-address=127.0.0.1:{metrics}",
@@ -195,14 +183,14 @@ class Keda(_Reading):
             env=env,
         )
         self._wait(
-            lambda: _http_ok(f"http://127.0.0.1:{probe}/readyz"), self._operator, "keda-operator", deadline
+            "keda-operator", lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"), self._operator, deadline
         )
         self.ready_after["keda-operator"] = round(time.monotonic() - started, 2)
 
         port = free_port()
         self._register(port)
         started = time.monotonic()
-        self._adapter = _Process(
+        self._adapter = Process(
             [
                 str(self.bin_dir / "keda-adapter"),
                 "--bind-address=127.0.0.1",
@@ -223,7 +211,7 @@ class Keda(_Reading):
             self.workdir / "keda-adapter.log",
             env=env,
         )
-        self._wait(self.available, self._adapter, "keda-adapter (APIService Available)", deadline)
+        self._wait("keda-adapter (APIService Available)", self.available, self._adapter, deadline)
         self.ready_after["keda-adapter"] = round(time.monotonic() - started, 2)
 
     def _apply_manifests(self) -> None:
@@ -234,15 +222,7 @@ class Keda(_Reading):
             raise ControlPlaneError(f"no KEDA CRDs under {self.source}/config/crd/bases")
         files = [*crds, *(self.source / rel for rel in RBAC)]
         c.kubectl("apply", "--server-side", "--force-conflicts", *(a for f in files for a in ("-f", str(f))))
-        deadline = time.monotonic() + 60
-        while True:
-            names = [f"crd/{n}" for n in CRD_NAMES]
-            proc = c.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names, check=False)
-            if proc.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"KEDA's CRDs not Established: {proc.stderr}")
-            time.sleep(0.2)
+        c.wait_established(*(f"crd/{n}" for n in CRD_NAMES), timeout=60)
 
     def _register(self, port: int) -> None:
         """The ExternalName Service for localhost and the APIService naming it, at ``port``."""
@@ -272,54 +252,12 @@ class Keda(_Reading):
             "apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs)
         )
 
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            for p in (self._adapter, self._operator):
-                if p is not None:
-                    with contextlib.suppress(OSError, subprocess.SubprocessError):
-                        p.stop()
-        finally:
-            if self._own_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-            atexit.unregister(self.stop)
-
-    def __enter__(self) -> Keda:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.proc.pid for p in (self._operator, self._adapter) if p is not None and p.alive()]
-
     @property
     def logs(self) -> dict[str, Path]:
         return {p.log.name: p.log for p in (self._operator, self._adapter) if p is not None}
 
-    def _wait(self, check: Any, proc: _Process, what: str, deadline: float) -> None:
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise ControlPlaneError(f"{what} exited with code {proc.proc.returncode}", proc.log)
-            try:
-                if check():
-                    return
-            except (subprocess.CalledProcessError, ValueError) as exc:
-                last = exc
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{what} was not ready in time (last error: {last})", proc.log)
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ssl.create_default_context()) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+    def _wait(self, what: str, check: Callable[[], object], proc: Process, deadline: float) -> None:
+        wait_ready(what, check, proc, deadline, ignoring=(subprocess.CalledProcessError, ValueError))
 
 
 __all__ = ["APISERVICE", "CRD_NAMES", "NAMESPACE", "InstalledKeda", "Keda"]

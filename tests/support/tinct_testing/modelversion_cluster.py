@@ -11,8 +11,7 @@ import ctypes
 import json
 import os
 import struct
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,14 @@ from typing import Any
 import yaml
 from kopf.testing import KopfRunner
 
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster
 from tinct.lineage.sql import query
-
-WAIT = 120.0
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.wait import WAIT, eventually
 
 
 def mv_doc(name: str, artifacts: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    """ModelVersion ``name`` of ``artifacts``: llama3-8b 1.0.0 unless ``spec`` says otherwise."""
     return {
         "apiVersion": "tinct.io/v1alpha1",
         "kind": "ModelVersion",
@@ -53,17 +52,6 @@ def get(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
     return get_object(cluster, ns, "modelversion", name)
 
 
-def wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
-
-
 def wait_phase(cluster: Cluster, ns: str, name: str, *phases: str, timeout: float = WAIT) -> dict[str, Any]:
     """The object once its phase is one of ``phases`` for its current generation."""
 
@@ -75,7 +63,7 @@ def wait_phase(cluster: Cluster, ns: str, name: str, *phases: str, timeout: floa
             return obj
         return None
 
-    obj: dict[str, Any] = wait(f"{name} in {phases}", check, timeout)
+    obj: dict[str, Any] = eventually(check, timeout=timeout, what=f"{name} in {phases}")
     return obj
 
 

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from controlplane import build
+from tinct_testing.controlplane import build
 
 NODE = "kwok-node-0"
 NODE_LABEL = ("kwok.x-k8s.io/node", "fake")

@@ -9,13 +9,13 @@ from typing import Any
 
 import yaml
 
-from conftest import EXAMPLES
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, MetricResult
 from tinct.operator.grayrelease.decide import decide
 from tinct.operator.grayrelease.decision import Capacity, Decision, Inputs
 from tinct.operator.grayrelease.preconditions import Problem
 from tinct.operator.grayrelease.tables import plan
 from tinct.operator.grayrelease.timing import needs_confirmation
+from tinct_testing.paths import EXAMPLES
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LONG = "len:long+role:admin+latency:high"
@@ -47,8 +47,8 @@ def ok_objects(gr: GrayRelease) -> tuple[dict[str, Any], dict[str, bool], dict[s
 def result(verdict: str, at: datetime) -> AnalysisResult:
     return AnalysisResult(
         time=at,
-        verdict=verdict,  # type: ignore[arg-type]
-        metrics=[MetricResult(name="success-rate", value=99.5, threshold=">= 99", verdict=verdict)],  # type: ignore[arg-type]
+        verdict=verdict,
+        metrics=[MetricResult(name="success-rate", value=99.5, threshold=">= 99", verdict=verdict)],
     )
 
 

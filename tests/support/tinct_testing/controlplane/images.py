@@ -31,9 +31,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane import build
+from tinct_testing.controlplane import build
+from tinct_testing.paths import ROOT
 
-ROOT = build.HERE.parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 # How each image is made; part of its key.
@@ -369,7 +369,7 @@ build._BUILDERS.update(
 
 
 def main() -> int:
-    """``PYTHONPATH=tests python -m controlplane.images``: build (or reuse) the images, print them."""
+    """``python -m tinct_testing.controlplane.images``: build (or reuse) the images, print them."""
     for image in (ensure_pause_image(), ensure_image()):
         print(image.ref, image.archive)
     return 0

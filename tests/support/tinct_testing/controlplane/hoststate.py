@@ -26,10 +26,11 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from tinct_testing.wait import eventually
 
 # Host-wide sysctls a node may change. kubelet's setupKernelTunables sets the first six;
 # the bridge plugin (isGateway) turns on forwarding; the node's kube-proxy config leaves
@@ -218,9 +219,13 @@ def kill_binaries(binaries: Sequence[str], grace: float = 5.0) -> int:
     for p in found:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_exe(p) in ours for p in found):
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):  # who is left after the grace gets SIGKILL
+        eventually(
+            lambda: not any(_exe(p) in ours for p in found),
+            timeout=grace,
+            interval=0.1,
+            what="SIGTERM obeyed",
+        )
     for p in found:
         if _exe(p) in ours:
             with contextlib.suppress(ProcessLookupError):
@@ -260,17 +265,21 @@ def _cgroup_pids(top: Path) -> set[int]:
 def kill_cgroup(name: str, timeout: float = 20.0) -> int:
     """SIGKILL every process in cgroup ``name`` and below, in every hierarchy; how many."""
     seen: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def emptied() -> bool:
+        """Kill whoever is in the cgroup now; whether nobody was."""
         pids = set().union(*(_cgroup_pids(d) for d in cgroup_dirs(name))) - {os.getpid()}
-        if not pids:
-            return len(seen)
-        seen |= pids
+        seen.update(pids)
         for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
-        time.sleep(0.1)
-    raise RuntimeError(f"processes in cgroup {name} did not die: {sorted(seen)}")
+        return not pids
+
+    try:
+        eventually(emptied, timeout=timeout, interval=0.1, what=f"cgroup {name} empty")
+    except AssertionError:
+        raise RuntimeError(f"processes in cgroup {name} did not die: {sorted(seen)}") from None
+    return len(seen)
 
 
 def remove_cgroup(name: str) -> int:
@@ -278,18 +287,23 @@ def remove_cgroup(name: str) -> int:
     removed = 0
     for top in cgroup_dirs(name):
         for d in _subtree(top):
-            for attempt in range(50):
-                try:
-                    d.rmdir()
-                    removed += 1
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # busy for a moment after its last process died
-                    if attempt == 49:
-                        raise
-                    time.sleep(0.1)
+            removed += _rmdir(d)
     return removed
+
+
+def _rmdir(d: Path) -> bool:
+    """Remove the empty directory ``d``, which may be busy for a moment after its last process
+    died; whether it was there to remove."""
+
+    def attempt() -> str:
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            return "gone"
+        return "removed"
+
+    done = eventually(attempt, timeout=5, interval=0.1, what=f"{d} removed", ignoring=(OSError,))
+    return done == "removed"
 
 
 def mounts() -> list[str]:

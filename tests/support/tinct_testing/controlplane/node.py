@@ -39,8 +39,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +46,12 @@ from typing import IO, Any
 
 import yaml
 
-from controlplane import build, hoststate, images
-from controlplane import nodeconfig as cfg
-from controlplane.harness import ControlPlane, ControlPlaneError, PodNetwork, _Process, free_port
-from controlplane.pki import client_cert
+from tinct_testing.controlplane import build, hoststate, images
+from tinct_testing.controlplane import nodeconfig as cfg
+from tinct_testing.controlplane.harness import ControlPlane, PodNetwork, free_port
+from tinct_testing.controlplane.pki import client_cert
+from tinct_testing.controlplane.process import ControlPlaneError, Process, Processes, http_ok, wait_ready
+from tinct_testing.wait import eventually
 
 RUN_DIR = Path("/run/tinct-node")
 LOCK = Path("/run/tinct-node.lock")
@@ -135,20 +135,24 @@ def machine_lock(timeout: float = 1800.0) -> Iterator[IO[str]]:
     """Hold the one-node-per-machine lock; wait for another node to end, saying so."""
     LOCK.parent.mkdir(parents=True, exist_ok=True)
     fh = LOCK.open("a+")
-    deadline = time.monotonic() + timeout
     said = False
-    while True:
+
+    def acquired() -> bool:
+        nonlocal said
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
         except BlockingIOError:
             if not said:
                 print(f"another node runs on this machine; waiting for it (lock {LOCK})", file=sys.stderr)
                 said = True
-            if time.monotonic() > deadline:
-                fh.close()
-                raise NodeError(f"another node held {LOCK} for {timeout:.0f}s") from None
-            time.sleep(1)
+            return False
+        return True
+
+    try:
+        eventually(acquired, timeout=timeout, interval=1, what=f"the lock {LOCK}")
+    except AssertionError:
+        fh.close()
+        raise NodeError(f"another node held {LOCK} for {timeout:.0f}s") from None
     try:
         yield fh
     finally:
@@ -170,7 +174,7 @@ def recover(run_dir: Path = RUN_DIR) -> list[str]:
     return [f"cleaned up after a node of process {owner} that did not stop", *done]
 
 
-class Node:
+class Node(Processes):
     """A control plane for Pods and one real node on this machine; :meth:`start`, :meth:`stop`.
 
     ``images``: OCI archives to import into containerd (``images.Image``); Pods use them
@@ -179,6 +183,7 @@ class Node:
     """
 
     name = cfg.NODE_NAME
+    start_timeout = 180.0
 
     def __init__(
         self,
@@ -193,6 +198,7 @@ class Node:
         self.parts = parts or ensure_parts()
         self.images = (self.parts.pause, *images)
         self.run_dir = run_dir
+        super().__init__(run_dir, prefix="tinct-node-")
         self.ip = node_ip()
         self.cluster = ControlPlane(
             preapply=preapply,
@@ -206,7 +212,7 @@ class Node:
         #: Seconds each stage of the last start took.
         self.timings: dict[str, float] = {}
         self._lock: contextlib.ExitStack | None = None
-        self._procs: dict[str, _Process] = {}
+        self._procs: dict[str, Process] = {}
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._started = False
         self._lock_timeout = lock_timeout
@@ -217,14 +223,8 @@ class Node:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self, timeout: float = 180.0) -> Node:
-        atexit.register(self.stop)
-        try:
-            self._start(time.monotonic() + timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def _processes(self) -> list[Process]:
+        return list(self._procs.values())
 
     def _start(self, deadline: float) -> None:
         t0 = time.monotonic()
@@ -268,7 +268,8 @@ class Node:
         self.timings["total"] = round(time.monotonic() - t0, 2)
 
     def stop(self) -> None:
-        """Stop every process and put the machine back; safe to call twice.
+        """Stop every process and put the machine back; safe to call twice (the host's
+        teardown is the node's own, not :class:`Processes`').
 
         Each step runs even when one before it failed; the first failure is raised at the
         end. Whatever is left, the watchdog or the next bring-up undoes.
@@ -306,24 +307,23 @@ class Node:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> Node:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- parts -----------------------------------------------------------------------
 
     def _start_watchdog(self) -> None:
         """A process outside this one's session that undoes the node if this process dies."""
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.node", "watchdog", str(self.run_dir), str(os.getpid())],
+            [
+                sys.executable,
+                "-m",
+                "tinct_testing.controlplane.node",
+                "watchdog",
+                str(self.run_dir),
+                str(os.getpid()),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=(self.run_dir / "watchdog.log").open("ab"),
             start_new_session=True,
-            cwd=str(build.HERE.parent),
-            env={**os.environ, "PYTHONPATH": str(build.HERE.parent)},
         )
 
     def _make_cgroups(self) -> None:
@@ -335,8 +335,8 @@ class Node:
                 if (root / f).exists() and not (mine / f).read_text().strip():
                     (mine / f).write_text((root / f).read_text())
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
-        proc = _Process(argv, self.run_dir / "logs" / f"{name}.log")
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        proc = Process(argv, self.run_dir / "logs" / f"{name}.log")
         self._procs[name] = proc
         return proc
 
@@ -376,15 +376,15 @@ class Node:
         conf.write_text(cfg.containerd_config(self.run_dir, self.containerd_root, self.parts.pause.ref))
         return conf
 
-    def _spawn_containerd(self, conf: Path) -> _Process:
+    def _spawn_containerd(self, conf: Path) -> Process:
         return self._spawn("containerd", [str(self.parts.containerd / "containerd"), "--config", str(conf)])
 
-    def _wait_containerd(self, proc: _Process, deadline: float) -> None:
+    def _wait_containerd(self, proc: Process, deadline: float) -> None:
         self._wait(
             "containerd", lambda: self.ctr("version", check=False, timeout=10).returncode == 0, proc, deadline
         )
 
-    def _prepare_runtime(self, proc: _Process, deadline: float) -> bool:
+    def _prepare_runtime(self, proc: Process, deadline: float) -> bool:
         """Wait for containerd, clear what a dead node left, import the images; whether
         containerd must start again (it had containers to forget)."""
         self._wait_containerd(proc, deadline)
@@ -514,12 +514,14 @@ class Node:
         )
         self._wait("kubelet", self._node_ready, kubelet, deadline)
         self._wait(
-            "kube-proxy", lambda: _http_ok(f"http://127.0.0.1:{ports.proxy_healthz}/healthz"), proxy, deadline
+            "kube-proxy", lambda: http_ok(f"http://127.0.0.1:{ports.proxy_healthz}/healthz"), proxy, deadline
         )
-        self._wait("coredns", lambda: _http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready"), dns, deadline)
+        self._wait("coredns", lambda: http_ok(f"http://127.0.0.1:{ports.dns_ready}/ready"), dns, deadline)
+        # Its serving certificate is self-signed.
+        insecure = ssl._create_unverified_context()
         self._wait(
             "kube-scheduler",
-            lambda: _http_ok(f"https://127.0.0.1:{ports.scheduler}/healthz", insecure=True),
+            lambda: http_ok(f"https://127.0.0.1:{ports.scheduler}/healthz", insecure),
             scheduler,
             deadline,
         )
@@ -552,24 +554,12 @@ class Node:
             t.get("key") == "node.kubernetes.io/not-ready" for t in taints
         )
 
-    def _wait(self, what: str, check: Callable[[], bool], proc: _Process, deadline: float) -> None:
-        started = time.monotonic()
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise ControlPlaneError(f"{what} exited with code {proc.proc.returncode}", proc.log)
-            if check():
-                self.timings[f"{what}_ready"] = round(time.monotonic() - started, 2)
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{what} was not ready in time", proc.log)
+    def _wait(self, what: str, check: Callable[[], bool], proc: Process, deadline: float) -> None:
+        self.timings[f"{what}_ready"] = wait_ready(what, check, proc, deadline)
 
     def log(self, name: str) -> Path:
         """The log file of one of the node's processes (kubelet, containerd, ...)."""
         return self.run_dir / "logs" / f"{name}.log"
-
-    @property
-    def pids(self) -> dict[str, int]:
-        return {n: p.proc.pid for n, p in self._procs.items() if p.alive()}
 
 
 class _Background:
@@ -596,15 +586,6 @@ class _Background:
         self._thread.join()
         if self._error is not None:
             raise self._error
-
-
-def _http_ok(url: str, insecure: bool = False) -> bool:
-    ctx = ssl._create_unverified_context() if insecure else None
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _watchdog(run_dir: Path, owner: int) -> int:
@@ -643,7 +624,7 @@ def run_pause_pod(node: Node, timeout: float = 120.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m controlplane.node up|clean`` (from tests/): a node by hand, or the cleanup of one."""
+    """``python -m tinct_testing.controlplane.node up|clean``: a node by hand, or the cleanup of one."""
     parser = argparse.ArgumentParser(description="the end-to-end node: bring up, hold, tear down")
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="bring a node up and hold it until SIGTERM/SIGINT, printing one JSON line")

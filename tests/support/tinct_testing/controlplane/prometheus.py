@@ -26,7 +26,9 @@ import yaml
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from controlplane.harness import ControlPlaneError, _Process, free_port
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.controlplane.process import Process, http_ok, wait_ready
+from tinct_testing.wait import eventually
 
 JOB = "tinct"
 
@@ -56,7 +58,7 @@ class Prometheus:
         self.config_file = self.workdir / "prometheus.yml"
         self.data_dir = self.workdir / "data"
         self.log = self.workdir / "prometheus.log"
-        self._proc: _Process | None = None
+        self._proc: Process | None = None
         self._closed = False
         # No retries: a test asking a stopped server wants the refusal now, not after backoff.
         self._client = PrometheusConnect(url=self.url, disable_ssl=True, retry=Retry(total=0), timeout=10)
@@ -124,16 +126,15 @@ class Prometheus:
 
     def wait_for_targets(self, targets: Sequence[str], timeout: float = 30.0) -> None:
         """Return when each of ``targets`` is an active target that was scraped and is up."""
-        deadline = time.monotonic() + timeout
-        seen: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
+
+        def all_up() -> bool:
             seen = self.active_targets()
             up = {t["labels"].get("instance") for t in seen if t.get("health") == "up"}
-            if set(targets) <= up:
-                return
-            time.sleep(0.2)
-        state = [(t["labels"].get("instance"), t.get("health"), t.get("lastError")) for t in seen]
-        raise AssertionError(f"targets {list(targets)} not all up within {timeout}s: {state}")
+            state = [(t["labels"].get("instance"), t.get("health"), t.get("lastError")) for t in seen]
+            assert set(targets) <= up, f"targets (instance, health, last error): {state}"
+            return True
+
+        eventually(all_up, timeout=timeout, what=f"targets {list(targets)} all up")
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ class Prometheus:
         if self.alive():
             return self
         atexit.register(self.close)
-        self._proc = _Process(
+        self._proc = Process(
             [
                 str(self.binary),
                 f"--config.file={self.config_file}",
@@ -159,14 +160,8 @@ class Prometheus:
             self.log,
             append=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self._proc.alive():
-                raise ControlPlaneError(f"prometheus exited with code {self._proc.proc.returncode}", self.log)
-            if self.ready():
-                return self
-            time.sleep(0.1)
-        raise ControlPlaneError("prometheus was not ready in time", self.log)
+        wait_ready("prometheus", self.ready, self._proc, time.monotonic() + timeout, interval=0.1)
+        return self
 
     def stop(self) -> None:
         """Stop the process; the port and the data stay for :meth:`start`."""
@@ -200,11 +195,7 @@ class Prometheus:
     # -- reading ---------------------------------------------------------------------
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return http_ok(f"{self.url}/-/ready")
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """An instant query through the HTTP API: the ``data.result`` list.
@@ -217,16 +208,13 @@ class Prometheus:
 
     def wait_for(self, promql: str, timeout: float = 20.0) -> list[dict[str, Any]]:
         """Poll ``promql`` until it returns a non-empty result; fail with the last answer."""
-        deadline = time.monotonic() + timeout
-        last: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            last = self.query(promql)
-            if last:
-                return last
-            time.sleep(0.2)
-        raise AssertionError(
-            f"{promql!r} returned nothing within {timeout}s; targets: {self.active_targets()}"
+        result: list[dict[str, Any]] = eventually(
+            lambda: self.query(promql),
+            timeout=timeout,
+            what=f"{promql!r} to return something",
+            explain=lambda: f"targets: {self.active_targets()}",
         )
+        return result
 
     def parse(self, promql: str) -> dict[str, Any]:
         """The syntax tree Prometheus parses ``promql`` into (``/api/v1/parse_query``);

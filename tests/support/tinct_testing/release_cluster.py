@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +17,23 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes import watch as kube_watch
 
-from conftest import EXAMPLES
-from controlplane import kwok
-from controlplane.environ import patched_environ
-from controlplane.harness import Cluster
-from lineage_artifacts import make_onnx, sha256_file
-from modelversion_cluster import WAIT, wait
-from modelversion_cluster import get_object as get
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, configmap_name
 from tinct.lineage.sql import query
+from tinct_testing.controlplane import kwok
+from tinct_testing.controlplane.environ import patched_environ
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.lineage_artifacts import make_onnx, sha256_file
+from tinct_testing.modelversion_cluster import get_object as get
+from tinct_testing.modelversion_cluster import mv_doc
+from tinct_testing.paths import EXAMPLES
+from tinct_testing.wait import WAIT, eventually
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
 
 
-def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> str:
+    """``kubectl apply`` of ``docs`` in ``ns``: what it printed."""
+    return cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs)).stdout
 
 
 def release_status(cluster: Cluster, ns: str, name: str = "chat") -> dict[str, Any]:
@@ -52,8 +54,15 @@ def wait_release(
         st = release_status(cluster, ns, name)
         return st if st and pred(st) else None
 
-    st: dict[str, Any] = wait(what, check, timeout)
+    st: dict[str, Any] = eventually(check, timeout=timeout, what=what)
     return st
+
+
+def in_phase(
+    cluster: Cluster, ns: str, phase: str, *, name: str = "chat", timeout: float = WAIT
+) -> dict[str, Any]:
+    """Release ``name``'s status once its phase is ``phase``."""
+    return wait_release(cluster, ns, lambda s: s.get("phase") == phase, f"{name} {phase}", name, timeout)
 
 
 def wait_history_written(cluster: Cluster, ns: str, name: str = "chat") -> None:
@@ -63,9 +72,10 @@ def wait_history_written(cluster: Cluster, ns: str, name: str = "chat") -> None:
     round acts; status keeps the transition until the row is written. Stopping the operator as
     soon as status shows a phase can leave the last row for its next run.
     """
-    wait(
-        f"{name}'s transitions written to lineage (status.history drained)",
+    eventually(
         lambda: not release_status(cluster, ns, name).get("history"),
+        timeout=WAIT,
+        what=f"{name}'s transitions written to lineage (status.history drained)",
     )
 
 
@@ -76,25 +86,19 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 def modelversion(
     name: str, version: str, onnx: Path, *, wrong_digest: bool = False, model: str = "llama3-8b"
 ) -> dict[str, Any]:
-    art: dict[str, Any] = {"format": "onnx", "uri": onnx.as_uri()}
-    if wrong_digest:
-        art["sha256"] = "0" * 64
-    else:
-        art["sha256"] = sha256_file(onnx)
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "ModelVersion",
-        "metadata": {"name": name},
-        "spec": {"model": model, "version": version, "artifacts": [art]},
-    }
+    digest = "0" * 64 if wrong_digest else sha256_file(onnx)
+    return mv_doc(
+        name, [{"format": "onnx", "uri": onnx.as_uri(), "sha256": digest}], version=version, model=model
+    )
 
 
-def service(name: str) -> dict[str, Any]:
+def service(name: str, port: int = 8000, target: int | str = 8000) -> dict[str, Any]:
+    """Service ``name`` of the Pods labelled ``app: name``: ``port`` to their ``target``."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name},
-        "spec": {"selector": {"app": name}, "ports": [{"port": 8000, "targetPort": 8000}]},
+        "spec": {"selector": {"app": name}, "ports": [{"port": port, "targetPort": target}]},
     }
 
 
@@ -105,10 +109,15 @@ def deployment(name: str, replicas: int = 1, ready: bool = True, *, node: str = 
     :func:`ready_node`), where they become Running and Ready and count as available.
     Otherwise they name no node and stay Pending (no scheduler runs).
     """
-    labels = {"app": name}
     pod: dict[str, Any] = {"containers": [{"name": "scheduler", "image": "registry.invalid/scheduler:1"}]}
     if ready:
         pod.update(kwok.placement(node))
+    return workload(name, replicas, pod)
+
+
+def workload(name: str, replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment ``name`` of ``replicas`` Pods of spec ``pod``, labelled and selected ``app: name``."""
+    labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -117,6 +126,22 @@ def deployment(name: str, replicas: int = 1, ready: bool = True, *, node: str = 
             "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def cpu_hpa(name: str, target: str, min_replicas: int, max_replicas: int, utilization: int) -> dict[str, Any]:
+    """A HorizontalPodAutoscaler of Deployment ``target`` on CPU utilization."""
+    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": utilization}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "metrics": [{"type": "Resource", "resource": cpu}],
         },
     }
 
@@ -139,33 +164,37 @@ def wait_available(cluster: Cluster, ns: str, name: str, n: int, timeout: float 
     message lists the Deployment's status and its Pods' phases and nodes.
     """
     ready_node(cluster)
-    deadline = time.monotonic() + timeout
-    dep: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
+
+    def available() -> dict[str, Any] | None:
         dep = get(cluster, ns, "deployment", name)
-        if dep is not None:
-            st = dep.get("status") or {}
-            if (
-                st.get("observedGeneration") == dep["metadata"]["generation"]
-                and st.get("availableReplicas", 0) == n
-                and st.get("updatedReplicas", 0) == n
-                and st.get("replicas", 0) == n
-            ):
-                return dep
-        time.sleep(0.2)
-    if dep is None:
-        raise AssertionError(f"Deployment {ns}/{name} does not exist")
-    labels = dep["spec"]["selector"].get("matchLabels", {})
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
-    out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json", check=False).stdout
-    pods = [
-        (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
-        for p in json.loads(out or "{}").get("items", [])
-    ]
-    raise AssertionError(
-        f"Deployment {ns}/{name}: not {n} available within {timeout:.0f}s; "
-        f"status {dep.get('status')}; pods (name, phase, node) {pods}"
+        assert dep is not None, f"Deployment {ns}/{name} does not exist"
+        st = dep.get("status") or {}
+        if (
+            st.get("observedGeneration") == dep["metadata"]["generation"]
+            and st.get("availableReplicas", 0) == n
+            and st.get("updatedReplicas", 0) == n
+            and st.get("replicas", 0) == n
+        ):
+            return dep
+        return None
+
+    def pods() -> str:
+        dep = get(cluster, ns, "deployment", name)
+        if dep is None:
+            return f"Deployment {ns}/{name} does not exist"
+        labels = dep["spec"]["selector"].get("matchLabels", {})
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json", check=False).stdout
+        found = [
+            (p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"))
+            for p in json.loads(out or "{}").get("items", [])
+        ]
+        return f"status {dep.get('status')}; pods (name, phase, node) {found}"
+
+    dep: dict[str, Any] = eventually(
+        available, timeout=timeout, what=f"Deployment {ns}/{name} with {n} available replicas", explain=pods
     )
+    return dep
 
 
 def backends(
@@ -232,6 +261,28 @@ def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
         assert runner.exit_code == 0, runner.output
 
 
+@dataclass(frozen=True)
+class Started:
+    """A release :func:`started`: the ONNX file its ModelVersions name, the status awaited."""
+
+    onnx: Path
+    status: dict[str, Any]
+
+
+@contextmanager
+def started(cluster: Cluster, ns: str, tmp: Path, doc: dict[str, Any], **fields: Any) -> Iterator[Started]:
+    """Release ``doc`` in ``ns`` over :func:`backends`, with the operator running (lineage under
+    ``tmp/lineage``) for the block, from when its status has ``fields`` (``phase="Promoted"``)."""
+    onnx = backends(cluster, ns, tmp)
+    with operator(ns, tmp / "lineage"):
+        apply(cluster, ns, doc)
+        what = ", ".join(f"{k} {v}" for k, v in fields.items())
+        st = wait_release(
+            cluster, ns, lambda s: fields.items() <= s.items(), what, name=doc["metadata"]["name"]
+        )
+        yield Started(onnx, st)
+
+
 def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = query(
         f"SELECT event_id, step, state, reason, weights, metrics FROM release_events "
@@ -241,10 +292,22 @@ def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
     return rows
 
 
-def events(cluster: Cluster, ns: str, kind: str = "GrayRelease") -> list[dict[str, Any]]:
-    out = cluster.kubectl(
-        "get", "events", "-n", ns, "--field-selector", f"involvedObject.kind={kind}", "-o", "json"
-    ).stdout
+#: (state, step) of each history row of the shipped example stepped to its end: it starts,
+#: steps twice and is promoted.
+PROMOTED_PATH = [("Progressing", 0), ("Progressing", 1), ("Progressing", 2), ("Promoted", 3)]
+
+
+def path(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(state, step) of each of :func:`history`'s ``rows``."""
+    return [(r["state"], r["step"]) for r in rows]
+
+
+def events(
+    cluster: Cluster, ns: str, kind: str = "GrayRelease", reason: str | None = None
+) -> list[dict[str, Any]]:
+    """The Events in ``ns`` about objects of ``kind`` (any kind: ``""``), of ``reason`` if given."""
+    fields = ",".join(f"{k}={v}" for k, v in (("involvedObject.kind", kind), ("reason", reason)) if v)
+    out = cluster.kubectl("get", "events", "-n", ns, "--field-selector", fields, "-o", "json").stdout
     items: list[dict[str, Any]] = json.loads(out).get("items", [])
     return items
 
@@ -259,8 +322,9 @@ class Versions:
     """
 
     def __init__(self, cluster: Cluster, ns: str, kind: str, name: str) -> None:
-        self.api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        self.api = kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
         self._args: tuple[str, ...] = (ns,)
+        self._list: Callable[..., Any]
         if kind == "deployment":
             self._list = kube_client.AppsV1Api(self.api).list_namespaced_deployment
         elif kind == "configmap":
@@ -288,9 +352,9 @@ class Versions:
     def _run(self) -> None:
         rv: str | None = None
         while not self._stop.is_set():
-            w = kube_watch.Watch()
+            w = kube_watch.Watch()  # type: ignore[no-untyped-call]
             try:
-                for ev in w.stream(
+                for ev in w.stream(  # type: ignore[no-untyped-call]
                     self._list,
                     *self._args,
                     field_selector=f"metadata.name={self.name}",
@@ -308,9 +372,9 @@ class Versions:
                 if getattr(exc, "status", None) == 410:
                     rv = None
                 self.errors.append(repr(exc))
-                time.sleep(0.2)
+                self._stop.wait(0.2)  # a pause before reconnecting
             finally:
-                w.stop()
+                w.stop()  # type: ignore[no-untyped-call]
 
     def first(self, pred: Callable[[dict[str, Any]], bool]) -> int | None:
         """The resourceVersion of the first version for which ``pred`` holds, or None."""

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
-import time
-from collections import Counter
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from controlplane.harness import Cluster
-from controlplane.images import Image
-from controlplane.prometheus import Prometheus
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.controlplane.images import Image
+from tinct_testing.controlplane.prometheus import Prometheus
+from tinct_testing.release_cluster import service, workload
+from tinct_testing.release_traffic import complete
+from tinct_testing.repeat import Repeating
+from tinct_testing.wait import eventually
 
 #: Upper bound of every wait on the node (images start, probes pass, kube-proxy catches
 #: up); a deadline for a loaded machine, never a measured figure.
@@ -32,6 +34,13 @@ POD_SECURITY = {
     "runAsGroup": 10001,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+def node_namespace(cluster: Cluster, prefix: str) -> str:
+    """A fresh namespace on the node's cluster (the caller deletes it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    return name
 
 
 def get_json(cluster: Cluster, *args: str) -> Any:
@@ -67,15 +76,8 @@ def explain(cluster: Cluster, ns: str) -> str:
 
 
 def wait_for(cluster: Cluster, ns: str, what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` and the namespace's state."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:.0f}s waiting for {what}\n{explain(cluster, ns)}")
-        time.sleep(0.5)
+    """:func:`~tinct_testing.wait.eventually` for ``check``; a failure shows the namespace's state."""
+    return eventually(check, timeout=timeout, interval=0.5, what=what, explain=lambda: explain(cluster, ns))
 
 
 def wait_ready(
@@ -98,7 +100,6 @@ def backend(
     """A Deployment of the engine emulator from the tinct image (``tinct emulator``, serving
     ``version`` as its model; ``fail``: every answer a 503), and its Service on
     :data:`BACKEND_PORT`."""
-    labels = {"app": name}
     container = {
         "name": "backend",
         "image": image.ref,
@@ -118,31 +119,8 @@ def backend(
         "resources": {"requests": {"cpu": "20m", "memory": "48Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": RESTRICTED,
     }
-    return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "containers": [container],
-                        "securityContext": POD_SECURITY,
-                        "terminationGracePeriodSeconds": 5,
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name},
-            "spec": {"selector": labels, "ports": [{"port": BACKEND_PORT, "targetPort": "http"}]},
-        },
-    ]
+    pod = {"containers": [container], "securityContext": POD_SECURITY, "terminationGracePeriodSeconds": 5}
+    return [workload(name, replicas, pod), service(name, BACKEND_PORT, "http")]
 
 
 def cluster_ip(cluster: Cluster, ns: str, service: str) -> str:
@@ -152,20 +130,8 @@ def cluster_ip(cluster: Cluster, ns: str, service: str) -> str:
 
 def ask(host: str, port: int, model: str, session: str, timeout: float = 30.0) -> tuple[int, str]:
     """One chat completion for ``model`` on a new connection: (status, X-Scheduler-Active)."""
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "tell me about dye tags"}]})
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request(
-            "POST",
-            "/v1/chat/completions",
-            body=body,
-            headers={"Content-Type": "application/json", "X-Session-Id": session},
-        )
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status, resp.getheader("X-Scheduler-Active", "-")
-    finally:
-        conn.close()
+    got = complete(port, model, session, host=host, prompt="tell me about dye tags", timeout=timeout)
+    return got.status, got.headers.get("X-Scheduler-Active", "-")
 
 
 def wait_served(cluster: Cluster, ns: str, host: str, port: int, model: str, n: int = 20) -> None:
@@ -178,7 +144,7 @@ def wait_served(cluster: Cluster, ns: str, host: str, port: int, model: str, n: 
 
 
 @dataclass
-class Load:
+class Load(Repeating):
     """Steady requests for ``model`` to ``host:port`` from ``workers`` threads, each on a new connection.
 
     ``outcomes`` counts what came back: ``"200 v1"`` (status and side) or the exception's
@@ -190,51 +156,28 @@ class Load:
     model: str
     workers: int = 2
     pause: float = 0.02
-    outcomes: Counter[str] = field(default_factory=Counter)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
+    join_timeout: float = 60.0
 
-    def _run(self, worker: int) -> None:
-        i = 0
-        while not self._stop.is_set():
-            try:
-                status, side = ask(self.host, self.port, self.model, f"load-{worker}-{i}")
-                outcome = f"{status} {side}"
-            except (OSError, http.client.HTTPException) as e:
-                outcome = type(e).__name__
-            with self._lock:
-                self.outcomes[outcome] += 1
-            i += 1
-            self._stop.wait(self.pause)
-
-    def __enter__(self) -> Load:
-        self._threads = [
-            threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(self.workers)
-        ]
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(60)
+    def step(self, worker: int, i: int) -> None:
+        try:
+            status, side = ask(self.host, self.port, self.model, f"load-{worker}-{i}")
+            self.tally(f"{status} {side}")
+        except (OSError, http.client.HTTPException) as e:
+            self.tally(type(e).__name__)
 
     @property
     def total(self) -> int:
-        with self._lock:
-            return sum(self.outcomes.values())
+        return sum(self.outcomes.values())
 
 
-class PodTargets:
+class PodTargets(Repeating):
     """Keep Prometheus scraping ``port`` of every running Pod of ``selector`` (like kubernetes_sd)."""
+
+    pause = 1.0
 
     def __init__(self, cluster: Cluster, ns: str, selector: str, port: int, prom: Prometheus) -> None:
         self.cluster, self.ns, self.selector, self.port, self.prom = cluster, ns, selector, port, prom
         self.targets: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod-targets", daemon=True)
 
     def current(self) -> list[str]:
         ips = {
@@ -244,24 +187,14 @@ class PodTargets:
         }
         return sorted(f"{ip}:{self.port}" for ip in ips if ip)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                now = self.current()
-                if now != self.targets:
-                    self.prom.set_targets(now)
-                    self.targets = now
-            except Exception:  # the next round tries again; a test waits on what it needs
-                pass
-            self._stop.wait(1.0)
-
-    def __enter__(self) -> PodTargets:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
+    def step(self, worker: int, i: int) -> None:
+        try:
+            now = self.current()
+            if now != self.targets:
+                self.prom.set_targets(now)
+                self.targets = now
+        except Exception:  # the next round tries again; a test waits on what it needs
+            pass
 
 
 def values(image: Image, **more: Any) -> list[str]:
@@ -283,6 +216,7 @@ __all__ = [
     "explain",
     "get_json",
     "is_ready",
+    "node_namespace",
     "pods",
     "values",
     "wait_for",

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from controlplane.harness import free_port
+from tinct_testing.controlplane.harness import free_port
 
 
 @dataclass

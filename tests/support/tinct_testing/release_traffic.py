@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import subprocess
-import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from router_fakes import free_port
+from tinct_testing.commands import router_argv
+from tinct_testing.controlplane.harness import free_port
+from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
+from tinct_testing.repeat import Repeating
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,41 @@ LONG_ADMIN_HIGH = CellTraffic("admin", "high", 1200)  # ~5,500 tokens: the `long
 MEDIUM_AUDIT_LOW = CellTraffic("audit", "low", 300)  # the default cell
 STREAMED = CellTraffic("audit", "low", 300, stream=True)  # the default cell, answered as SSE
 LONG_ADMIN_HIGH_STREAMED = CellTraffic("admin", "high", 1200, stream=True)  # the long cell, as SSE
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a chat completion got back."""
+
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.body or b"{}")
+        return doc
+
+
+def complete(
+    port: int,
+    model: str,
+    session: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    prompt: str = "hi",
+    timeout: float = 30.0,
+) -> Answer:
+    """One chat completion for ``model`` to ``host:port`` on a new connection (``session``: its
+    X-Session-Id)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}]})
+    headers = {"Content-Type": "application/json", **({"X-Session-Id": session} if session else {})}
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        resp = conn.getresponse()
+        return Answer(resp.status, resp.headers, resp.read())
+    finally:
+        conn.close()
 
 
 def ask(
@@ -102,81 +139,39 @@ class Router:
 
 
 @contextmanager
-def router(namespace: str, log: Path, release: str | None = None) -> Iterator[Router]:
-    """`tinct router --watch` on a free port, believing the role header from loopback;
-    with ``release``, it follows only that release's table."""
+def router(
+    namespace: str, log: Path, release: str | None = None, env: Mapping[str, str] | None = None
+) -> Iterator[Router]:
+    """`tinct router --watch` on a free port, believing the role header from loopback, once it
+    serves; with ``release``, it follows only that release's table. ``env``: its environment
+    (default: this process')."""
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "tinct.cli",
-        "router",
-        "--watch",
-        "--namespace",
-        namespace,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--trust-role-from",
-        "127.0.0.1/32",
-    ]
+    argv = router_argv(port, "--watch", "--namespace", namespace, "--trust-role-from", "127.0.0.1/32")
     if release:
         argv += ["--selector", f"tinct.io/routing-table=true,tinct.io/release={release}"]
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(f"the router exited: {log.read_text()[-2000:]}")
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise AssertionError("the router did not start") from None
-                    time.sleep(0.2)
-            yield Router(port, proc)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with spawned(argv, log, env) as proc:
+        metrics = f"http://127.0.0.1:{port}/metrics"
+        wait_ready("the router", lambda: http_ok(metrics), proc, time.monotonic() + 60, log=log)
+        yield Router(port, proc)
 
 
 @dataclass
-class Background:
-    """Steady requests over ``cells`` from a thread, until stopped; counts what answered."""
+class Background(Repeating):
+    """Steady requests over ``cells`` from a thread for the block; counts what answered."""
 
     port: int
     cells: list[CellTraffic]
     pause: float = 0.01
-    answered: dict[tuple[str, str], int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            cell = self.cells[i % len(self.cells)]
-            try:
-                side, reason = ask(self.port, cell, f"bg-{i}")
-            except (OSError, http.client.HTTPException):
-                side, reason = "error", "-"
-            key = (side, reason)
-            self.answered[key] = self.answered.get(key, 0) + 1
-            i += 1
-            self._stop.wait(self.pause)
+    def step(self, worker: int, i: int) -> None:
+        cell = self.cells[i % len(self.cells)]
+        try:
+            side, reason = ask(self.port, cell, f"bg-{i}")
+        except (OSError, http.client.HTTPException):
+            side, reason = "error", "-"
+        self.tally((side, reason))
 
-    def __enter__(self) -> Background:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+    @property
+    def answered(self) -> Counter[object]:
+        """(X-Scheduler-Active, X-Fallback-Reason) of each answer, counted; ("error", "-"): none."""
+        return self.outcomes

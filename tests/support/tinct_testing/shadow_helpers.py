@@ -176,7 +176,7 @@ def _get(url: str) -> int:
 def comparer(namespace: str, log: Path, lineage: Path, token: str = "test-token") -> Iterator[Comparer]:
     """`tinct comparer --watch` on the table namespace ``namespace``, on a free port, recording
     to ``lineage``; ready once it listed the tables."""
-    from controlplane.harness import free_port
+    from tinct_testing.controlplane.harness import free_port
 
     port = free_port()
     argv = [

@@ -9,7 +9,7 @@ The controller-manager runs the controllers tinct relies on (see ``CONTROLLERS``
 garbage collection of owned objects, namespace deletion, Deployments into ReplicaSets,
 HorizontalPodAutoscalers, ServiceAccounts and their tokens. There is no scheduler and no
 kubelet: Pods are created but stay Pending, except on the fake Node ``kwok-node-0`` that
-kwok manages (``controlplane/kwok.py``): Pods naming it in ``spec.nodeName`` become
+kwok manages (``kwok.py`` here): Pods naming it in ``spec.nodeName`` become
 Running and Ready, so Deployments there get available replicas.
 
 ``ControlPlane(pods=PodNetwork(node_ip))`` is the control plane of a real node
@@ -26,31 +26,29 @@ is started and teardown only deletes what the tests created.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
-import ctypes
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from controlplane import build, kwok
-from controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
+from tinct_testing.controlplane import build, kwok
+from tinct_testing.controlplane.pki import FRONT_PROXY_CLIENT, Pki, make_pki
+from tinct_testing.controlplane.process import ControlPlaneError, Process, Processes, http_ok, wait_ready
+from tinct_testing.wait import eventually
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -93,18 +91,6 @@ class PodNetwork:
     service_ip: str = "10.0.0.1"
 
 
-class ControlPlaneError(RuntimeError):
-    """The control plane did not start; carries the tail of the failing process' log."""
-
-    def __init__(self, what: str, log: Path | None = None) -> None:
-        self.what = what
-        self.log = log
-        tail = ""
-        if log is not None and log.exists():
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-        super().__init__(f"{what}\n--- last lines of {log} ---\n{tail}" if tail else what)
-
-
 def free_port() -> int:
     """A loopback port nothing listens on (bound, then closed); every test helper uses this one."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -129,51 +115,6 @@ def _kubeconfig(server: str, ca: Path, user: dict[str, str], name: str) -> dict[
         "contexts": [{"name": name, "context": {"cluster": "tinct-test", "user": name}}],
         "current-context": name,
     }
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL when the process that started it dies (Linux).
-
-    atexit does not run when a test process is killed hard; this keeps etcd and the API
-    server from outliving it.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-class _Process:
-    def __init__(
-        self, argv: Sequence[str], log: Path, append: bool = False, env: Mapping[str, str] | None = None
-    ) -> None:
-        self.log = log
-        self._fh = log.open("ab" if append else "wb")
-        self.proc = subprocess.Popen(
-            list(argv),
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **env} if env is not None else None,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, grace: float = 10.0) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._fh.close()
 
 
 class _Clients:
@@ -204,17 +145,19 @@ class _Clients:
         wait`` then fails at once (``<nil> is of the type <nil>``) instead of waiting: ask
         again until the deadline.
         """
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def established() -> bool:
             proc = self.kubectl("wait", "--for=condition=Established", "--timeout=30s", *crds, check=False)
-            if proc.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"CRDs {', '.join(crds)} not Established: {proc.stderr.strip()}")
-            time.sleep(0.2)
+            assert proc.returncode == 0, proc.stderr.strip()
+            return True
+
+        try:
+            eventually(established, timeout=timeout, what=f"CRDs {', '.join(crds)} Established")
+        except AssertionError as e:
+            raise ControlPlaneError(str(e)) from None
 
 
-class ControlPlane(_Clients):
+class ControlPlane(Processes, _Clients):
     """etcd + kube-apiserver + kube-controller-manager from ``build.ensure_built``'s binaries, and kwok.
 
     ``preapply`` manifests (CRDs, typically) are applied before the controller-manager
@@ -243,21 +186,19 @@ class ControlPlane(_Clients):
         self.bin_dir: Path = bin_dir or build.ensure_built()
         self.pods = pods
         self.kwok_bin = (kwok_bin or kwok.default_binary()) if with_kwok else None
-        self._own_workdir = workdir is None
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-cp-"))
+        super().__init__(workdir, prefix="tinct-cp-")
         self.preapply = tuple(preapply)
         self.pki: Pki | None = None
         self.server = ""
         self.kubeconfig = self.workdir / "admin.kubeconfig"
-        self._etcd: _Process | None = None
-        self._apiserver: _Process | None = None
-        self._controller_manager: _Process | None = None
-        self._kwok: _Process | None = None
+        self._etcd: Process | None = None
+        self._apiserver: Process | None = None
+        self._controller_manager: Process | None = None
+        self._kwok: Process | None = None
         self._kwok_node: str | None = None
         self.controller_manager_url = ""
         # Seconds from starting each process until it answered healthy.
         self.ready_after: dict[str, float] = {}
-        self._stopped = False
 
     @property
     def controllers(self) -> bool:
@@ -275,22 +216,15 @@ class ControlPlane(_Clients):
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> ControlPlane:
-        atexit.register(self.stop)
-        try:
-            self._start(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def _processes(self) -> list[Process | None]:
+        return [self._kwok, self._controller_manager, self._apiserver, self._etcd]
 
-    def _start(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def _start(self, deadline: float) -> None:
         serving_ips = (self.pods.service_ip, self.pods.node_ip) if self.pods else ()
         self.pki = pki = make_pki(self.workdir / "pki", serving_ips)
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        self._etcd = _Process(
+        self._etcd = Process(
             [
                 str(self.bin_dir / "etcd"),
                 "--data-dir",
@@ -311,9 +245,9 @@ class ControlPlane(_Clients):
             ],
             self.workdir / "etcd.log",
         )
-        self._wait(lambda: self._http_ok(f"{etcd_url}/health"), self._etcd, "etcd", deadline)
+        self._wait("etcd", lambda: http_ok(f"{etcd_url}/health"), self._etcd, deadline)
         self.server = f"https://127.0.0.1:{api_port}"
-        self._apiserver = _Process(
+        self._apiserver = Process(
             [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
@@ -352,7 +286,7 @@ class ControlPlane(_Clients):
                 )
             )
         )
-        self._wait(self.ready, self._apiserver, "kube-apiserver", deadline)
+        self._wait("kube-apiserver", self.ready, self._apiserver, deadline)
         if self.preapply:
             self._apply_before_controllers()
         # kwok gets going while the controller-manager starts; its Node is awaited last.
@@ -426,7 +360,7 @@ class ControlPlane(_Clients):
         )
         port = free_port()
         self.controller_manager_url = f"https://127.0.0.1:{port}"
-        self._controller_manager = _Process(
+        self._controller_manager = Process(
             [
                 str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={kubeconfig}",
@@ -453,9 +387,9 @@ class ControlPlane(_Clients):
             self.workdir / "kube-controller-manager.log",
         )
         self._wait(
-            lambda: self._http_ok(f"{self.controller_manager_url}/healthz", self._ssl_context()),
-            self._controller_manager,
             "kube-controller-manager",
+            lambda: http_ok(f"{self.controller_manager_url}/healthz", self._ssl_context()),
+            self._controller_manager,
             deadline,
         )
 
@@ -464,7 +398,7 @@ class ControlPlane(_Clients):
         workdir = self.workdir / "kwok"
         workdir.mkdir(exist_ok=True)
         started = time.monotonic()
-        self._kwok = _Process(
+        self._kwok = Process(
             kwok.argv(self.kwok_bin, self.kubeconfig),
             self.workdir / "kwok.log",
             env=kwok.environment(workdir),
@@ -479,35 +413,10 @@ class ControlPlane(_Clients):
             node = self._api("GET", f"/api/v1/nodes/{kwok.NODE}")
             return node is not None and kwok.node_ready(node)
 
-        self._wait(ready, self._kwok, "kwok", deadline)
+        self._wait("kwok", ready, self._kwok, deadline)
         # From starting kwok to its Node Ready; it overlaps the controller-manager's start.
         self.ready_after["kwok"] = round(time.monotonic() - started, 2)
         self._kwok_node = kwok.NODE
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            for p in (self._kwok, self._controller_manager, self._apiserver, self._etcd):
-                if p is not None:
-                    with contextlib.suppress(OSError, subprocess.SubprocessError):
-                        p.stop()
-        finally:
-            if self._own_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-            atexit.unregister(self.stop)
-
-    def __enter__(self) -> ControlPlane:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def pids(self) -> list[int]:
-        procs = (self._etcd, self._apiserver, self._controller_manager, self._kwok)
-        return [p.proc.pid for p in procs if p is not None and p.alive()]
 
     # -- readiness -------------------------------------------------------------------
 
@@ -517,15 +426,8 @@ class ControlPlane(_Clients):
         ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
         return ctx
 
-    def _http_ok(self, url: str, ctx: ssl.SSLContext | None = None) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
     def ready(self) -> bool:
-        return self._http_ok(f"{self.server}/readyz", self._ssl_context())
+        return http_ok(f"{self.server}/readyz", self._ssl_context())
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """One API request as the admin; the object returned, or None for 404."""
@@ -549,16 +451,8 @@ class ControlPlane(_Clients):
             data: dict[str, str] = json.load(r)
             return data
 
-    def _wait(self, check: Any, proc: _Process, what: str, deadline: float) -> None:
-        started = time.monotonic()
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise ControlPlaneError(f"{what} exited with code {proc.proc.returncode}", proc.log)
-            if check():
-                self.ready_after[what] = round(time.monotonic() - started, 2)
-                return
-            time.sleep(0.1)
-        raise ControlPlaneError(f"{what} was not ready in time", proc.log)
+    def _wait(self, what: str, check: Callable[[], object], proc: Process, deadline: float) -> None:
+        self.ready_after[what] = wait_ready(what, check, proc, deadline, interval=0.1)
 
 
 class ExistingCluster(_Clients):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from controlplane.harness import Cluster
-from release_cluster import get, wait
+from tinct_testing.controlplane.harness import Cluster
+from tinct_testing.modelversion_cluster import get_object as get
+from tinct_testing.wait import eventually
 
 #: Seconds a scaling test waits for the HPA controller to act (it evaluates every second).
 WAIT = 120.0
@@ -22,7 +23,7 @@ def wait_replicas(cluster: Cluster, ns: str, name: str, n: int, what: str) -> fl
     """Seconds until Deployment ``name`` asks for ``n`` replicas; on timeout the HPAs' status says why."""
     t0 = time.monotonic()
     try:
-        wait(what, lambda: replicas(cluster, ns, name) == n, WAIT)
+        eventually(lambda: replicas(cluster, ns, name) == n, timeout=WAIT, what=what)
     except AssertionError as exc:
         hpas = json.loads(cluster.kubectl("get", "hpa", "-n", ns, "-o", "json").stdout).get("items", [])
         status = {h["metadata"]["name"]: h.get("status") for h in hpas}

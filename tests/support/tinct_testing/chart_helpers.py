@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from controlplane.helm import Helm
-
-CHART = Path(__file__).resolve().parent.parent / "charts" / "tinct"
+from tinct_testing.controlplane.helm import Helm
+from tinct_testing.paths import CHART
 
 
 def sets(values: dict[str, Any] | None) -> list[str]:
