@@ -31,11 +31,11 @@ from tinct_testing.release_cluster import (
     history,
     operator,
     table,
-    wait,
     wait_history_written,
 )
 from tinct_testing.release_traffic import router
 from tinct_testing.shadow_helpers import Comparer, Mirrored, PairPump, comparer
+from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -130,10 +130,10 @@ def test_a_dark_step_whose_candidate_answers_alike_advances(stack: Stack) -> Non
                 got = table(stack.cluster, stack.ns)
                 return got if got is not None and got[1].get("shadow") else None
 
-            dark = wait("the dark step's table", mirroring, timeout=60)
+            dark = eventually(mirroring, timeout=60, what="the dark step's table")
             assert [(c["weight"], c["shadow"]) for c in dark[1]["cells"]] == [(0, 20), (0, 20)]
             assert dark[1]["shadow"]["candidateModelVersion"] == "llama3-8b-2-0-0"
-            st = wait("Promoted", _phase(stack, "Promoted", "RolledBack"), timeout=240)
+            st = eventually(_phase(stack, "Promoted", "RolledBack"), timeout=240, what="Promoted")
         wait_history_written(stack.cluster, stack.ns)
     assert st["phase"] == "Promoted", st.get("message")
     assert pump.accepted > 0
@@ -154,7 +154,7 @@ def test_a_candidate_that_drifts_in_one_cell_is_rolled_back_at_the_dark_step_nam
     with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
         apply(stack.cluster, stack.ns, stack.release())
         with stack.pump(long_prompt="[legal] may I quote this contract?"):
-            st = wait("RolledBack", _phase(stack, "RolledBack", "Promoted"), timeout=240)
+            st = eventually(_phase(stack, "RolledBack", "Promoted"), timeout=240, what="RolledBack")
         wait_history_written(stack.cluster, stack.ns)
     assert st["phase"] == "RolledBack"
     assert f"cell {LONG} agrees 0%" in st["message"]
@@ -176,7 +176,7 @@ def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -
     with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
         apply(stack.cluster, stack.ns, stack.release(minimum=80))
         with stack.pump(noise_every=3):
-            st = wait("Promoted", _phase(stack, "Promoted", "RolledBack"), timeout=240)
+            st = eventually(_phase(stack, "Promoted", "RolledBack"), timeout=240, what="Promoted")
     assert st["phase"] == "Promoted", st.get("message")
     rows = query(
         "SELECT target, verdict, count(*) AS n FROM shadow_pairs GROUP BY target, verdict", str(stack.root)
