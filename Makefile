@@ -5,51 +5,47 @@ PYTEST_ARGS ?=
 
 .PHONY: help bootstrap test unit k8s e2e lint format crds demo dev bench clean
 
-help:
-	@echo "make demo   run tinct end to end on a local control plane"
-	@echo "make dev    a local tinct that stays up (control plane, Prometheus, operator, router, schedulers)"
-	@echo "make test   lint, type-check and run every test (unit + real kube-apiserver)"
-	@echo "make unit   unit tests only (no control plane)"
-	@echo "make e2e    the chart from the image on a real node (root; see README)"
-	@echo "make crds   regenerate crds/ from the API models"
-	@echo "make bench  run the benchmarks in bench/ (minutes; each prints a JSON line)"
+# Every target carries a `## what it does` comment on its line; `make help` prints them.
+help: ## list the targets and what each does
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-bootstrap:
+bootstrap: ## install what the rest needs: .venv, and the Go-built binaries (cached)
 	@scripts/bootstrap.sh
 
-lint: bootstrap
+lint: bootstrap ## ruff (lint and format check) and mypy --strict
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 
-test: lint
+test: lint ## lint, type-check and run every test (unit, real kube-apiserver, real node)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-unit: bootstrap
+unit: bootstrap ## unit tests only (no control plane; under a minute or two)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-k8s: bootstrap
+k8s: bootstrap ## only the tests on the real control plane
 	$(BIN)/pytest -m k8s $(PYTEST_ARGS)
 
-e2e: bootstrap
+e2e: bootstrap ## the chart from the image on a real node (root; see README)
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
-format: bootstrap
+format: bootstrap ## fix what ruff can fix and format the code
 	$(BIN)/ruff check --fix src tests bench scripts
 	$(BIN)/ruff format src tests bench scripts
 
-crds: bootstrap
+crds: bootstrap ## regenerate crds/ (and the chart's copy) from the API models
 	$(BIN)/tinct crds --out crds
+	cp crds/tinct.io_*.yaml charts/tinct/crds/
 
-demo: bootstrap
+demo: bootstrap ## run tinct end to end on a local control plane, then tear it down
 	$(BIN)/python scripts/demo.py
 
 # Stays up until Ctrl-C; prints the KUBECONFIG to export. See the README's walk-through.
-dev: bootstrap
+dev: bootstrap ## a local tinct that stays up until Ctrl-C (see the README)
 	$(BIN)/python scripts/dev.py
 
 # Each benchmark prints progress on stderr and a last line of JSON; they take minutes.
-bench: bootstrap
+bench: bootstrap ## run the benchmarks in bench/ (minutes; each prints a JSON line)
 	$(BIN)/python bench/controlplane.py
 	$(BIN)/python bench/artifacts.py
 	$(BIN)/python bench/lineage.py
@@ -57,5 +53,5 @@ bench: bootstrap
 	$(BIN)/python bench/release.py
 	$(BIN)/python bench/node.py
 
-clean:
+clean: ## remove the virtualenv and the tools' caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
