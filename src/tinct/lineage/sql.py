@@ -36,6 +36,7 @@ from datafusion import SessionContext, SQLOptions
 from deltalake import DeltaTable
 
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
+from tinct.lineage.errors import LineageError, NoTablesError, NotAQueryError, OutsideHistoryError
 from tinct.lineage.schemas import SCHEMAS
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "NotAQueryError",
     "OutsideHistoryError",
     "history",
+    "literal",
     "query",
 ]
 
@@ -69,39 +71,9 @@ _REFUSED = re.compile(
 _MISSING_TABLE = re.compile(r"table '(?:[a-z_]+\.)*(?P<table>[^'.]+)' not found")
 
 
-class LineageError(ValueError):
-    """A lineage read that cannot be answered as asked; the message says why and what to do."""
-
-
-class NoTablesError(LineageError):
-    """The root holds no lineage table."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self.root = root
-
-    def __str__(self) -> str:
-        return (
-            f"no lineage tables under {self.root}; set --root or TINCT_LINEAGE_ROOT to the operator's "
-            "--lineage-root (with the Helm chart's PVC: kubectl exec -n <namespace> "
-            "deploy/<release>-operator -- tinct lineage ...)"
-        )
-
-
-class OutsideHistoryError(LineageError):
-    """A version or time the tables' history does not cover."""
-
-
-class NotAQueryError(ValueError):
-    """The SQL is not a single read-only query."""
-
-    def __init__(self, sql: str, detail: str) -> None:
-        super().__init__(sql, detail)
-        self.sql = sql
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"only read-only queries are allowed: {self.detail}"
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _read_only() -> SQLOptions:
@@ -223,11 +195,10 @@ def query(
 
 def history(model: str, root: str, *, config: StorageConfig | None = None) -> pa.Table:
     """Every recorded event of ``model``, oldest first."""
-    literal = model.replace("'", "''")
     return query(
         "SELECT recorded_at, event, version, namespace, name, generation, onnx_sha256, ptx_sha256, "
         "safetensors_sha256, source_sha256, quantization_method, runtime, reason "
-        f"FROM model_versions WHERE model = '{literal}' ORDER BY recorded_at, generation",
+        f"FROM model_versions WHERE model = {literal(model)} ORDER BY recorded_at, generation",
         root,
         config=config,
     )

@@ -1,0 +1,65 @@
+"""What can go wrong with the lineage tables, each said so that a person can act on it.
+
+Only the standard library is imported, so ``tinct --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LineageError",
+    "NoTablesError",
+    "NotAQueryError",
+    "OutsideHistoryError",
+    "RecordedNotFoundError",
+]
+
+
+class LineageError(ValueError):
+    """A lineage read that cannot be answered as asked; the message says why and what to do."""
+
+
+class _GivenError(LineageError):
+    """Something a person gave (``given``) and what is wrong with it (``detail``).
+
+    The message is ``<lead>: <detail>``, the lead being the class's :attr:`lead`, else what
+    was given.
+    """
+
+    lead: str | None = None
+
+    def __init__(self, given: str, detail: str) -> None:
+        super().__init__(given, detail)
+        self.given = given
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.lead or self.given}: {self.detail}"
+
+
+class NoTablesError(LineageError):
+    """The root holds no lineage table."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.root = root
+
+    def __str__(self) -> str:
+        return (
+            f"no lineage tables under {self.root}; set --root or TINCT_LINEAGE_ROOT to the operator's "
+            "--lineage-root (with the Helm chart's PVC: kubectl exec -n <namespace> "
+            "deploy/<release>-operator -- tinct lineage ...)"
+        )
+
+
+class OutsideHistoryError(LineageError):
+    """A version or time the tables' history does not cover."""
+
+
+class NotAQueryError(_GivenError):
+    """The SQL (``given``) is not a single read-only query."""
+
+    lead = "only read-only queries are allowed"
+
+
+class RecordedNotFoundError(_GivenError, LookupError):
+    """No verified interface is recorded for the ModelVersion ``given``."""
