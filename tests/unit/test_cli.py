@@ -36,8 +36,11 @@ def test_help_lists_every_command_with_its_summary() -> None:
         (["crds"], ["--out", "--stdout"]),
         (["router"], ["--table", "--watch", "--trust-role-from", "--max-body-bytes", "--shutdown-timeout"]),
         (["operator"], ["--namespace", "--lineage-root", "--hash-workers", "--s3-endpoint", "--peering"]),
-        (["lineage", "sql"], ["--root", "--format", "--as-of-version", "--as-of"]),
-        (["lineage", "show"], ["--root", "--format"]),
+        (
+            ["lineage", "sql"],
+            ["--root", "--format", "--memory-limit", "--timeout", "--as-of-version", "--as-of"],
+        ),
+        (["lineage", "show"], ["--root", "--format", "--memory-limit", "--timeout"]),
         (
             ["emulator"],
             ["--engine", "--ttft-ms", "--itl-ms", "--throttle-rate", "--contract", "--slots", "--control"],

@@ -10,6 +10,8 @@ __all__ = [
     "NoTablesError",
     "NotAQueryError",
     "OutsideHistoryError",
+    "QueryError",
+    "QueryLimitError",
     "RecordedNotFoundError",
 ]
 
@@ -63,3 +65,19 @@ class NotAQueryError(_GivenError):
 
 class RecordedNotFoundError(_GivenError, LookupError):
     """No verified interface is recorded for the ModelVersion ``given``."""
+
+
+class QueryError(_GivenError):
+    """The SQL (``given``) does not parse, or names what is not there; ``lead`` says which."""
+
+    def __init__(self, given: str, lead: str, detail: str) -> None:
+        super().__init__(given, detail)
+        self.lead = lead
+
+
+class QueryLimitError(LineageError):
+    """A query passed its memory limit or its timeout (``limit``: ``memory``, ``timeout``)."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit

@@ -21,9 +21,14 @@ A table that did not exist yet at that point is read at its first (empty) versio
 before every table's history, or a version ``model_versions`` never had, is refused with
 :class:`OutsideHistoryError` saying where the history begins and ends.
 
+**Limits.** Every query runs within :class:`~tinct.lineage.limits.Limits`: a memory pool
+and an answer of at most ``memory`` bytes each, and a timeout (see :mod:`tinct.lineage.limits`);
+passing one raises :class:`QueryLimitError` naming it.
+
 **Errors a person can act on**: a root without any lineage table raises
 :class:`NoTablesError` (naming the root and how to name another); a query naming a table
-that is not there says which tables are.
+that is not there says which tables are; SQL that does not parse, or that names a column or
+function that is not there, raises :class:`QueryError` with the engine's complaint as a sentence.
 """
 
 from __future__ import annotations
@@ -32,11 +37,19 @@ import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from datafusion import SessionContext, SQLOptions
+from datafusion import DataFrame, SessionConfig, SessionContext, SQLOptions
 from deltalake import DeltaTable
 
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
-from tinct.lineage.errors import LineageError, NoTablesError, NotAQueryError, OutsideHistoryError
+from tinct.lineage.errors import (
+    LineageError,
+    NoTablesError,
+    NotAQueryError,
+    OutsideHistoryError,
+    QueryError,
+    QueryLimitError,
+)
+from tinct.lineage.limits import Limits, collect, deadline
 from tinct.lineage.schemas import SCHEMAS
 
 __all__ = [
@@ -45,6 +58,8 @@ __all__ = [
     "NoTablesError",
     "NotAQueryError",
     "OutsideHistoryError",
+    "QueryError",
+    "QueryLimitError",
     "history",
     "literal",
     "query",
@@ -69,6 +84,9 @@ _REFUSED = re.compile(
 
 
 _MISSING_TABLE = re.compile(r"table '(?:[a-z_]+\.)*(?P<table>[^'.]+)' not found")
+#: How DataFusion words SQL it cannot parse, and a query it cannot plan (no such column, ...).
+_UNPARSED = re.compile(r'^SQL error: (?:Parser|Tokenizer)Error\("(?P<what>.*)"\)$', re.DOTALL)
+_UNPLANNED = re.compile(r"^(?:Schema error|Error during planning): (?P<what>.*)$", re.DOTALL)
 
 
 def literal(text: str) -> str:
@@ -92,6 +110,27 @@ def _refusal(sql: str, error: Exception) -> NotAQueryError | None:
     what = found["what"].strip()
     kind = {"DDL": "changes schemas", "DML": "writes data", "Statement": "changes the session"}[found["kind"]]
     return NotAQueryError(sql, f"{what} {kind} (use SELECT, WITH, VALUES, EXPLAIN, SHOW or DESCRIBE)")
+
+
+def _sentence(text: str) -> str:
+    """An engine's complaint as a sentence: ``Expected: X, found: Y at Line: 1, Column: 8``
+    becomes ``expected X but found Y (line 1, column 8)``; lines become clauses."""
+    text = text.replace('\\"', '"')
+    text = re.sub(r" at Line: (\d+), Column: (\d+)", r" (line \1, column \2)", text)
+    text = re.sub(r"Expected: (.*?), found: ", r"expected \1 but found ", text)
+    text = re.sub(r"\bEOF\b\.?", "the end of the query", text)
+    clauses = [line.strip().rstrip(".") for line in text.splitlines() if line.strip()]
+    return "; ".join(c[:1].lower() + c[1:] for c in clauses)
+
+
+def _unplannable(sql: str, error: Exception) -> QueryError | None:
+    """The :class:`QueryError` for SQL the engine could not parse or plan."""
+    text = str(error).strip()
+    if found := _UNPARSED.match(text):
+        return QueryError(sql, "the query does not parse", _sentence(found["what"]))
+    if found := _UNPLANNED.match(text):
+        return QueryError(sql, "the query cannot be planned", _sentence(found["what"]))
+    return None
 
 
 def _commits(dt: DeltaTable) -> dict[int, datetime]:
@@ -138,16 +177,36 @@ def query(
     as_of_version: int | None = None,
     as_of: datetime | None = None,
     config: StorageConfig | None = None,
+    limits: Limits | None = None,
 ) -> pa.Table:
-    """Run a read-only query over the lineage tables under ``root``."""
+    """Run a read-only query over the lineage tables under ``root``, within ``limits``
+    (the defaults of :class:`~tinct.lineage.limits.Limits` when None)."""
     if as_of_version is not None and as_of is not None:
         raise ValueError("give as_of_version or as_of, not both")
-    root = root.rstrip("/")
+    limits = limits or Limits()
+    with deadline(limits) as end:
+        # The context stays referenced while the answer is collected: a DataFrame alone does
+        # not keep its session alive.
+        ctx, frame = _plan(sql, root.rstrip("/"), as_of_version, as_of, config, limits)
+        answer = collect(frame, limits, end)
+        del ctx
+        return answer
+
+
+def _plan(
+    sql: str,
+    root: str,
+    as_of_version: int | None,
+    as_of: datetime | None,
+    config: StorageConfig | None,
+    limits: Limits,
+) -> tuple[SessionContext, DataFrame]:
+    """A session with the tables under ``root`` as of the time asked, and ``sql`` planned in it."""
     opts = delta_storage_options(root, config)
     at = as_of
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
-    ctx = SessionContext()
+    ctx = SessionContext(SessionConfig(), limits.runtime())
     names = [n for n in SCHEMAS if DeltaTable.is_deltatable(f"{root}/{n}", storage_options=opts)]
     if as_of_version is not None:
         if "model_versions" not in names:
@@ -176,7 +235,7 @@ def query(
             f"{min(firsts).isoformat()}"
         )
     try:
-        frame = ctx.sql_with_options(sql, _read_only())
+        return ctx, ctx.sql_with_options(sql, _read_only())
     except Exception as exc:
         refused = _refusal(sql, exc)
         if refused is not None:
@@ -189,11 +248,15 @@ def query(
             raise LineageError(
                 f"no table {missing['table']} under {root} (it has {', '.join(names)}{views})"
             ) from None
+        unplannable = _unplannable(sql, exc)
+        if unplannable is not None:
+            raise unplannable from None
         raise
-    return frame.to_arrow_table()
 
 
-def history(model: str, root: str, *, config: StorageConfig | None = None) -> pa.Table:
+def history(
+    model: str, root: str, *, config: StorageConfig | None = None, limits: Limits | None = None
+) -> pa.Table:
     """Every recorded event of ``model``, oldest first."""
     return query(
         "SELECT recorded_at, event, version, namespace, name, generation, onnx_sha256, ptx_sha256, "
@@ -201,4 +264,5 @@ def history(model: str, root: str, *, config: StorageConfig | None = None) -> pa
         f"FROM model_versions WHERE model = {literal(model)} ORDER BY recorded_at, generation",
         root,
         config=config,
+        limits=limits,
     )
