@@ -15,7 +15,7 @@ signals cannot reach it, and the deadline is checked between the answer's batche
 
 Either limit ends the query with :class:`~tinct.lineage.errors.QueryLimitError`, naming
 the limit. DataFusion stops working on a query when its stream is dropped, so no frame
-that a traceback may keep holds on to the stream.
+that a traceback may keep holds on to the stream (the bindings' own frames are cleared).
 
 (Pulling the stream asynchronously would make the deadline work in every thread, but a
 cancelled pull leaves the bindings completing futures while the interpreter shuts down,
@@ -31,6 +31,7 @@ import re
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -163,10 +164,15 @@ def collect(frame: DataFrame, limits: Limits, end: float) -> pa.Table:
             if size > limits.memory:
                 raise limits.answer_too_large()
             batches.append(got)
-    except QueryLimitError:
-        raise
-    except Exception as exc:
-        if _EXHAUSTED.search(str(exc)):
+    except BaseException as exc:
+        # The bindings' frames in the traceback (a stream's __next__, the timer's handler) hold
+        # the stream: kept by whoever keeps the exception, they would keep the query running.
+        traceback.clear_frames(exc.__traceback__)
+        if (
+            isinstance(exc, Exception)
+            and not isinstance(exc, QueryLimitError)
+            and _EXHAUSTED.search(str(exc))
+        ):
             raise limits.out_of_memory() from None
         raise
     finally:
