@@ -35,7 +35,17 @@ def test_help_lists_every_command_with_its_summary() -> None:
     [
         (["crds"], ["--out", "--stdout"]),
         (["router"], ["--table", "--watch", "--trust-role-from", "--max-body-bytes", "--shutdown-timeout"]),
-        (["operator"], ["--namespace", "--lineage-root", "--hash-workers", "--s3-endpoint", "--peering"]),
+        (
+            ["operator"],
+            [
+                "--namespace",
+                "--lineage-root",
+                "--lineage-single-writer",
+                "--hash-workers",
+                "--s3-endpoint",
+                "--peering",
+            ],
+        ),
         (
             ["lineage", "sql"],
             ["--root", "--format", "--memory-limit", "--timeout", "--as-of-version", "--as-of"],

@@ -77,17 +77,14 @@ def _print(table: Any, fmt: str, out: TextIO) -> None:
 def _run(args: argparse.Namespace, produce: Callable[[], Any]) -> int:
     """Print what ``produce`` returns; 2 for a refused or mistyped query or a time outside the
     history, 1 for any other failure (a limit passed included)."""
-    from tinct.lineage.errors import NotAQueryError, OutsideHistoryError, QueryError, QueryLimitError
+    from tinct.lineage.errors import NotAQueryError, OutsideHistoryError, QueryError
 
     try:
         table = produce()
     except (NotAQueryError, QueryError, OutsideHistoryError, _UsageError) as exc:
         print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
         return 2
-    except QueryLimitError as exc:
-        print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:
+    except Exception as exc:  # a QueryLimitError among them: its message is one line
         print(f"tinct lineage {args.lineage_command}: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return 1
     if table is None:

@@ -13,6 +13,7 @@ __all__ = [
     "QueryError",
     "QueryLimitError",
     "RecordedNotFoundError",
+    "UnsafeStoreError",
 ]
 
 
@@ -38,12 +39,16 @@ class _GivenError(LineageError):
         return f"{self.lead or self.given}: {self.detail}"
 
 
-class NoTablesError(LineageError):
-    """The root holds no lineage table."""
+class _RootError(LineageError):
+    """Something about the tables under ``root`` as a whole."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.root = root
+
+
+class NoTablesError(_RootError):
+    """The root holds no lineage table."""
 
     def __str__(self) -> str:
         return (
@@ -81,3 +86,17 @@ class QueryLimitError(LineageError):
     def __init__(self, limit: str, message: str) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class UnsafeStoreError(_RootError):
+    """The store under ``root`` lets a second commit of a table version replace the first."""
+
+    def __str__(self) -> str:
+        return (
+            f"the store under {self.root} does not refuse a second commit of the same table version "
+            "(it ignores conditional writes, If-None-Match), so two operator replicas, or a paused "
+            "leader and the standby that took over, could erase each other's lineage commits; use a "
+            "store with conditional writes (AWS S3 and current S3-compatible stores have them), or "
+            "run a single operator replica with --lineage-single-writer (TINCT_LINEAGE_SINGLE_WRITER=true, "
+            "chart value operator.lineage.singleWriter)"
+        )
