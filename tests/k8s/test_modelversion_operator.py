@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kopf.testing import KopfRunner
 
 from tinct.artifacts.hashing import manifest_digest
+from tinct.artifacts.storage import StorageConfig
+from tinct.lineage.sql import query
+from tinct_testing.controlplane.environ import patched_environ
 from tinct_testing.controlplane.harness import Cluster
-from tinct_testing.lineage_artifacts import S3, make_artifact_set, make_onnx, sha256_file
+from tinct_testing.lineage_artifacts import S3, make_artifact_set, make_onnx, sha256_file, unconditional_store
 from tinct_testing.modelversion_cluster import (
     FileOpens,
     apply,
@@ -290,3 +294,141 @@ def test_unreachable_store_retries_then_becomes_ready(
                 obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["digests"]["ptx"] == sha256_file(ptx)
+
+
+def _tinct_operator(
+    namespace: str, root: str, artifacts: Path, log: Path, *flags: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """``tinct operator`` as the chart runs it, its output in ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tinct.cli",
+                "operator",
+                "--namespace",
+                namespace,
+                "--lineage-root",
+                root,
+                "--artifact-root",
+                str(artifacts),
+                *flags,
+            ],
+            env={**os.environ, "TINCT_PROGRESS_INTERVAL": "0.3", **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_lineage_on_a_store_without_conditional_writes_is_refused_unless_single_writer(
+    cluster: Cluster, namespace: str, tmp_path: Path, s3: S3, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = s3.bucket(f"unconditional-{namespace}"[:63])
+    onnx = make_onnx(tmp_path / "m.onnx")
+    root = f"s3://{bucket}/unconditional"
+    with unconditional_store(s3.endpoint) as endpoint:
+        refused = subprocess.run(
+            [sys.executable, "-m", "tinct.cli", "operator", "--namespace", namespace, "--lineage-root", root],
+            env={**os.environ, "TINCT_S3_ENDPOINT": endpoint},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            f"tinct operator: the store under {root} does not refuse a second commit of the same table "
+            "version (it ignores conditional writes, If-None-Match), so two operator replicas, or a paused "
+            "leader and the standby that took over, could erase each other's lineage commits; use a store "
+            "with conditional writes (AWS S3 and current S3-compatible stores have them), or run a single "
+            "operator replica with --lineage-single-writer (TINCT_LINEAGE_SINGLE_WRITER=true, chart value "
+            "operator.lineage.singleWriter)"
+        )
+        listed = s3.client.list_objects_v2(Bucket=bucket).get("Contents", [])
+        assert listed == [], "the check leaves nothing behind"
+        # Run as kopf run -m tinct.operator.modelversion, its startup refuses the same way.
+        args = ["run", "-m", "tinct.operator.modelversion", "--standalone", "-n", namespace]
+        with (
+            patched_environ(TINCT_LINEAGE_ROOT=root, TINCT_S3_ENDPOINT=endpoint),
+            KopfRunner(args, reraise=False) as kopf,
+        ):
+            eventually(
+                lambda: any("does not refuse a second commit" in r.getMessage() for r in caplog.records),
+                timeout=WAIT,
+                what="the startup to fail",
+            )
+        assert kopf.exception is not None, "the operator stopped on the failed startup"
+        assert "does not refuse a second commit" in str(kopf.exception.__cause__)
+
+        # Said to be the only writer, the operator takes the store as it is.
+        log = tmp_path / "operator.log"
+        proc = _tinct_operator(
+            namespace, root, tmp_path, log, "--lineage-single-writer", TINCT_S3_ENDPOINT=endpoint
+        )
+        try:
+            apply(cluster, namespace, mv_doc("single", [{"format": "onnx", "uri": onnx.as_uri()}]))
+            obj = wait_phase(cluster, namespace, "single", "Ready", "Failed")
+        finally:
+            _stop(proc)
+    assert obj["status"]["phase"] == "Ready", (obj["status"], log.read_text())
+    assert f"single writer: the store under {root} is not checked" in log.read_text()
+    recorded = query("SELECT name, event FROM model_versions", root, config=StorageConfig(s3.endpoint))
+    assert recorded.to_pylist() == [{"name": "single", "event": "registered"}]
+
+
+def test_two_operators_share_lineage_on_s3_and_lose_nothing(
+    cluster: Cluster, namespace: str, tmp_path: Path, s3: S3
+) -> None:
+    """Two operator processes (watching a namespace each) record into one set of tables."""
+    s3.bucket("shared")
+    root = "s3://shared/lineage"
+    other = f"{namespace[:50]}-b"
+    cluster.kubectl("create", "namespace", other)
+    names = [f"m-{i}" for i in range(5)]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs = [
+            _tinct_operator(ns, root, tmp_path, tmp_path / f"operator-{ns}.log") for ns in (namespace, other)
+        ]
+        for ns in (namespace, other):
+            for i, name in enumerate(names):
+                onnx = make_onnx(tmp_path / f"{ns}-{name}.onnx", dim=2 + i)
+                apply(cluster, ns, mv_doc(name, [{"format": "onnx", "uri": onnx.as_uri()}]))
+        done = {
+            (ns, n): wait_phase(cluster, ns, n, "Ready", "Failed") for ns in (namespace, other) for n in names
+        }
+    finally:
+        for proc in procs:
+            _stop(proc)
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+    logs = "\n".join(p.read_text() for p in tmp_path.glob("operator-*.log"))
+    assert all(o["status"]["phase"] == "Ready" for o in done.values()), logs
+    recorded = query(
+        "SELECT namespace, name, event, count(*) AS n FROM model_versions GROUP BY namespace, name, event",
+        root,
+    ).to_pylist()
+    assert sorted((r["namespace"], r["name"], r["event"], r["n"]) for r in recorded) == sorted(
+        (ns, n, "registered", 1) for ns in (namespace, other) for n in names
+    )
+    files = query("SELECT count(*) AS n, count(DISTINCT event_id) AS e FROM artifacts", root).to_pylist()
+    assert files == [{"n": 10, "e": 10}]
+    # Each status names a commit that holds its event.
+    versions = [o["status"]["lineage"]["version"] for o in done.values()]
+    for (ns, name), obj in done.items():
+        at = obj["status"]["lineage"]["version"]
+        seen = query(
+            f"SELECT count(*) AS n FROM model_versions WHERE namespace = '{ns}' AND name = '{name}'",
+            root,
+            as_of_version=at,
+        )
+        assert seen.column("n")[0].as_py() == 1, (ns, name, at)
+    print(f"lineage versions of the ten events: {sorted(versions)}")

@@ -281,6 +281,17 @@ def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> Non
     vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert vols["artifacts-ckpt"]["nfs"] == {"server": "nfs", "path": "/c"}
     assert "lineage" not in vols
+    assert "--lineage-single-writer" not in c["args"]
+
+
+def test_single_writer_lineage_runs_one_operator_replica(helm: Helm) -> None:
+    values = {"operator.lineage.uri": "s3://lineage/tinct", "operator.lineage.singleWriter": True}
+    dep = one(template(helm, values), "Deployment", "t-tinct-operator")
+    assert dep["spec"]["replicas"] == 1, "no standby: it could write while the leader does"
+    assert "--lineage-single-writer" in container(dep)["args"]
+    proc = helm("template", "t", str(CHART), *sets({**values, "operator.replicas": 2}), check=False)
+    assert proc.returncode != 0
+    assert "/operator/replicas" in proc.stderr
 
 
 def test_prometheus_servers_reach_the_operator_configuration(helm: Helm) -> None:

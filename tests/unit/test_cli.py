@@ -35,9 +35,22 @@ def test_help_lists_every_command_with_its_summary() -> None:
     [
         (["crds"], ["--out", "--stdout"]),
         (["router"], ["--table", "--watch", "--trust-role-from", "--max-body-bytes", "--shutdown-timeout"]),
-        (["operator"], ["--namespace", "--lineage-root", "--hash-workers", "--s3-endpoint", "--peering"]),
-        (["lineage", "sql"], ["--root", "--format", "--as-of-version", "--as-of"]),
-        (["lineage", "show"], ["--root", "--format"]),
+        (
+            ["operator"],
+            [
+                "--namespace",
+                "--lineage-root",
+                "--lineage-single-writer",
+                "--hash-workers",
+                "--s3-endpoint",
+                "--peering",
+            ],
+        ),
+        (
+            ["lineage", "sql"],
+            ["--root", "--format", "--memory-limit", "--timeout", "--as-of-version", "--as-of"],
+        ),
+        (["lineage", "show"], ["--root", "--format", "--memory-limit", "--timeout"]),
         (
             ["emulator"],
             ["--engine", "--ttft-ms", "--itl-ms", "--throttle-rate", "--contract", "--slots", "--control"],

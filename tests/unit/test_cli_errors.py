@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +182,97 @@ def test_time_travel_outside_the_history_is_refused_with_its_bounds(lineage: Pat
     assert one_line(proc).startswith(
         "tinct lineage sql: --as-of 2020-01-01T00:00:00+00:00 is before the lineage history, which begins at "
     )
+
+
+def test_mistyped_sql_is_a_usage_error_said_in_a_sentence(lineage: Path) -> None:
+    proc = tinct("lineage", "sql", "SELECT * FORM model_versions", "--root", str(lineage))
+    assert proc.returncode == 2
+    assert one_line(proc) == (
+        "tinct lineage sql: the query does not parse: expected end of statement but found FORM "
+        "(line 1, column 10)"
+    )
+    proc = tinct("lineage", "sql", "SELECT uid FROM model_versions WHERE", "--root", str(lineage))
+    assert proc.returncode == 2
+    assert one_line(proc) == (
+        "tinct lineage sql: the query does not parse: expected an expression but found the end of the query"
+    )
+    proc = tinct("lineage", "sql", "SELECT 1", "--memory-limit", "lots", "--root", str(lineage))
+    assert proc.returncode == 2
+    assert "argument --memory-limit: 'lots' is not a size of at least 1Mi (e.g. 256Mi, 1Gi)" in proc.stderr
+
+
+@pytest.fixture
+def wide_lineage(tmp_path: Path) -> Path:
+    """model_versions with 300 rows: a three-way cartesian product of it has 27 million."""
+    root = tmp_path / "wide"
+    rows = [row for i in range(300) for row in lineage_event(i)["model_versions"]]
+    LineageStore(str(root)).merge("model_versions", rows)
+    return root
+
+
+def test_a_cartesian_product_ends_at_the_memory_limit_not_in_gigabytes(wide_lineage: Path) -> None:
+    cartesian = (
+        "SELECT a.uid, b.event_id, c.recorded_at FROM model_versions a, model_versions b, model_versions c"
+    )
+    for sql, said in (
+        (
+            f"{cartesian} ORDER BY a.uid, b.event_id, c.recorded_at",
+            "tinct lineage sql: the query needs more than the memory limit of 256 MiB for its joins, sorts or "
+            "aggregations (nothing spills to disk): filter or aggregate sooner, or raise --memory-limit",
+        ),
+        (
+            cartesian,
+            "tinct lineage sql: the answer is larger than the memory limit of 256 MiB: add a LIMIT, a filter "
+            "or an aggregate, or raise --memory-limit",
+        ),
+    ):
+        proc = subprocess.Popen(
+            [*commands.TINCT, "lineage", "sql", sql, "--root", str(wide_lineage)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        watchdog = threading.Timer(300, proc.kill)  # a query that is not held is not waited for
+        watchdog.start()
+        _, status, usage = os.wait4(proc.pid, 0)  # the exit status and this process's peak memory
+        watchdog.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err = proc.stderr.read()
+        proc.stderr.close()
+        assert proc.returncode == 1, err
+        assert err == said + "\n"
+        # Unbounded, the sorted product passes 2.6 GB; held, the pool and the answer take
+        # 256 MiB at most each, besides the interpreter and its libraries.
+        assert usage.ru_maxrss * 1024 < 768 * 2**20, usage.ru_maxrss
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_endless_query_ends_at_its_timeout_or_at_ctrl_c(lineage: Path) -> None:
+    endless = "SELECT sum(value) FROM generate_series(1, 1000000000000)"
+    proc = tinct("lineage", "sql", endless, "--timeout", "2", "--root", str(lineage))
+    assert proc.returncode == 1
+    assert one_line(proc) == (
+        "tinct lineage sql: the query ran longer than the timeout of 2 s and was stopped: add a filter or a "
+        "LIMIT, or raise --timeout"
+    )
+    with subprocess.Popen(
+        [*commands.TINCT, "lineage", "sql", endless, "--root", str(lineage), "--timeout", "3600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as running:
+        # Starting up takes well under a second of CPU; past three the query is running.
+        while _cpu_seconds(running.pid) < 3:
+            assert running.poll() is None, running.communicate()
+            time.sleep(0.1)
+        running.send_signal(signal.SIGINT)
+        out, err = running.communicate(timeout=120)
+    assert (running.returncode, out, err) == (130, "", "tinct lineage: interrupted\n")
 
 
 def test_lineage_show_of_an_unknown_model_says_so_and_fails(lineage: Path) -> None:

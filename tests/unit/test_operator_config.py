@@ -33,6 +33,18 @@ def test_bad_values_name_their_source() -> None:
         OperatorConfig().with_flags({"hash_workers": "many"})
 
 
+def test_single_writer_lineage_is_said_explicitly() -> None:
+    assert OperatorConfig.from_env({}).lineage_single_writer is False
+    assert OperatorConfig.from_env({"TINCT_LINEAGE_SINGLE_WRITER": "true"}).lineage_single_writer is True
+    assert OperatorConfig.from_env({"TINCT_LINEAGE_SINGLE_WRITER": "no"}).lineage_single_writer is False
+    with pytest.raises(ValueError, match="TINCT_LINEAGE_SINGLE_WRITER='maybe': must be true or false"):
+        OperatorConfig.from_env({"TINCT_LINEAGE_SINGLE_WRITER": "maybe"})
+    assert OperatorConfig().with_flags({"lineage_single_writer": True}).lineage_single_writer is True
+    # The flag left out keeps what the environment said.
+    env = OperatorConfig.from_env({"TINCT_LINEAGE_SINGLE_WRITER": "1"})
+    assert env.with_flags({"lineage_single_writer": None}).lineage_single_writer is True
+
+
 def test_operator_and_lineage_share_the_root_default() -> None:
     assert OperatorConfig.from_env({}).lineage_root == DEFAULT_ROOT
     out = tinct("lineage", "sql", "--help").stdout

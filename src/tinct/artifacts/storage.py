@@ -228,13 +228,14 @@ def stat_size(uri: str, config: StorageConfig | None = None) -> int:
 def delta_storage_options(uri: str, config: StorageConfig | None = None) -> dict[str, str]:
     """``storage_options`` for deltalake for a table under ``uri``.
 
-    For ``s3://`` without a lock provider the operator relies on being the single
-    writer (leader election); ``AWS_S3_ALLOW_UNSAFE_RENAME`` says so to delta-rs.
+    On ``s3://`` a commit is a conditional put (``If-None-Match: *``, asked for with
+    ``aws_conditional_put=etag``): a store that honours it refuses a second commit of the same
+    version, so concurrent writers need no lock (:mod:`tinct.lineage.commits` checks the store).
     """
     config = config or StorageConfig()
     if not uri.startswith("s3://"):
         return {}
-    opts: dict[str, str] = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    opts: dict[str, str] = {"aws_conditional_put": "etag"}
     if config.s3_endpoint:
         opts["AWS_ENDPOINT_URL"] = config.s3_endpoint
         if config.s3_scheme == "http":

@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TextIO
 
+from tinct.lineage.limits import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, Limits, size_text
 from tinct.lineage.root import DEFAULT_ROOT, ENV, lineage_root
 
 __all__ = ["register"]
@@ -32,48 +35,56 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _rows(table: Any) -> Iterator[dict[str, Any]]:
+    """The rows of ``table``, a batch at a time: never all of them as Python objects at once."""
+    for batch in table.to_batches():
+        yield from batch.to_pylist()
+
+
 def _print(table: Any, fmt: str, out: TextIO) -> None:
-    rows: list[dict[str, Any]] = table.to_pylist()
     names: list[str] = list(table.column_names)
-    if fmt == "json":
-        json.dump(
-            [
-                {
-                    k: (dict(v) if isinstance(v, list) and v and isinstance(v[0], tuple) else v)
-                    for k, v in r.items()
-                }
-                for r in rows
-            ],
-            out,
-            default=str,
-            indent=2,
-        )
-        out.write("\n")
+    if fmt == "json":  # what json.dump(rows, indent=2) writes, a row at a time
+        out.write("[")
+        count = 0
+        for r in _rows(table):
+            row = {
+                k: (dict(v) if isinstance(v, list) and v and isinstance(v[0], tuple) else v)
+                for k, v in r.items()
+            }
+            out.write(
+                ("\n" if count == 0 else ",\n")
+                + textwrap.indent(json.dumps(row, default=str, indent=2), "  ")
+            )
+            count += 1
+        out.write("\n]\n" if count else "]\n")
         return
     if fmt == "csv":
         writer = csv.writer(out)
         writer.writerow(names)
-        writer.writerows([[_cell(r[n]) for n in names] for r in rows])
+        for r in _rows(table):
+            writer.writerow([_cell(r[n]) for n in names])
         return
-    cells = [[_cell(r[n]) for n in names] for r in rows]
-    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    widths = [len(n) for n in names]
+    for r in _rows(table):
+        widths = [max(w, len(_cell(r[n]))) for w, n in zip(widths, names, strict=True)]
     out.write("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip() + "\n")
-    for c in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)).rstrip() + "\n")
-    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+    for r in _rows(table):
+        out.write("  ".join(_cell(r[n]).ljust(w) for n, w in zip(names, widths, strict=True)).rstrip() + "\n")
+    rows = table.num_rows
+    out.write(f"({rows} row{'s' if rows != 1 else ''})\n")
 
 
 def _run(args: argparse.Namespace, produce: Callable[[], Any]) -> int:
-    """Print what ``produce`` returns; 2 for a refused query or a time outside the history,
-    1 for any other failure."""
-    from tinct.lineage.sql import NotAQueryError, OutsideHistoryError
+    """Print what ``produce`` returns; 2 for a refused or mistyped query or a time outside the
+    history, 1 for any other failure (a limit passed included)."""
+    from tinct.lineage.errors import NotAQueryError, OutsideHistoryError, QueryError
 
     try:
         table = produce()
-    except (NotAQueryError, OutsideHistoryError, _UsageError) as exc:
+    except (NotAQueryError, QueryError, OutsideHistoryError, _UsageError) as exc:
         print(f"tinct lineage {args.lineage_command}: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:
+    except Exception as exc:  # a QueryLimitError among them: its message is one line
         print(f"tinct lineage {args.lineage_command}: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return 1
     if table is None:
@@ -95,12 +106,40 @@ def _when(text: str) -> datetime:
         ) from None
 
 
+#: Units ``--memory-limit`` takes, as Kubernetes quantities do (``256Mi``) or with a B.
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+def _memory(text: str) -> int:
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]i?)?b?", text.strip(), re.IGNORECASE)
+    size = int(float(found[1]) * _UNITS[(found[2] or "").lower()]) if found else 0
+    if size < 2**20:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size of at least 1Mi (e.g. 256Mi, 1Gi)")
+    return size
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds more than 0")
+    return seconds
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(memory=args.memory_limit, timeout=args.timeout)
+
+
 def _cmd_sql(args: argparse.Namespace) -> int:
     from tinct.lineage.sql import query
 
     def produce() -> Any:
         as_of = _when(args.as_of) if args.as_of else None
-        return query(args.query, _root(args), as_of_version=args.as_of_version, as_of=as_of)
+        return query(
+            args.query, _root(args), as_of_version=args.as_of_version, as_of=as_of, limits=_limits(args)
+        )
 
     return _run(args, produce)
 
@@ -114,9 +153,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     def produce() -> Any:
         root = _root(args)
-        table = history(args.model, root)
+        table = history(args.model, root, limits=_limits(args))
         if table.num_rows == 0:
-            models = query("SELECT DISTINCT model FROM model_versions ORDER BY model LIMIT 21", root)
+            models = query(
+                "SELECT DISTINCT model FROM model_versions ORDER BY model LIMIT 21",
+                root,
+                limits=_limits(args),
+            )
             known = [str(m) for m in models.column("model").to_pylist()]
             listed = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
             print(
@@ -196,6 +239,21 @@ def _common(p: argparse.ArgumentParser) -> None:
         help=f"root URI of the lineage tables (env {ENV}, default {DEFAULT_ROOT})",
     )
     p.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    p.add_argument(
+        "--memory-limit",
+        type=_memory,
+        default=DEFAULT_MEMORY_LIMIT,
+        metavar="SIZE",
+        help="memory the query's joins, sorts and aggregations may take, and again its answer; a query "
+        f"needing more fails, nothing spills to disk (e.g. 1Gi; default {size_text(DEFAULT_MEMORY_LIMIT)})",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds the query may run before it is stopped (default {DEFAULT_TIMEOUT:g})",
+    )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,21 +14,10 @@ from dataclasses import dataclass
 
 from tinct.artifacts.interface import Interface, combine
 from tinct.artifacts.storage import StorageConfig
-from tinct.lineage.sql import query
+from tinct.lineage.errors import RecordedNotFoundError
+from tinct.lineage.sql import literal, query
 
 __all__ = ["Recorded", "RecordedNotFoundError", "recorded_interface"]
-
-
-class RecordedNotFoundError(LookupError):
-    """No verified interface is recorded for ``ref``."""
-
-    def __init__(self, ref: str, detail: str) -> None:
-        super().__init__(ref, detail)
-        self.ref = ref
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.ref}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -45,10 +34,6 @@ class Recorded:
     def label(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
         return f"{self.model}@{self.version} ({where})"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def recorded_interface(
@@ -69,14 +54,14 @@ def recorded_interface(
     """
     where: list[str] = []
     if uid is not None:
-        where.append(f"uid = {_literal(uid)}")
+        where.append(f"uid = {literal(uid)}")
     elif "@" in ref:
         model, _, version = ref.partition("@")
-        where.append(f"model = {_literal(model)} AND version = {_literal(version)}")
+        where.append(f"model = {literal(model)} AND version = {literal(version)}")
     else:
-        where.append(f"name = {_literal(ref)}")
+        where.append(f"name = {literal(ref)}")
     if namespace is not None:
-        where.append(f"namespace = {_literal(namespace)}")
+        where.append(f"namespace = {literal(namespace)}")
     cond = " AND ".join(where)
     try:
         table = query(

@@ -36,49 +36,68 @@ __all__ = [
 
 _TS = pa.timestamp("us", tz="UTC")
 
-#: Events of a ModelVersion's life.
+#: Events of a ModelVersion's life, the values of ``model_versions.event``.
 MODEL_VERSION_EVENTS = ("registered", "updated", "failed", "retired")
+
+
+def _text(name: str, *, required: bool = False) -> pa.Field:
+    return pa.field(name, pa.string(), nullable=not required)
+
+
+def _texts(*names: str) -> list[pa.Field]:
+    return [_text(n) for n in names]
+
+
+def _maps(*names: str, values: pa.DataType | None = None) -> list[pa.Field]:
+    """Maps from text to ``values`` (text when None)."""
+    return [pa.field(n, pa.map_(pa.string(), values or pa.string())) for n in names]
+
+
+#: Every table ends with the time its row was recorded.
+_RECORDED_AT = pa.field("recorded_at", _TS, nullable=False)
+#: The columns that start a row about one file of a recorded ModelVersion event.
+_OF_VERSION = [
+    _text("event_id", required=True),
+    _text("uid", required=True),
+    pa.field("generation", pa.int64(), nullable=False),
+    _text("model", required=True),
+    _text("version", required=True),
+]
 
 MODEL_VERSIONS = pa.schema(
     [
-        pa.field("event_id", pa.string(), nullable=False),
-        pa.field("event", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("version", pa.string(), nullable=False),
-        pa.field("namespace", pa.string()),
-        pa.field("name", pa.string()),
-        pa.field("uid", pa.string(), nullable=False),
+        _text("event_id", required=True),
+        _text("event", required=True),
+        _text("model", required=True),
+        _text("version", required=True),
+        *_texts("namespace", "name"),
+        _text("uid", required=True),
         pa.field("generation", pa.int64(), nullable=False),
-        pa.field("onnx_sha256", pa.string()),
-        pa.field("ptx_sha256", pa.string()),
-        pa.field("safetensors_sha256", pa.string()),
-        pa.field("source_sha256", pa.string()),
-        pa.field("source_uri", pa.string()),
-        pa.field("build_pipeline_id", pa.string()),
-        pa.field("quantization_method", pa.string()),
+        *_texts(
+            "onnx_sha256",
+            "ptx_sha256",
+            "safetensors_sha256",
+            "source_sha256",
+            "source_uri",
+            "build_pipeline_id",
+            "quantization_method",
+        ),
         pa.field("quantization_bits", pa.int32()),
         pa.field("quantization_symmetric", pa.bool_()),
         pa.field("quantization_group_size", pa.int32()),
-        pa.field("runtime", pa.string()),
-        pa.field("reason", pa.string()),
-        pa.field("message", pa.string()),
-        pa.field("operator_version", pa.string()),
-        pa.field("recorded_at", _TS, nullable=False),
+        *_texts("runtime", "reason", "message", "operator_version"),
+        _RECORDED_AT,
     ]
 )
 
 ARTIFACTS = pa.schema(
     [
-        pa.field("event_id", pa.string(), nullable=False),
-        pa.field("uid", pa.string(), nullable=False),
-        pa.field("generation", pa.int64(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("version", pa.string(), nullable=False),
-        pa.field("uri", pa.string(), nullable=False),
-        pa.field("format", pa.string(), nullable=False),
-        pa.field("sha256", pa.string(), nullable=False),
+        *_OF_VERSION,
+        _text("uri", required=True),
+        _text("format", required=True),
+        _text("sha256", required=True),
         pa.field("size", pa.int64(), nullable=False),
-        pa.field("recorded_at", _TS, nullable=False),
+        _RECORDED_AT,
     ]
 )
 
@@ -88,52 +107,41 @@ ARTIFACTS = pa.schema(
 #: hidden_size, layers) are the version's, from all shards, on each shard's row.
 INTERFACES = pa.schema(
     [
-        pa.field("event_id", pa.string(), nullable=False),
-        pa.field("uid", pa.string(), nullable=False),
-        pa.field("generation", pa.int64(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("version", pa.string(), nullable=False),
-        pa.field("namespace", pa.string()),
-        pa.field("name", pa.string()),
-        pa.field("uri", pa.string(), nullable=False),
-        pa.field("format", pa.string(), nullable=False),
-        pa.field("interface_digest", pa.string(), nullable=False),
-        pa.field("inputs", pa.map_(pa.string(), pa.string())),
-        pa.field("outputs", pa.map_(pa.string(), pa.string())),
-        pa.field("opsets", pa.map_(pa.string(), pa.int64())),
-        pa.field("metadata", pa.map_(pa.string(), pa.string())),
-        pa.field("tensor_count", pa.int64()),
-        pa.field("vocab_size", pa.int64()),
-        pa.field("hidden_size", pa.int64()),
-        pa.field("layers", pa.int64()),
-        pa.field("ptx_version", pa.string()),
-        pa.field("ptx_target", pa.string()),
+        *_OF_VERSION,
+        *_texts("namespace", "name"),
+        _text("uri", required=True),
+        _text("format", required=True),
+        _text("interface_digest", required=True),
+        *_maps("inputs", "outputs"),
+        *_maps("opsets", values=pa.int64()),
+        *_maps("metadata"),
+        *[pa.field(n, pa.int64()) for n in ("tensor_count", "vocab_size", "hidden_size", "layers")],
+        *_texts("ptx_version", "ptx_target"),
         pa.field("address_size", pa.int32()),
         pa.field("entries", pa.list_(pa.string())),
-        pa.field("vocab_digest", pa.string()),
-        pa.field("special_tokens", pa.map_(pa.string(), pa.string())),
-        pa.field("chat_template_digest", pa.string()),
-        pa.field("facts", pa.string(), nullable=False),
-        pa.field("recorded_at", _TS, nullable=False),
+        _text("vocab_digest"),
+        *_maps("special_tokens"),
+        _text("chat_template_digest"),
+        _text("facts", required=True),
+        _RECORDED_AT,
     ]
 )
 
 RELEASE_EVENTS = pa.schema(
     [
-        pa.field("event_id", pa.string(), nullable=False),
-        pa.field("release", pa.string(), nullable=False),
-        pa.field("namespace", pa.string()),
-        pa.field("uid", pa.string(), nullable=False),
+        _text("event_id", required=True),
+        _text("release", required=True),
+        _text("namespace"),
+        _text("uid", required=True),
         pa.field("generation", pa.int64()),
-        pa.field("from_model_version", pa.string()),
-        pa.field("to_model_version", pa.string()),
+        *_texts("from_model_version", "to_model_version"),
         pa.field("step", pa.int32()),
-        pa.field("state", pa.string(), nullable=False),
-        pa.field("weights", pa.map_(pa.string(), pa.float64())),
-        pa.field("reason", pa.string()),
-        pa.field("metrics", pa.map_(pa.string(), pa.float64())),
-        pa.field("operator_version", pa.string()),
-        pa.field("recorded_at", _TS, nullable=False),
+        _text("state", required=True),
+        *_maps("weights", values=pa.float64()),
+        _text("reason"),
+        *_maps("metrics", values=pa.float64()),
+        _text("operator_version"),
+        _RECORDED_AT,
     ]
 )
 
@@ -205,6 +213,9 @@ KEYS: dict[str, tuple[str, ...]] = {
 
 
 def model_version_event_id(uid: str, generation: int, event: str) -> str:
+    """The key of ``event`` (one of :data:`MODEL_VERSION_EVENTS`) of generation ``generation``."""
+    if event not in MODEL_VERSION_EVENTS:
+        raise ValueError(f"{event!r} is not a ModelVersion event ({', '.join(MODEL_VERSION_EVENTS)})")
     if event == "retired":
         return f"{uid}/retired"
     return f"{uid}/{generation}/{event}"

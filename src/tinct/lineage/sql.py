@@ -21,9 +21,14 @@ A table that did not exist yet at that point is read at its first (empty) versio
 before every table's history, or a version ``model_versions`` never had, is refused with
 :class:`OutsideHistoryError` saying where the history begins and ends.
 
+**Limits.** Every query runs within :class:`~tinct.lineage.limits.Limits`: a memory pool
+and an answer of at most ``memory`` bytes each, and a timeout (see :mod:`tinct.lineage.limits`);
+passing one raises :class:`QueryLimitError` naming it.
+
 **Errors a person can act on**: a root without any lineage table raises
 :class:`NoTablesError` (naming the root and how to name another); a query naming a table
-that is not there says which tables are.
+that is not there says which tables are; SQL that does not parse, or that names a column or
+function that is not there, raises :class:`QueryError` with the engine's complaint as a sentence.
 """
 
 from __future__ import annotations
@@ -32,10 +37,19 @@ import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
-from datafusion import SessionContext, SQLOptions
+from datafusion import DataFrame, SessionConfig, SessionContext, SQLOptions
 from deltalake import DeltaTable
 
 from tinct.artifacts.storage import StorageConfig, delta_storage_options
+from tinct.lineage.errors import (
+    LineageError,
+    NoTablesError,
+    NotAQueryError,
+    OutsideHistoryError,
+    QueryError,
+    QueryLimitError,
+)
+from tinct.lineage.limits import Limits, collect, deadline
 from tinct.lineage.schemas import SCHEMAS
 
 __all__ = [
@@ -44,7 +58,10 @@ __all__ = [
     "NoTablesError",
     "NotAQueryError",
     "OutsideHistoryError",
+    "QueryError",
+    "QueryLimitError",
     "history",
+    "literal",
     "query",
 ]
 
@@ -67,41 +84,14 @@ _REFUSED = re.compile(
 
 
 _MISSING_TABLE = re.compile(r"table '(?:[a-z_]+\.)*(?P<table>[^'.]+)' not found")
+#: How DataFusion words SQL it cannot parse, and a query it cannot plan (no such column, ...).
+_UNPARSED = re.compile(r'^SQL error: (?:Parser|Tokenizer)Error\("(?P<what>.*)"\)$', re.DOTALL)
+_UNPLANNED = re.compile(r"^(?:Schema error|Error during planning): (?P<what>.*)$", re.DOTALL)
 
 
-class LineageError(ValueError):
-    """A lineage read that cannot be answered as asked; the message says why and what to do."""
-
-
-class NoTablesError(LineageError):
-    """The root holds no lineage table."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self.root = root
-
-    def __str__(self) -> str:
-        return (
-            f"no lineage tables under {self.root}; set --root or TINCT_LINEAGE_ROOT to the operator's "
-            "--lineage-root (with the Helm chart's PVC: kubectl exec -n <namespace> "
-            "deploy/<release>-operator -- tinct lineage ...)"
-        )
-
-
-class OutsideHistoryError(LineageError):
-    """A version or time the tables' history does not cover."""
-
-
-class NotAQueryError(ValueError):
-    """The SQL is not a single read-only query."""
-
-    def __init__(self, sql: str, detail: str) -> None:
-        super().__init__(sql, detail)
-        self.sql = sql
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"only read-only queries are allowed: {self.detail}"
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _read_only() -> SQLOptions:
@@ -120,6 +110,27 @@ def _refusal(sql: str, error: Exception) -> NotAQueryError | None:
     what = found["what"].strip()
     kind = {"DDL": "changes schemas", "DML": "writes data", "Statement": "changes the session"}[found["kind"]]
     return NotAQueryError(sql, f"{what} {kind} (use SELECT, WITH, VALUES, EXPLAIN, SHOW or DESCRIBE)")
+
+
+def _sentence(text: str) -> str:
+    """An engine's complaint as a sentence: ``Expected: X, found: Y at Line: 1, Column: 8``
+    becomes ``expected X but found Y (line 1, column 8)``; lines become clauses."""
+    text = text.replace('\\"', '"')
+    text = re.sub(r" at Line: (\d+), Column: (\d+)", r" (line \1, column \2)", text)
+    text = re.sub(r"Expected: (.*?), found: ", r"expected \1 but found ", text)
+    text = re.sub(r"\bEOF\b\.?", "the end of the query", text)
+    clauses = [line.strip().rstrip(".") for line in text.splitlines() if line.strip()]
+    return "; ".join(c[:1].lower() + c[1:] for c in clauses)
+
+
+def _unplannable(sql: str, error: Exception) -> QueryError | None:
+    """The :class:`QueryError` for SQL the engine could not parse or plan."""
+    text = str(error).strip()
+    if found := _UNPARSED.match(text):
+        return QueryError(sql, "the query does not parse", _sentence(found["what"]))
+    if found := _UNPLANNED.match(text):
+        return QueryError(sql, "the query cannot be planned", _sentence(found["what"]))
+    return None
 
 
 def _commits(dt: DeltaTable) -> dict[int, datetime]:
@@ -166,16 +177,36 @@ def query(
     as_of_version: int | None = None,
     as_of: datetime | None = None,
     config: StorageConfig | None = None,
+    limits: Limits | None = None,
 ) -> pa.Table:
-    """Run a read-only query over the lineage tables under ``root``."""
+    """Run a read-only query over the lineage tables under ``root``, within ``limits``
+    (the defaults of :class:`~tinct.lineage.limits.Limits` when None)."""
     if as_of_version is not None and as_of is not None:
         raise ValueError("give as_of_version or as_of, not both")
-    root = root.rstrip("/")
+    limits = limits or Limits()
+    with deadline(limits) as end:
+        # The context stays referenced while the answer is collected: a DataFrame alone does
+        # not keep its session alive.
+        ctx, frame = _plan(sql, root.rstrip("/"), as_of_version, as_of, config, limits)
+        answer = collect(frame, limits, end)
+        del ctx
+        return answer
+
+
+def _plan(
+    sql: str,
+    root: str,
+    as_of_version: int | None,
+    as_of: datetime | None,
+    config: StorageConfig | None,
+    limits: Limits,
+) -> tuple[SessionContext, DataFrame]:
+    """A session with the tables under ``root`` as of the time asked, and ``sql`` planned in it."""
     opts = delta_storage_options(root, config)
     at = as_of
     if at is not None and at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
-    ctx = SessionContext()
+    ctx = SessionContext(SessionConfig(), limits.runtime())
     names = [n for n in SCHEMAS if DeltaTable.is_deltatable(f"{root}/{n}", storage_options=opts)]
     if as_of_version is not None:
         if "model_versions" not in names:
@@ -204,7 +235,7 @@ def query(
             f"{min(firsts).isoformat()}"
         )
     try:
-        frame = ctx.sql_with_options(sql, _read_only())
+        return ctx, ctx.sql_with_options(sql, _read_only())
     except Exception as exc:
         refused = _refusal(sql, exc)
         if refused is not None:
@@ -217,17 +248,21 @@ def query(
             raise LineageError(
                 f"no table {missing['table']} under {root} (it has {', '.join(names)}{views})"
             ) from None
+        unplannable = _unplannable(sql, exc)
+        if unplannable is not None:
+            raise unplannable from None
         raise
-    return frame.to_arrow_table()
 
 
-def history(model: str, root: str, *, config: StorageConfig | None = None) -> pa.Table:
+def history(
+    model: str, root: str, *, config: StorageConfig | None = None, limits: Limits | None = None
+) -> pa.Table:
     """Every recorded event of ``model``, oldest first."""
-    literal = model.replace("'", "''")
     return query(
         "SELECT recorded_at, event, version, namespace, name, generation, onnx_sha256, ptx_sha256, "
         "safetensors_sha256, source_sha256, quantization_method, runtime, reason "
-        f"FROM model_versions WHERE model = '{literal}' ORDER BY recorded_at, generation",
+        f"FROM model_versions WHERE model = {literal(model)} ORDER BY recorded_at, generation",
         root,
         config=config,
+        limits=limits,
     )

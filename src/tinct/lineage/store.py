@@ -14,8 +14,14 @@ keys in its snapshot (version V), drops rows already there and appends the rest 
 ``max_commit_retries=0``, so the commit can only become version V+1. If another writer
 committed V+1 first, the commit fails, the index catches up with the new files and the
 check runs again. Writing the same event twice, from a retry or from two writers at once,
-keeps one row. On ``s3://`` the put-if-absent of the log entry needs a lock provider or
-a single writer; the operator is a single writer through leader election.
+keeps one row, and a writer that loses a race loses nothing: it tries again, up to
+``MERGE_ATTEMPTS`` times (:attr:`LineageStore.conflicts` counts the races lost). A writer
+kept busy by another that commits without pause can lose that many in a row (it has the
+other's new files to read first); its write then fails, and its caller writes again later
+(the ModelVersion handler, with backoff). That holds where the store refuses a second
+commit of one version (a conditional put of the log entry); the operator checks that at
+start (:mod:`tinct.lineage.commits`), since a paused leader may still be writing when its
+standby takes over.
 
 **Maintenance** (:meth:`LineageStore.maintain`): bin-packing compaction of small files,
 a checkpoint, expired-log cleanup and ``VACUUM`` with a retention of
@@ -25,6 +31,7 @@ a checkpoint, expired-log cleanup and ``VACUUM`` with a retention of
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -76,6 +83,8 @@ class LineageStore:
         self._locks = {name: threading.Lock() for name in SCHEMAS}
         self._ensured = False
         self._indexes: dict[str, KeyIndex] = {}
+        #: Commits that lost a race to another writer and were tried again.
+        self.conflicts = 0
 
     def uri(self, table: str) -> str:
         """URI of ``table`` under the root."""
@@ -160,8 +169,10 @@ class LineageStore:
                 try:
                     write_deltalake(dt, source, mode="append", commit_properties=props)
                 except CommitFailedError as exc:
+                    self.conflicts += 1
                     log.info("write to %s lost a commit race (%s); checking keys again", table, exc)
-                    time.sleep(min(0.5, 0.005 * 2**attempt))
+                    # Spread out, so that writers that collided do not collide again in step.
+                    time.sleep(min(0.5, 0.005 * 2**attempt) * random.uniform(0.5, 1.5))
                     continue
                 index.add(fresh)
                 return int(dt.version())

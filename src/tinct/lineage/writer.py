@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from tinct.lineage.store import LineageStore
@@ -42,26 +42,27 @@ class Record:
     future: Future[int] = field(default_factory=Future)
 
 
+@dataclass(eq=False)
 class BatchWriter:
-    def __init__(
-        self,
-        store: LineageStore,
-        *,
-        max_batch: int = 2000,
-        maintain_every: int = 200,
-        maintain_interval: float = 3600.0,
-    ) -> None:
-        self.store = store
-        self.max_batch = max_batch
-        self.maintain_every = maintain_every
-        self.maintain_interval = maintain_interval
-        self.commits = 0
-        self._queue: queue.Queue[Record | None] = queue.Queue()
+    """Commits what callers submit to ``store``, up to ``max_batch`` events a commit, from its
+    own thread; maintains the tables every ``maintain_every`` commits or ``maintain_interval``
+    seconds."""
+
+    store: LineageStore
+    _: KW_ONLY
+    max_batch: int = 2000
+    maintain_every: int = 200
+    maintain_interval: float = 3600.0
+    #: Commits made so far.
+    commits: int = field(default=0, init=False)
+    _queue: queue.Queue[Record | None] = field(default_factory=queue.Queue, init=False, repr=False)
+    _since_maintain: int = field(default=0, init=False, repr=False)
+    _last_maintain: float = field(default_factory=time.monotonic, init=False, repr=False)
+    _started: bool = field(default=False, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._run, name="tinct-lineage-writer", daemon=True)
-        self._since_maintain = 0
-        self._last_maintain = time.monotonic()
-        self._started = False
-        self._lock = threading.Lock()
 
     def start(self) -> BatchWriter:
         with self._lock:

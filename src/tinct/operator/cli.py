@@ -44,6 +44,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     version = preflight()
     print(f"tinct operator: {choose()}: API server {version}", file=sys.stderr)
     _check_prometheus(config)
+    refused = _check_lineage(config)
+    if refused is not None:
+        return refused
     if config.peering:
         from tinct.operator.peering import PeeringError, ensure_peering
 
@@ -66,6 +69,28 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         memo=context.memo_for(config),
     )
     return 0
+
+
+def _check_lineage(config: Any) -> int | None:
+    """The exit status when the lineage store may not be written: 2 for a store that lets a
+    second commit of a table version replace the first (unless this is the only writer), 1
+    when the store cannot be checked; None when it may."""
+    if config.lineage_single_writer:
+        print(
+            f"tinct operator: single writer: the store under {config.lineage_root} is not checked for "
+            "conditional writes; run no other replica",
+            file=sys.stderr,
+        )
+        return None
+    from tinct.lineage.commits import check_commits
+    from tinct.lineage.errors import LineageError, UnsafeStoreError
+
+    try:
+        check_commits(config.lineage_root, config.storage)
+    except LineageError as exc:
+        print(f"tinct operator: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, UnsafeStoreError) else 1
+    return None
 
 
 def _check_prometheus(config: Any) -> None:
@@ -106,6 +131,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_flags(p)
     # Each dest is the name of an OperatorConfig field; parsing and checks live there.
     p.add_argument("--lineage-root", help="root URI of the lineage tables (TINCT_LINEAGE_ROOT)")
+    p.add_argument(
+        "--lineage-single-writer",
+        action="store_true",
+        default=None,
+        help="this is the only replica writing the lineage tables: accept a store without conditional "
+        "writes, which is refused otherwise (TINCT_LINEAGE_SINGLE_WRITER)",
+    )
     p.add_argument("--hash-workers", help="threads hashing artifacts (TINCT_HASH_WORKERS)")
     p.add_argument(
         "--artifact-root",

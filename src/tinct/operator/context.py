@@ -13,8 +13,11 @@ object is handled, so every handler of every module reaches the same state with
 
 ``tinct operator`` hands its :class:`OperatorConfig` over in the root memo
 (:func:`memo_for`); under ``kopf run -m tinct.operator.modelversion`` the startup reads it
-from the environment. The cleanup activity closes the context. The login activity uses
-the cluster access of :mod:`tinct.kubeconfig`.
+from the environment. Before the lineage writer starts, the startup checks that the store
+under the lineage root refuses a second commit of one table version
+(:func:`tinct.lineage.commits.check_commits`), and fails the operator if it does not, unless
+``lineage_single_writer`` says no other replica writes. The cleanup activity closes the
+context. The login activity uses the cluster access of :mod:`tinct.kubeconfig`.
 """
 
 from __future__ import annotations
@@ -102,7 +105,18 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, logger: _Logger, 
     configure(settings, config)
     ctx = Context.open(config)
     memo[_CONTEXT] = ctx
-    await asyncio.get_running_loop().run_in_executor(ctx.io, ctx.writer.start)
+    loop = asyncio.get_running_loop()
+    if config.lineage_single_writer:
+        logger.warning("single writer: conditional writes of %s not checked", config.lineage_root)
+    else:
+        from tinct.lineage.commits import check_commits
+        from tinct.lineage.errors import LineageError
+
+        try:  # done already, and not again, when tinct operator started this process
+            await loop.run_in_executor(ctx.io, check_commits, config.lineage_root, config.storage)
+        except LineageError as exc:
+            raise kopf.PermanentError(str(exc)) from None
+    await loop.run_in_executor(ctx.io, ctx.writer.start)
     logger.info("lineage tables under %s", config.lineage_root)
 
 

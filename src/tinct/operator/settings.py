@@ -8,33 +8,35 @@ environment variable with :func:`_env`; :meth:`OperatorConfig.from_env` reads th
 field here with its variable, one flag in :mod:`tinct.operator.cli` whose ``dest`` is the
 field's name.
 
-=============================  =================================================  ===========================
-variable                       meaning                                            default
-=============================  =================================================  ===========================
-``TINCT_LINEAGE_ROOT``         root URI of the lineage tables (dir or ``s3://``)  ``/var/lib/tinct/lineage``
-``TINCT_HASH_WORKERS``         threads hashing/validating artifacts               ``4``
-``TINCT_S3_ENDPOINT``          S3 endpoint override (else ``AWS_ENDPOINT_URL``)   unset
-``TINCT_ONNX_PARSE_LIMIT``     ONNX files up to this many bytes are fully parsed  ``67108864``
-``TINCT_PROGRESS_INTERVAL``    seconds between progress updates in status         ``2``
-``TINCT_PEERING``              kopf peering name for leader election              unset (standalone)
-``TINCT_ARTIFACT_ROOTS``       ``:``-separated directories ``file://`` may read   unset (``file://`` refused)
-``TINCT_METRICS_PORT``         port of the operator's Prometheus metrics          ``0`` (not served)
-``TINCT_RELEASE_TICK``         seconds between GrayRelease precondition checks    ``5``
-``TINCT_CLUSTER_DOMAIN``       DNS suffix of Services in routing tables           ``cluster.local``
-``TINCT_PEERING_PRIORITY``     this replica's peering priority (highest acts)     from the start time
-``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
-``TINCT_TABLE_NAMESPACE``      namespace of the routing tables (only the          the operator's own (Pod
-                               operator writes there, the routers read there)     namespace), else ``default``
-``TINCT_PROMETHEUS_URL``       the Prometheus analyses read by default            unset
-``TINCT_PROMETHEUS``           named ones, ``NAME=URL,NAME=URL``                  unset
-``TINCT_PROMETHEUS_TIMEOUT``   seconds one Prometheus query may take              ``5``
-``TINCT_CONTEXT``              kubeconfig context (``--context``)                 the current-context
-``TINCT_NOTIFIERS``            webhooks, ``NAME=TYPE:URL,...`` (json, slack,       unset
-                               cloudevents; URL may be ``env:VARIABLE``)
-``TINCT_NOTIFY_TIMEOUT``       seconds one webhook post may take                  ``5``
-``TINCT_NOTIFY_ATTEMPTS``      posts of one notification before giving up         ``6``
-``TINCT_NOTIFY_BACKOFF``       seconds before the first retry (then doubling)     ``1``
-=============================  =================================================  ===========================
+===============================  =================================================  ============================
+variable                         meaning                                            default
+===============================  =================================================  ============================
+``TINCT_LINEAGE_ROOT``           root URI of the lineage tables (dir or ``s3://``)  ``/var/lib/tinct/lineage``
+``TINCT_LINEAGE_SINGLE_WRITER``  ``true``: one replica writes the lineage tables,   ``false``: a store without
+                                 so a store without conditional writes is accepted  them is refused at start
+``TINCT_HASH_WORKERS``           threads hashing/validating artifacts               ``4``
+``TINCT_S3_ENDPOINT``            S3 endpoint override (else ``AWS_ENDPOINT_URL``)   unset
+``TINCT_ONNX_PARSE_LIMIT``       ONNX files up to this many bytes are fully parsed  ``67108864``
+``TINCT_PROGRESS_INTERVAL``      seconds between progress updates in status         ``2``
+``TINCT_PEERING``                kopf peering name for leader election              unset (standalone)
+``TINCT_ARTIFACT_ROOTS``         ``:``-separated directories ``file://`` may read   unset (``file://`` refused)
+``TINCT_METRICS_PORT``           port of the operator's Prometheus metrics          ``0`` (not served)
+``TINCT_RELEASE_TICK``           seconds between GrayRelease precondition checks    ``5``
+``TINCT_CLUSTER_DOMAIN``         DNS suffix of Services in routing tables           ``cluster.local``
+``TINCT_PEERING_PRIORITY``       this replica's peering priority (highest acts)     from the start time
+``TINCT_PEERING_LIFETIME``       seconds a silent peer counts as alive              ``60``
+``TINCT_TABLE_NAMESPACE``        namespace of the routing tables (only the          the operator's own (Pod
+                                 operator writes there, the routers read there)     namespace), else ``default``
+``TINCT_PROMETHEUS_URL``         the Prometheus analyses read by default            unset
+``TINCT_PROMETHEUS``             named ones, ``NAME=URL,NAME=URL``                  unset
+``TINCT_PROMETHEUS_TIMEOUT``     seconds one Prometheus query may take              ``5``
+``TINCT_CONTEXT``                kubeconfig context (``--context``)                 the current-context
+``TINCT_NOTIFIERS``              webhooks, ``NAME=TYPE:URL,...`` (json, slack,       unset
+                                 cloudevents; URL may be ``env:VARIABLE``)
+``TINCT_NOTIFY_TIMEOUT``         seconds one webhook post may take                  ``5``
+``TINCT_NOTIFY_ATTEMPTS``        posts of one notification before giving up         ``6``
+``TINCT_NOTIFY_BACKOFF``         seconds before the first retry (then doubling)     ``1``
+===============================  =================================================  ============================
 
 **Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:
 the default one (``TINCT_PROMETHEUS_URL``), or one named here (``TINCT_PROMETHEUS``) that
@@ -88,6 +90,13 @@ FINALIZER = "tinct.io/finalizer"
 def _env(variable: str, parse: Callable[[str], Any], default: Any) -> Any:
     """A config field read from ``variable`` (an empty value counts as unset) by ``parse``."""
     return field(default=default, metadata={"env": variable, "parse": parse})
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError("must be true or false")
+    return value in ("true", "1", "yes")
 
 
 def _at_least_one(raw: str) -> int:
@@ -214,6 +223,8 @@ def _backoff(raw: str) -> float:
 @dataclass(frozen=True)
 class OperatorConfig:
     lineage_root: str = _env("TINCT_LINEAGE_ROOT", lineage_root, DEFAULT_ROOT)
+    #: One replica writes the lineage tables: the store's conditional writes are not checked.
+    lineage_single_writer: bool = _env("TINCT_LINEAGE_SINGLE_WRITER", _flag, False)
     hash_workers: int = _env("TINCT_HASH_WORKERS", _at_least_one, 4)
     onnx_parse_limit: int = _env("TINCT_ONNX_PARSE_LIMIT", int, DEFAULT_ONNX_PARSE_LIMIT)
     progress_interval: float = _env("TINCT_PROGRESS_INTERVAL", float, 2.0)

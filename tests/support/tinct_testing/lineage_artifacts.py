@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tinct_testing.controlplane.harness import free_port
 from tinct_testing.wait import eventually
 
 PTX_TEXT = """//
@@ -146,11 +147,11 @@ class S3:
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     def listening() -> bool:
         if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {proc.returncode}")
+            raise RuntimeError(f"the server for port {port} exited with {proc.returncode}")
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0
 
-    eventually(listening, timeout=timeout, interval=0.1, what=f"moto server listening on {port}")
+    eventually(listening, timeout=timeout, interval=0.1, what=f"a server listening on {port}")
 
 
 @contextmanager
@@ -160,17 +161,74 @@ def moto_process(port: int) -> Iterator[str]:
     Its own process, not ``ThreadedMotoServer``: deltalake holds the GIL during some
     blocking object-store calls, which would starve a server thread in this process.
     """
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with _serving(port, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)) as endpoint:
+        yield endpoint
+
+
+@contextmanager
+def _serving(port: int, *args: str) -> Iterator[str]:
+    """``python *args``, a server for ``port`` on 127.0.0.1, once it listens; stopped after."""
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+#: An HTTP relay that drops ``If-None-Match`` from every request: in front of moto, an
+#: S3-compatible store without conditional writes, which overwrites an object a conditional
+#: put should have refused (moto does not check the signature the header was part of).
+_UNCONDITIONAL = r"""
+import http.client, http.server, socketserver, sys
+
+port, target = int(sys.argv[1]), int(sys.argv[2])
+HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+class Relay(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def relay(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP | {"if-none-match"}}
+        upstream = http.client.HTTPConnection("127.0.0.1", target, timeout=60)
+        upstream.request(self.command, self.path, body=body, headers=headers)
+        answer = upstream.getresponse()
+        data = answer.read()
+        self.send_response_only(answer.status, answer.reason)
+        for k, v in answer.getheaders():
+            if k.lower() not in HOP:
+                self.send_header(k, v)
+        length = answer.getheader("Content-Length") if self.command == "HEAD" else None
+        self.send_header("Content-Length", length or str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        upstream.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = relay
+
+    def log_message(self, *args):
+        pass
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+Server(("127.0.0.1", port), Relay).serve_forever()
+"""
+
+
+@contextmanager
+def unconditional_store(endpoint: str) -> Iterator[str]:
+    """The S3 server at ``endpoint`` as a store without conditional writes: the endpoint of
+    a relay (its own process) that drops ``If-None-Match`` on the way."""
+    port = free_port()
+    with _serving(port, "-c", _UNCONDITIONAL, str(port), endpoint.rsplit(":", 1)[1]) as relay:
+        yield relay
 
 
 @contextmanager
