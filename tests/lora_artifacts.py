@@ -40,6 +40,7 @@ def make_base(path: Path, **shapes: int) -> Path:
     """A base model's weights in one safetensors file (see :func:`base_shapes`)."""
     from safetensors.numpy import save_file
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     tensors = {n: rng.standard_normal(s).astype(np.float16) for n, s in base_shapes(**shapes).items()}
     save_file(tensors, str(path), metadata={"format": "pt"})

@@ -113,6 +113,24 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
         ("spec.artifacts[0].uri",),
     ),
     (
+        "lora-without-adapter",
+        "adapter.yaml",
+        lambda doc: doc["spec"].pop("adapter"),
+        ("spec.artifacts", "lora artifacts belong to an adapter"),
+    ),
+    (
+        "adapter-of-onnx",
+        "adapter.yaml",
+        _set("spec.artifacts.0.format", "onnx"),
+        ("spec.artifacts", "an adapter (spec.adapter) has only lora artifacts"),
+    ),
+    (
+        "adapter-without-base",
+        "adapter.yaml",
+        _set("spec.adapter", {}),
+        ("spec.adapter.baseModelVersion", "Required value"),
+    ),
+    (
         "bad-runtime",
         "modelversion.yaml",
         _set("spec.runtime", "pytorch"),
