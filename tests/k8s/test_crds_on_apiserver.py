@@ -99,6 +99,24 @@ INVALID: list[tuple[str, str, Mutation, tuple[str, ...]]] = [
         ("spec.artifacts[0].uri",),
     ),
     (
+        "lora-without-adapter",
+        "adapter.yaml",
+        lambda doc: doc["spec"].pop("adapter"),
+        ("spec.artifacts", "lora artifacts belong to an adapter"),
+    ),
+    (
+        "adapter-of-onnx",
+        "adapter.yaml",
+        setting("spec.artifacts.0.format", "onnx"),
+        ("spec.artifacts", "an adapter (spec.adapter) has only lora artifacts"),
+    ),
+    (
+        "adapter-without-base",
+        "adapter.yaml",
+        setting("spec.adapter", {}),
+        ("spec.adapter.baseModelVersion", "Required value"),
+    ),
+    (
         "bad-runtime",
         "modelversion.yaml",
         setting("spec.runtime", "pytorch"),

@@ -24,6 +24,7 @@ from tinct.lineage.sql import query
 from tinct_testing.controlplane.environ import patched_environ
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import S3, make_artifact_set, make_onnx, sha256_file, unconditional_store
+from tinct_testing.lora_artifacts import adapter_artifacts, make_adapter, make_base
 from tinct_testing.modelversion_cluster import (
     FileOpens,
     apply,
@@ -432,3 +433,84 @@ def test_two_operators_share_lineage_on_s3_and_lose_nothing(
         )
         assert seen.column("n")[0].as_py() == 1, (ns, name, at)
     print(f"lineage versions of the ten events: {sorted(versions)}")
+
+
+def test_an_adapter_waits_for_its_base_then_fits_it_or_fails_naming_the_module(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    base_file = make_base(tmp_path / "base" / "model.safetensors")
+    adapters = {
+        "support-1-0-0": make_adapter(tmp_path / "support", r=8),
+        "narrow-1-0-0": make_adapter(tmp_path / "narrow", r=8, kv=4, seed=2),
+        "wide-1-0-0": make_adapter(tmp_path / "wide", r=32, seed=3),
+    }
+
+    def adapter(name: str) -> dict[str, Any]:
+        return mv_doc(
+            name, adapter_artifacts(adapters[name]), model="support", adapter={"baseModelVersion": "base"}
+        )
+
+    root = tmp_path / "lineage"
+    with operator(namespace, root, tmp_path):
+        apply(cluster, namespace, adapter("support-1-0-0"))
+        waiting = eventually(
+            lambda: (
+                (o := get(cluster, namespace, "support-1-0-0"))
+                and any(
+                    c.get("reason") == "BaseMissing" for c in (o.get("status") or {}).get("conditions", [])
+                )
+                and o
+            ),
+            timeout=WAIT,
+            what="the adapter to wait for its base",
+        )
+        assert cond(waiting, "BaseCompatible")["status"] == "Unknown"
+        assert waiting["status"].get("phase", "Pending") == "Pending"
+        base = mv_doc("base", [{"format": "safetensors", "uri": base_file.as_uri()}], runtime="vllm")
+        apply(cluster, namespace, base)
+        ready = wait_phase(cluster, namespace, "support-1-0-0", "Ready", "Failed")
+        for name in ("narrow-1-0-0", "wide-1-0-0"):
+            apply(cluster, namespace, adapter(name))
+        failed = {
+            n: wait_phase(cluster, namespace, n, "Ready", "Failed") for n in ("narrow-1-0-0", "wide-1-0-0")
+        }
+
+    st = ready["status"]
+    assert st["phase"] == "Ready", st
+    assert cond(ready, "BaseCompatible")["reason"] == "AdapterFitsBase"
+    assert st["adapter"] == {
+        "baseModelVersion": "base",
+        "baseModel": "llama3-8b",
+        "servedName": "support-" + st["digests"]["lora"][:12],
+        "path": adapters["support-1-0-0"].as_uri(),
+        "rank": 8,
+        "modules": 4,
+    }
+    narrow = failed["narrow-1-0-0"]
+    assert narrow["status"]["phase"] == "Failed"
+    assert cond(narrow, "BaseCompatible")["reason"] == "ShapeMismatch"
+    assert narrow["status"]["message"] == (
+        "module model.layers.0.self_attn.v_proj: the adapter's lora_A is [8, 16] and lora_B is [4, 8], "
+        "which fit a base weight of [4, 16], but base ModelVersion base has "
+        "model.layers.0.self_attn.v_proj.weight F16[8,16]"
+    )
+    assert cond(narrow, "Verified")["status"] == "True", "its files are fine: it does not fit its base"
+    assert cond(failed["wide-1-0-0"], "BaseCompatible")["reason"] == "RankTooLarge"
+    assert "r=32 is over maxLoraRank 16" in failed["wide-1-0-0"]["status"]["message"]
+    got = rows(
+        root,
+        "SELECT name, event, base_model_version, base_model, lora_rank, lora_hash, served_name FROM model_lineage "
+        "WHERE base_model_version IS NOT NULL ORDER BY name",
+    )
+    assert [
+        (r["name"], r["event"], r["base_model_version"], r["base_model"], r["lora_rank"]) for r in got
+    ] == [
+        ("narrow-1-0-0", "failed", "base", "llama3-8b", 8),
+        ("support-1-0-0", "registered", "base", "llama3-8b", 8),
+        ("wide-1-0-0", "failed", "base", "llama3-8b", 32),
+    ]
+    assert (got[1]["lora_hash"], got[1]["served_name"]) == (
+        st["digests"]["lora"],
+        st["adapter"]["servedName"],
+    )
+    assert all(r["served_name"] == "support-" + r["lora_hash"][:12] for r in got)

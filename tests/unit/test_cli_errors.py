@@ -150,7 +150,7 @@ def test_lineage_names_a_missing_table_and_the_ones_there(lineage: Path) -> None
     assert proc.returncode == 1
     assert one_line(proc) == (
         f"tinct lineage sql: no table releases under {lineage} (it has model_versions, artifacts, "
-        "interfaces, release_events and the view model_lineage)"
+        "interfaces, adapters, release_events and the view model_lineage)"
     )
 
 

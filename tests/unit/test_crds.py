@@ -124,7 +124,7 @@ def test_optional_fields_are_nullable_and_required_fields_listed() -> None:
     assert spec["properties"]["buildPipelineId"]["nullable"] is True
     assert spec["properties"]["artifacts"]["minItems"] == 1
     fmt = spec["properties"]["artifacts"]["items"]["properties"]["format"]
-    assert fmt["enum"] == ["onnx", "ptx", "safetensors", "tokenizer"]
+    assert fmt["enum"] == ["onnx", "ptx", "safetensors", "tokenizer", "lora"]
 
 
 def test_crd_metadata() -> None:

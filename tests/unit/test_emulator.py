@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ from tinct.emulator import EMULATOR_HEADER, Behaviour, BehaviourError, serving
 from tinct.emulator.behaviour import from_env
 from tinct.emulator.server import Emulator
 from tinct_testing.controlplane.harness import free_port
+from tinct_testing.lora_artifacts import make_adapter
 from tinct_testing.wait import eventually_async
 
 CHAT = [{"role": "user", "content": "tell me about dye tags " * 40}]
@@ -400,3 +402,129 @@ async def test_tool_calls_one_per_tool_in_an_order_that_can_change(emu: Emulator
         assert await calls(True) == given[::-1]
         emu.set(tool_order="given", tool_drop=True)
         assert await calls(False) == given[:2]
+
+
+async def _post(url: str, doc: object) -> tuple[int, object]:
+    async with aiohttp.ClientSession() as http, http.post(url, json=doc) as r:
+        text = await r.text()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+
+async def test_vllm_loads_serves_lists_and_unloads_adapters_at_run_time(
+    emu: Emulator, tmp_path: Path
+) -> None:
+    sql = make_adapter(tmp_path / "sql", r=8, base_model="m1")
+    load, unload = f"{emu.url}/v1/load_lora_adapter", f"{emu.url}/v1/unload_lora_adapter"
+    status, _ = await _post(load, {"lora_name": "sql", "lora_path": str(sql)})
+    assert status == 404, "an engine not started for runtime LoRA has no such endpoint"
+    async with client(emu) as c:
+        r = await c.chat.completions.create(model="anything", messages=CHAT)
+        assert r.model == "m1", "without runtime LoRA every model name is the base's"
+
+    emu.set(runtime_lora=True, max_lora_rank=8, max_loras=2)
+    assert (await _post(f"{emu.url}/load_lora_adapter", {"lora_name": "x", "lora_path": str(sql)}))[0] == 404
+    status, text = await _post(load, {"lora_name": "sql-3f2a", "lora_path": sql.as_uri()})
+    assert (status, text) == (200, "Success: LoRA adapter 'sql-3f2a' added successfully.")
+    status, doc = await _post(load, {"lora_name": "sql-3f2a", "lora_path": str(sql)})
+    assert status == 400
+    assert "already been loaded" in doc["error"]["message"]  # type: ignore[index]
+
+    async with client(emu) as c:
+        listed = {m.id: m for m in (await c.models.list()).data}
+        assert set(listed) == {"m1", "sql-3f2a"}
+        assert listed["sql-3f2a"].parent == "m1"  # type: ignore[attr-defined]
+        assert listed["sql-3f2a"].root == sql.as_uri()  # type: ignore[attr-defined]
+        assert listed["m1"].parent is None  # type: ignore[attr-defined]
+        whole = await c.chat.completions.create(model="sql-3f2a", messages=CHAT)
+        assert whole.model == "sql-3f2a"
+        assert whole.choices[0].message.content == "Emulated answer from sql-3f2a. Emulated answer"
+        stream = await c.chat.completions.create(model="sql-3f2a", messages=CHAT, stream=True)
+        chunks = [ch async for ch in stream]
+        assert {ch.model for ch in chunks} == {"sql-3f2a"}
+        base = await c.chat.completions.create(model="m1", messages=CHAT)
+        assert base.choices[0].message.content.startswith("Emulated answer from m1.")  # type: ignore[union-attr]
+        with pytest.raises(openai.NotFoundError, match="does not exist"):
+            await c.chat.completions.create(model="sql-0000", messages=CHAT)
+    assert emu.state.adapter_requests == {"sql-3f2a": 2}
+
+    wide = make_adapter(tmp_path / "wide", r=16, base_model="m1")
+    status, doc = await _post(load, {"lora_name": "wide", "lora_path": str(wide)})
+    assert status == 400
+    assert "rank 16 is greater than max_lora_rank 8" in doc["error"]["message"]  # type: ignore[index]
+    status, doc = await _post(load, {"lora_name": "gone", "lora_path": str(tmp_path / "nowhere")})
+    assert status == 404
+    status, _ = await _post(load, {"lora_name": "other", "lora_path": str(make_adapter(tmp_path / "o", r=4))})
+    assert status == 200
+    status, doc = await _post(load, {"lora_name": "third", "lora_path": str(make_adapter(tmp_path / "t"))})
+    assert status == 500
+    assert "out of memory" in doc["error"]["message"]  # type: ignore[index]
+
+    status, text = await _post(unload, {"lora_name": "sql-3f2a"})
+    assert (status, text) == (200, "Success: LoRA adapter 'sql-3f2a' removed successfully.")
+    status, doc = await _post(unload, {"lora_name": "sql-3f2a"})
+    assert status == 404
+    assert "cannot be found" in doc["error"]["message"]  # type: ignore[index]
+    emu.restart()
+    assert emu.state.adapters == {}, "a restarted engine holds no adapter"
+
+
+async def test_sglang_answers_its_own_shapes_and_refuses_adapters_it_lacks(
+    emu: Emulator, tmp_path: Path
+) -> None:
+    emu.set(engine="sglang", runtime_lora=True, max_loras=0)
+    adapter = make_adapter(tmp_path / "a", base_model="m1")
+    assert (await _post(f"{emu.url}/v1/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter)}))[
+        0
+    ] == 404
+    load = f"{emu.url}/load_lora_adapter"
+    status, doc = await _post(load, {"lora_name": "a", "lora_path": str(adapter)})
+    assert status == 400
+    assert doc["success"] is False  # type: ignore[index]
+    assert "out of memory" in doc["error_message"]  # type: ignore[index]
+    emu.set(max_loras=4)
+    status, doc = await _post(load, {"lora_name": "a", "lora_path": str(adapter)})
+    assert (status, doc) == (
+        200,
+        {"success": True, "error_message": "", "loaded_adapters": {"a": str(adapter)}},
+    )
+    async with client(emu) as c:
+        assert (await c.chat.completions.create(model="a", messages=CHAT)).model == "a"
+        with pytest.raises(openai.BadRequestError, match="not loaded"):
+            await c.chat.completions.create(model="b", messages=CHAT)
+    status, doc = await _post(f"{emu.url}/unload_lora_adapter", {"lora_name": "a"})
+    assert (status, doc["loaded_adapters"]) == (200, {})  # type: ignore[index]
+
+
+async def test_vllm_exports_the_adapters_running_and_waiting(emu: Emulator, tmp_path: Path) -> None:
+    assert not any("lora" in k for k in await metrics(emu)), "no LoRA gauge without LoRA"
+    emu.set(runtime_lora=True, slots=1, ttft_ms=300)
+    for name in ("a", "b"):
+        status, _ = await _post(
+            f"{emu.url}/v1/load_lora_adapter",
+            {"lora_name": name, "lora_path": str(make_adapter(tmp_path / name, base_model="m1"))},
+        )
+        assert status == 200
+
+    async def gauge() -> dict[str, str]:
+        async with aiohttp.ClientSession() as http, http.get(f"{emu.url}/metrics") as r:
+            text = await r.text()
+        (fam,) = [f for f in text_string_to_metric_families(text) if f.name == "vllm:lora_requests_info"]
+        (sample,) = fam.samples
+        assert sample.value > 1e9, "the value is a timestamp, as vLLM's"
+        return dict(sample.labels)
+
+    assert await gauge() == {"max_lora": "4", "running_lora_adapters": "", "waiting_lora_adapters": ""}
+    async with client(emu) as c:
+        calls = [asyncio.ensure_future(c.chat.completions.create(model=m, messages=CHAT)) for m in ("a", "b")]
+        await eventually_async(
+            lambda: emu.state.running == 1 and emu.state.waiting == 1,
+            timeout=30,
+            what="one running, one waiting",
+        )
+        got = await gauge()
+        assert {got["running_lora_adapters"], got["waiting_lora_adapters"]} == {"a", "b"}
+        await asyncio.gather(*calls)
+    assert await gauge() == {"max_lora": "4", "running_lora_adapters": "", "waiting_lora_adapters": ""}

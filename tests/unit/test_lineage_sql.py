@@ -270,3 +270,58 @@ def test_queries_are_held_to_their_memory_limit_and_timeout(wide: str, in_thread
     # Within the limits the same tables answer.
     pairs = run("SELECT count(*) AS n FROM model_versions a, model_versions b", small)()
     assert pairs.column("n")[0].as_py() == 90000
+
+
+def test_model_lineage_links_an_adapter_to_its_base(tmp_path: Path) -> None:
+    from tinct.lineage.schemas import OPERATOR_TABLES
+
+    before = LineageStore(str(tmp_path / "old"), owns=[t for t in OPERATOR_TABLES if t != "adapters"])
+    before.merge("model_versions", _event(1)["model_versions"])
+    old = query("SELECT model_id, base_model_version, lora_rank FROM model_lineage", str(tmp_path / "old"))
+    assert old.to_pylist() == [{"model_id": "model-1", "base_model_version": None, "lora_rank": None}]
+
+    store = LineageStore(str(tmp_path / "lineage"))
+    store.merge("model_versions", _event(1)["model_versions"])
+    adapter = dict(_event(2)["model_versions"][0], model="support", version="1.0.0")
+    store.merge("model_versions", [adapter])
+    store.merge(
+        "adapters",
+        [
+            {
+                "event_id": adapter["event_id"],
+                "uid": adapter["uid"],
+                "generation": adapter["generation"],
+                "model": "support",
+                "version": "1.0.0",
+                "base_model_version": "llama3-8b-1",
+                "base_model": "llama3-8b",
+                "rank": 8,
+                "lora_alpha": 16.0,
+                "target_modules": ["q_proj"],
+                "lora_sha256": "e" * 64,
+                "served_name": "support-eeeeeeeeeeee",
+                "recorded_at": datetime.now(UTC),
+            }
+        ],
+    )
+    got = query(
+        "SELECT model_id, base_model_version, lora_rank, lora_target_modules, served_name FROM model_lineage "
+        "ORDER BY model_id",
+        str(tmp_path / "lineage"),
+    ).to_pylist()
+    assert got == [
+        {
+            "model_id": "model-1",
+            "base_model_version": None,
+            "lora_rank": None,
+            "lora_target_modules": None,
+            "served_name": None,
+        },
+        {
+            "model_id": "support",
+            "base_model_version": "llama3-8b-1",
+            "lora_rank": 8,
+            "lora_target_modules": ["q_proj"],
+            "served_name": "support-eeeeeeeeeeee",
+        },
+    ]

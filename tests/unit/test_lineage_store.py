@@ -185,3 +185,10 @@ def test_the_commit_check_refuses_a_store_without_conditional_writes(s3: S3, tmp
     # A local disk refuses: a commit is a link that does not replace.
     check_commits(str(tmp_path / "lineage"))
     assert not [p for p in (tmp_path / "lineage").iterdir() if p.name.startswith(PROBE_PREFIX)]
+
+
+def test_the_writer_commits_every_table() -> None:
+    from tinct.lineage.schemas import SCHEMAS
+    from tinct.lineage.writer import _ORDER
+
+    assert sorted(_ORDER) == sorted(SCHEMAS), "rows of a table the writer does not know are dropped"

@@ -8,7 +8,8 @@ from typing import Any
 from tinct.api.v1alpha1.modelversion import ModelVersion
 from tinct.artifacts.hashing import FileDigest
 from tinct.artifacts.verify import Failure, Verification
-from tinct.lineage.records import model_version_rows
+from tinct.lineage.records import BaseRef, model_version_rows
+from tinct.operator.adapter import Base
 from tinct.operator.modelversion import build_status, event_for
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -118,3 +119,95 @@ def test_a_huge_failure_message_is_summarised_to_fit_the_status() -> None:
         "model-00003-of-10000.safetensors, … and 9,997 more"
     )
     assert listing(names[:2]) == "model-00001-of-10000.safetensors, model-00002-of-10000.safetensors"
+
+
+def _adapter() -> tuple[ModelVersion, Verification]:
+    mv = ModelVersion.model_validate(
+        {
+            "metadata": {"name": "support-1-0-0", "namespace": "ns", "uid": "u2", "generation": 1},
+            "spec": {
+                "model": "support",
+                "version": "1.0.0",
+                "adapter": {"baseModelVersion": "llama-1-0-0"},
+                "artifacts": [
+                    {"format": "lora", "uri": "s3://a/support/adapter_config.json"},
+                    {"format": "lora", "uri": "s3://a/support/adapter_model.safetensors"},
+                ],
+            },
+        }
+    )
+    files = [
+        ("lora", FileDigest(uri="s3://a/support/adapter_config.json", sha256="c" * 64, size=300)),
+        ("lora", FileDigest(uri="s3://a/support/adapter_model.safetensors", sha256="d" * 64, size=900)),
+    ]
+    lora = {
+        "peft_type": "LORA",
+        "r": 8,
+        "lora_alpha": 16,
+        "target_modules": ["q_proj", "v_proj"],
+        "base_model": "llama",
+        "max_rank": 8,
+        "modules": {"model.layers.0.self_attn.q_proj": {}, "model.layers.0.self_attn.v_proj": {}},
+        "extra_tensors": [],
+    }
+    return mv, Verification(files=files, digests={"lora": "e" * 64}, interface={"lora": lora})
+
+
+BASE = Base(name="llama-1-0-0", uid="u1", model="llama", version="1.0.0", max_rank=16, quantized=False)
+
+
+def test_an_adapter_that_fits_is_ready_with_its_served_name_and_base() -> None:
+    mv, v = _adapter()
+    st = build_status(mv, v, "/t/model_versions", 3, NOW, base=BASE)
+    assert st.phase == "Ready"
+    assert st.digests is not None
+    assert st.digests.lora == "e" * 64
+    assert st.adapter is not None
+    assert st.adapter.wire() == {
+        "baseModelVersion": "llama-1-0-0",
+        "baseModel": "llama",
+        "servedName": "support-" + "e" * 12,
+        "path": "s3://a/support",
+        "rank": 8,
+        "modules": 2,
+    }
+    (fits,) = [c for c in st.conditions if c.type == "BaseCompatible"]
+    assert (fits.status, fits.reason) == ("True", "AdapterFitsBase")
+    assert "rank 8 within maxLoraRank 16" in fits.message
+
+
+def test_an_adapter_that_does_not_fit_fails_on_base_compatible_with_its_files_verified() -> None:
+    mv, v = _adapter()
+    v.failure = Failure("BaseCompatible", "ShapeMismatch", "module m: lora_A is [8, 4] ...")
+    st = build_status(mv, v, "/t/model_versions", 3, NOW, base=BASE)
+    assert (st.phase, st.message) == ("Failed", "module m: lora_A is [8, 4] ...")
+    conds = {c.type: (c.status, c.reason) for c in st.conditions}
+    assert conds["BaseCompatible"] == ("False", "ShapeMismatch")
+    assert conds["Verified"] == ("True", "DigestsVerified")
+
+
+def test_an_adapter_event_records_its_facts_and_base() -> None:
+    mv, v = _adapter()
+    rows = model_version_rows(
+        mv,
+        "registered",
+        v,
+        now=NOW,
+        base=BaseRef(name="llama-1-0-0", uid="u1", model="llama", version="1.0.0"),
+    )
+    (row,) = rows["adapters"]
+    assert row["event_id"] == rows["model_versions"][0]["event_id"] == "u2/1/registered"
+    assert {k: row[k] for k in ("base_model_version", "base_uid", "peft_type", "rank", "lora_alpha")} == {
+        "base_model_version": "llama-1-0-0",
+        "base_uid": "u1",
+        "peft_type": "LORA",
+        "rank": 8,
+        "lora_alpha": 16.0,
+    }
+    assert (row["target_modules"], row["modules"], row["config_base_model"]) == (
+        ["q_proj", "v_proj"],
+        2,
+        "llama",
+    )
+    assert (row["lora_sha256"], row["served_name"]) == ("e" * 64, "support-" + "e" * 12)
+    assert "adapters" not in model_version_rows(_mv(), "registered", _ok(), now=NOW)

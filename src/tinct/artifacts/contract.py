@@ -91,6 +91,9 @@ RULES: dict[str, Rule] = {
     "VocabularyChanged": Rule("breaking", "the vocabulary (tokens or their ids) changed"),
     "SpecialTokensChanged": Rule("breaking", "a special token was added, removed or changed"),
     "ChatTemplateChanged": Rule("breaking", "the chat template was added, removed or changed"),
+    # lora
+    "AdapterBaseChanged": Rule("breaking", "a LoRA adapter trained on another base model"),
+    "AdapterModulesChanged": Rule("none", "a LoRA adapter adapts other modules or has another rank"),
 }
 
 #: At most this many names are listed in one difference; the rest are counted.
@@ -304,6 +307,25 @@ def _tokenizer(out: list[Difference], old: dict[str, Any], new: dict[str, Any]) 
         )
 
 
+def _lora(out: list[Difference], old: dict[str, Any], new: dict[str, Any]) -> None:
+    if old.get("base_model") != new.get("base_model"):
+        out.append(
+            Difference(
+                "AdapterBaseChanged", "lora", f"base model {old.get('base_model')} -> {new.get('base_model')}"
+            )
+        )
+    shape = {k: v["rank"] for k, v in (old.get("modules") or {}).items()}
+    if shape != {k: v["rank"] for k, v in (new.get("modules") or {}).items()}:
+        out.append(
+            Difference(
+                "AdapterModulesChanged",
+                "lora",
+                f"{len(shape)} modules of rank {old.get('r')} -> {len(new.get('modules') or {})} of rank "
+                f"{new.get('r')}",
+            )
+        )
+
+
 def diff(old: Interface, new: Interface) -> list[Difference]:
     """Every difference from ``old`` to ``new``, breaking ones first."""
     out: list[Difference] = []
@@ -318,6 +340,8 @@ def diff(old: Interface, new: Interface) -> list[Difference]:
             _safetensors(out, old[fmt], new[fmt])
         elif fmt == "tokenizer":
             _tokenizer(out, old[fmt], new[fmt])
+        elif fmt == "lora":
+            _lora(out, old[fmt], new[fmt])
         elif fmt in ("onnx", "ptx"):
             for name, a, b in _pairs(old[fmt], new[fmt]):
                 if b is None:

@@ -7,7 +7,8 @@ One reader per format, each in its own module:
 - **onnx**: :mod:`~tinct.artifacts.onnx_wire` (the protobuf wire form; the onnx checker
   too for files up to ``onnx_parse_limit``);
 - **ptx**: :mod:`~tinct.artifacts.ptx`;
-- **tokenizer**: :mod:`~tinct.artifacts.tokenizer`.
+- **tokenizer**: :mod:`~tinct.artifacts.tokenizer`;
+- **lora**: :mod:`~tinct.artifacts.lora` (a PEFT adapter's config, or its weights' header).
 
 :func:`validate` returns the file's *facts*: what the file says about the model's interface
 (ONNX inputs, outputs, opsets and metadata; safetensors tensors; PTX directives and
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tinct.artifacts.lora import read_lora
 from tinct.artifacts.onnx_wire import DEFAULT_ONNX_PARSE_LIMIT, read_onnx
 from tinct.artifacts.ptx import read_ptx
 from tinct.artifacts.reading import Facts, FormatError, Window
@@ -39,6 +41,7 @@ READERS: dict[str, Reader] = {
     "ptx": lambda _uri, win, _limit: read_ptx(win),
     "safetensors": lambda uri, win, _limit: read_index(win) if is_index(uri) else read_shard(win),
     "tokenizer": lambda uri, win, _limit: tokenizer_facts(uri, win),
+    "lora": lambda uri, win, _limit: read_lora(uri, win),
 }
 
 

@@ -10,7 +10,10 @@ turns the facts of every artifact of a version into its **interface**, a JSON-re
   token embedding, ``layers`` from the highest layer index in the names. With an index
   (``*.safetensors.index.json``) every tensor must be in the shard the index names;
 - ``tokenizer``: ``tokenizer.json`` and ``tokenizer_config.json`` merged: ``vocab_size``,
-  ``vocab_digest``, ``special_tokens``, ``chat_template_digest``.
+  ``vocab_digest``, ``special_tokens``, ``chat_template_digest``;
+- ``lora``: a PEFT adapter's config and weights joined (:func:`~tinct.artifacts.lora.combine_lora`):
+  ``peft_type``, ``r``, ``lora_alpha``, ``target_modules``, ``base_model``, and per adapted
+  module its rank and the shape of the base weight it fits.
 
 :func:`digest` is the SHA-256 of the interface's canonical JSON: equal interfaces have
 equal digests whatever the URIs, so it names the contract a version offers.
@@ -27,6 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tinct.artifacts.limits import SAFETENSORS_MAX_TENSORS, LimitExceededError
+from tinct.artifacts.lora import AdapterInconsistentError, combine_lora
 from tinct.text import listing, quote
 
 __all__ = ["Interface", "InterfaceError", "combine", "digest", "summary"]
@@ -178,6 +182,11 @@ def combine(files: Iterable[tuple[str, str, dict[str, Any]]]) -> Interface:
             out[fmt] = _safetensors(items)
         elif fmt == "tokenizer":
             out[fmt] = _tokenizer(items)
+        elif fmt == "lora":
+            try:
+                out[fmt] = combine_lora(items)
+            except AdapterInconsistentError as exc:
+                raise InterfaceError("lora", str(exc)) from None
         else:
             per_file: dict[str, Any] = {}
             for uri, facts in items:
@@ -233,6 +242,14 @@ def summary(interface: Interface) -> str:
         parts.append(
             f"ptx {name}: {facts['version']} {facts['target']} {facts['address_size']}-bit, "
             f"{len(facts['entries'])} entries"
+        )
+    lora = interface.get("lora")
+    if lora is not None:
+        targets = lora["target_modules"]
+        shown = ",".join(targets) if isinstance(targets, list) else targets
+        parts.append(
+            f"lora: r {lora['r']}, alpha {lora['lora_alpha']}, {len(lora['modules'])} modules "
+            f"({shown}), base {lora['base_model']}"
         )
     tok = interface.get("tokenizer")
     if tok is not None:

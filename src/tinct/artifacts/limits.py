@@ -15,6 +15,7 @@ __all__ = [
     "INDEX_MAX_ENTRIES",
     "JSON_MAX_DEPTH",
     "JSON_MAX_TOKEN",
+    "LORA_CONFIG_MAX_BYTES",
     "ONNX_MAX_ENTRIES",
     "ONNX_MAX_ENTRY",
     "ONNX_MAX_INTERFACE",
@@ -58,6 +59,9 @@ TOKENIZER_MAX_SPECIAL = 65_536
 SPECIAL_TOKEN_MAX_CHARS = 256
 #: tokenizer: characters of the chat template (all named templates together).
 CHAT_TEMPLATE_MAX_CHARS = 4 * MiB
+
+#: lora: bytes of an ``adapter_config.json``.
+LORA_CONFIG_MAX_BYTES = 1 * MiB
 
 #: Any JSON artifact: bytes of one string or number (a run without a string boundary).
 JSON_MAX_TOKEN = 4 * MiB

@@ -11,6 +11,7 @@ can be exercised for real against it.
 - :mod:`~tinct.emulator.engine`: slots, queue, KV cache, counts
 - :mod:`~tinct.emulator.names`: each engine's metric names, checked against its sources
 - :mod:`~tinct.emulator.metrics`: ``/metrics``
+- :mod:`~tinct.emulator.lora`: LoRA adapters loaded and unloaded at run time
 - :mod:`~tinct.emulator.server`: the HTTP endpoints; :func:`serving` runs one in a test
 - :mod:`~tinct.emulator.cli`: ``tinct emulator``
 """

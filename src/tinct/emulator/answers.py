@@ -169,14 +169,23 @@ def _calls(names: list[str], prompt: str, rid: str, b: Behaviour, rng: random.Ra
     return calls
 
 
-def compose(doc: dict[str, Any], n: int, b: Behaviour, sampler: Sampler, rid: str, chat: bool) -> Content:
+def compose(
+    doc: dict[str, Any],
+    n: int,
+    b: Behaviour,
+    sampler: Sampler,
+    rid: str,
+    chat: bool,
+    model: str | None = None,
+) -> Content:
     """The content of the answer to ``doc``: ``n`` tokens of text (JSON when asked), or tool
-    calls when the (chat) request offers tools."""
+    calls when the (chat) request offers tools. ``model`` is who answers (default the base's:
+    a LoRA adapter answers in its own name)."""
     prompt = prompt_text(doc)
     names = _tool_names(doc) if chat else []
     if names:
         return Content([], _calls(names, prompt, rid, b, sampler.rng))
-    tokens = _words(n, b.model, _drifts(b, prompt))
+    tokens = _words(n, model or b.model, _drifts(b, prompt))
     if sampler.noisy(b, is_deterministic(doc)):
         tokens = _noise(tokens, sampler.rng)
     if _wants_json(doc):

@@ -128,6 +128,26 @@ class Behaviour(BaseModel):
     )
     tool_drop: bool = Field(default=False, description="leave the last tool call out")
 
+    runtime_lora: bool = Field(
+        default=False,
+        description="load and unload LoRA adapters at run time (vLLM with --enable-lora and "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true: /v1/load_lora_adapter; SGLang with --enable-lora: "
+        "/load_lora_adapter) and serve each as a model of its own; off, those endpoints answer 404 and "
+        "any model name is answered by the base",
+    )
+    max_lora_rank: int = Field(
+        default=16, ge=1, le=1024, description="largest adapter rank r a load accepts (--max-lora-rank)"
+    )
+    max_loras: int = Field(
+        default=4,
+        ge=0,
+        le=1024,
+        description="adapters held at once; a load beyond it is refused as out of memory (0: every load)",
+    )
+    lora_load_ms: float = Field(
+        default=0.0, ge=0, le=600_000, description="time a load takes before it answers"
+    )
+
     def public(self) -> dict[str, Any]:
         """The settings as JSON-able data (what the control endpoint answers)."""
         return self.model_dump(mode="json")

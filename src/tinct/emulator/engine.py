@@ -24,7 +24,28 @@ from tinct.emulator.behaviour import Behaviour
 from tinct.emulator.names import BUCKETS
 from tinct.histogram import Histogram
 
-__all__ = ["EngineState", "Slot"]
+__all__ = ["Adapter", "EngineState", "Slot"]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter the engine holds: its served name, where it was loaded from, its rank."""
+
+    name: str
+    path: str
+    rank: int
+    base_model: str | None = None
+    loaded_at: int = 0
+
+
+def _count(counts: dict[str, int], name: str | None, delta: int) -> None:
+    if name is None:
+        return
+    n = counts.get(name, 0) + delta
+    if n:
+        counts[name] = n
+    else:
+        counts.pop(name, None)
 
 
 @dataclass
@@ -59,6 +80,12 @@ class EngineState:
     received: int = 0
     #: finished_reason -> requests
     finished: dict[str, int] = field(default_factory=dict)
+    #: LoRA adapters loaded at run time, by served name (:mod:`tinct.emulator.lora`)
+    adapters: dict[str, Adapter] = field(default_factory=dict)
+    #: adapter name -> requests waiting for a slot / being generated / answered
+    adapter_waiting: dict[str, int] = field(default_factory=dict)
+    adapter_running: dict[str, int] = field(default_factory=dict)
+    adapter_requests: dict[str, int] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     _queue: deque[asyncio.Future[None]] = field(default_factory=deque)
@@ -88,10 +115,10 @@ class EngineState:
                 fut.set_result(None)
 
     @asynccontextmanager
-    async def slot(self, prompt_tokens: int) -> AsyncIterator[Slot]:
-        """Hold a slot (after waiting for one) for a request of ``prompt_tokens``; its KV
-        cache is freed and the slot given to the next waiting request on exit, however the
-        request ends (a client gone mid-answer included)."""
+    async def slot(self, prompt_tokens: int, adapter: str | None = None) -> AsyncIterator[Slot]:
+        """Hold a slot (after waiting for one) for a request of ``prompt_tokens`` (to the LoRA
+        ``adapter``, if any); its KV cache is freed and the slot given to the next waiting
+        request on exit, however the request ends (a client gone mid-answer included)."""
         arrived = time.monotonic()
         if self.running < self.behaviour.slots and not self._queue:
             self.running += 1
@@ -99,6 +126,7 @@ class EngineState:
             fut = asyncio.get_running_loop().create_future()
             self._queue.append(fut)
             self.waiting += 1
+            _count(self.adapter_waiting, adapter, 1)
             try:
                 await fut
             except BaseException:
@@ -108,6 +136,7 @@ class EngineState:
                 raise
             finally:
                 self.waiting -= 1
+                _count(self.adapter_waiting, adapter, -1)
                 if fut in self._queue:
                     self._queue.remove(fut)
         self.observe("queue_time", time.monotonic() - arrived)
@@ -122,11 +151,14 @@ class EngineState:
         self.observe("input_tokens", prompt_tokens)
         held = Slot(self, prompt_tokens)
         self.kv_tokens += prompt_tokens
+        _count(self.adapter_running, adapter, 1)
+        _count(self.adapter_requests, adapter, 1)
         try:
             yield held
         finally:
             self.kv_tokens -= prompt_tokens + held.generated
             self.running -= 1
+            _count(self.adapter_running, adapter, -1)
             self.resized()
 
     def finish(self, reason: str) -> None:

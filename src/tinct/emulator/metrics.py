@@ -15,7 +15,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from tinct.emulator.engine import EngineState
-from tinct.emulator.names import names
+from tinct.emulator.lora import lora_info
+from tinct.emulator.names import LORA_INFO, names
 
 __all__ = ["exposition"]
 
@@ -89,6 +90,13 @@ class _Collector(Collector):
             fam = HistogramMetricFamily(name, _HELP[role], labels=n.labels)
             fam.add_metric(label_values, h.buckets(), h.total)
             yield fam
+        if b.engine == "vllm" and b.runtime_lora:
+            info, value = lora_info(st)
+            g = GaugeMetricFamily(
+                LORA_INFO, "Running and waiting LoRA adapters (emulated).", labels=list(info)
+            )
+            g.add_metric(list(info.values()), value)
+            yield g
 
 
 def exposition(state: EngineState) -> bytes:

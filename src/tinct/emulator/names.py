@@ -13,7 +13,10 @@ Checked against the engines' own sources:
   below. The same file marks the names before 0.9 deprecated: ``vllm:gpu_cache_usage_perc``
   (renamed ``kv_cache_usage_perc``), ``vllm:gpu_prefix_cache_queries`` / ``_hits`` (renamed
   ``prefix_cache_*``), and ``vllm:time_per_output_token_seconds`` ("DEPRECATED: Use
-  vllm:inter_token_latency_seconds instead").
+  vllm:inter_token_latency_seconds instead"). With LoRA enabled it also exports the gauge
+  ``vllm:lora_requests_info`` (labels ``max_lora``, ``running_lora_adapters``,
+  ``waiting_lora_adapters``: the adapters with requests running and waiting, comma-separated;
+  the value is a timestamp): :data:`LORA_INFO`.
 - **SGLang**, ``docs/references/production_metrics.md`` (label ``model_name``): gauges
   ``sglang:num_running_reqs``, ``sglang:num_queue_reqs`` ("The number of requests in the
   waiting queue"), ``sglang:token_usage``, ``sglang:cache_hit_rate``,
@@ -36,7 +39,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BUCKETS", "Names", "names"]
+__all__ = ["BUCKETS", "LORA_INFO", "Names", "names"]
+
+#: vLLM's gauge of the LoRA adapters in use (only with LoRA enabled).
+LORA_INFO = "vllm:lora_requests_info"
 
 #: vLLM's buckets (loggers.py); reused for the other engines' histograms of the same kind.
 TTFT_BUCKETS = (

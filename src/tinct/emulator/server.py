@@ -11,7 +11,9 @@ Endpoints (aiohttp, :func:`make_app`):
   whole answer is generated. ``max_tokens`` (or ``max_completion_tokens``) caps the tokens.
   What the answer says -- text, JSON for ``response_format``, tool calls for ``tools``, and
   the drift and noise that tell two engines apart -- comes from :mod:`tinct.emulator.answers`.
-- ``GET /v1/models``: the one model, ``owned_by`` saying it is emulated.
+- ``GET /v1/models``: the model, ``owned_by`` saying it is emulated, and the LoRA adapters
+  loaded at run time with ``parent`` the model (:mod:`tinct.emulator.lora`, which also serves
+  the engines' load and unload endpoints with ``runtime_lora``).
 - ``GET /healthz``: ``ok``. ``GET /metrics``: the engine's metrics (:mod:`tinct.emulator.metrics`).
 - ``GET``/``POST /emulator/config`` (only when started with ``control``): the behaviour as
   JSON, or a JSON object of fields to change (:func:`~tinct.emulator.behaviour.updated`;
@@ -35,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tinct.emulator import lora
 from tinct.emulator.answers import Content, Sampler, compose
 from tinct.emulator.behaviour import Behaviour, BehaviourError, updated
 from tinct.emulator.engine import EngineState, Slot
@@ -121,10 +124,12 @@ class _Answer:
     b: Behaviour
     created: int
     rid: str
+    #: The model that answers: the base, or a LoRA adapter the request named.
+    model: str
 
     def base(self) -> dict[str, Any]:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
-        return {"id": self.rid, "object": kind, "created": self.created, "model": self.b.model}
+        return {"id": self.rid, "object": kind, "created": self.created, "model": self.model}
 
     def chunk(self, choice: dict[str, Any] | None) -> dict[str, Any]:
         doc = self.base()
@@ -216,21 +221,29 @@ async def _completion(request: web.Request) -> web.StreamResponse:
             b,
             {"Upgrade": upgrade, "Connection": "Upgrade"},
         )
+    refused = lora.unknown_model(st, doc.get("model"))
+    if refused is not None:
+        status, message = refused
+        return _error(
+            status, message, "NotFoundError" if status == 404 else "BadRequestError", "model_not_found", b
+        )
+    adapter = doc.get("model") if doc.get("model") in st.adapters else None
     fate = request.app[_ADMISSION].pick(b)
     if fate == "throttle":
         return _error(429, "rate limit reached, retry later", "rate_limit_error", "rate_limit_exceeded", b)
     if fate == "error":
         return _error(b.error_status, "the engine failed (emulated)", "server_error", "engine_error", b)
     chat = request.path == "/v1/chat/completions"
-    answer = _Answer(chat, b, int(time.time()), f"{'chatcmpl' if chat else 'cmpl'}-emu{st.requests}")
-    content = compose(doc, _wanted_tokens(doc, b), b, request.app[_SAMPLER], answer.rid, chat)
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-emu{st.requests}"
+    answer = _Answer(chat, b, int(time.time()), rid, adapter or b.model)
+    content = compose(doc, _wanted_tokens(doc, b), b, request.app[_SAMPLER], answer.rid, chat, answer.model)
     n = len(content.tool_calls) or len(content.tokens)
     prompt = _prompt_tokens(request.path, doc)
     if doc.get("stream") is True:
         opts = doc.get("stream_options")
         usage = isinstance(opts, dict) and opts.get("include_usage") is True
-        return await _stream(request, st, answer, content, prompt, arrived, usage)
-    async with st.slot(prompt) as slot:
+        return await _stream(request, st, answer, content, prompt, arrived, usage, adapter)
+    async with st.slot(prompt, adapter) as slot:
         async for _ in _generate(st, slot, n, arrived, b):
             pass
     _finished(st, n, arrived)
@@ -252,6 +265,7 @@ async def _stream(
     prompt: int,
     arrived: float,
     usage: bool,
+    adapter: str | None,
 ) -> web.StreamResponse:
     b = answer.b
     n = len(content.tool_calls) or len(content.tokens)
@@ -265,7 +279,7 @@ async def _stream(
     await resp.prepare(request)
     if answer.chat:  # the role comes at once: bytes flow before the first token
         await resp.write(_event(answer.delta(None, None, role=True), b))
-    async with st.slot(prompt) as slot:
+    async with st.slot(prompt, adapter) as slot:
         async for i in _generate(st, slot, n, arrived, b):
             if b.cut_after_tokens is not None and i >= b.cut_after_tokens:
                 st.finish("abort")
@@ -291,9 +305,10 @@ async def _stream(
 
 
 async def _models(request: web.Request) -> web.Response:
-    b = request.app[STATE].behaviour
-    model = {"id": b.model, "object": "model", "created": 0, "owned_by": f"tinct-emulator ({_notice(b)})"}
-    return web.json_response({"object": "list", "data": [model]}, headers={EMULATOR_HEADER: _notice(b)})
+    st = request.app[STATE]
+    b = st.behaviour
+    data = lora.model_entries(st, f"tinct-emulator ({_notice(b)})")
+    return web.json_response({"object": "list", "data": data}, headers={EMULATOR_HEADER: _notice(b)})
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -341,6 +356,7 @@ def make_app(behaviour: Behaviour, *, control: bool = False) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", _metrics)
+    lora.add_routes(app, app[STATE])
     if control:
         app.router.add_get("/emulator/config", _get_config)
         app.router.add_post("/emulator/config", _set_config)
@@ -360,6 +376,10 @@ class Emulator:
         self.state.behaviour = updated(self.state.behaviour, changes)
         self.state.resized()
         return self.state.behaviour
+
+    def restart(self) -> None:
+        """Forget what a restarted engine process forgets: the adapters loaded at run time."""
+        self.state.adapters.clear()
 
 
 @asynccontextmanager

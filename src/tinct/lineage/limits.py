@@ -152,6 +152,7 @@ def collect(frame: DataFrame, limits: Limits, end: float) -> pa.Table:
     batches: list[pa.RecordBatch] = []
     size = 0
     stream: Any = None
+    schema = frame.schema()
     try:
         stream = frame.execute_stream()
         for batch in stream:
@@ -163,7 +164,11 @@ def collect(frame: DataFrame, limits: Limits, end: float) -> pa.Table:
             size += got.nbytes
             if size > limits.memory:
                 raise limits.answer_too_large()
-            batches.append(got)
+            # Partitions of one answer may differ in what they mark nullable (a view over a
+            # join): the answer has the frame's schema.
+            batches.append(
+                got if got.schema == schema else pa.RecordBatch.from_arrays(got.columns, schema=schema)
+            )
     except BaseException as exc:
         # The bindings' frames in the traceback (a stream's __next__, the timer's handler) hold
         # the stream: kept by whoever keeps the exception, they would keep the query running.
@@ -177,4 +182,4 @@ def collect(frame: DataFrame, limits: Limits, end: float) -> pa.Table:
         raise
     finally:
         stream = None  # dropping the stream stops the query, even while a traceback keeps this frame
-    return pa.Table.from_batches(batches, schema=frame.schema())
+    return pa.Table.from_batches(batches, schema=schema)

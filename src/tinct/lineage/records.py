@@ -11,23 +11,35 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from tinct import __version__
 from tinct.api.v1alpha1.modelversion import ModelVersion
 from tinct.artifacts.interface import Interface, digest
+from tinct.artifacts.lora import served_name
 from tinct.artifacts.verify import Verification
 from tinct.lineage.schemas import model_version_event_id, release_event_id
 from tinct.lineage.writer import BatchWriter
 
-__all__ = ["Rows", "model_version_rows", "record_release_event", "release_event_rows"]
+__all__ = ["BaseRef", "Rows", "model_version_rows", "record_release_event", "release_event_rows"]
 
 Rows = dict[str, list[dict[str, Any]]]
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class BaseRef:
+    """The base version a LoRA adapter was checked against."""
+
+    name: str
+    uid: str
+    model: str
+    version: str
 
 
 def model_version_rows(
@@ -37,8 +49,10 @@ def model_version_rows(
     *,
     now: datetime | None = None,
     operator_version: str = __version__,
+    base: BaseRef | None = None,
 ) -> Rows:
-    """Rows recording ``event`` (registered/updated/failed/retired) of ``mv``."""
+    """Rows recording ``event`` (registered/updated/failed/retired) of ``mv``; with ``base``
+    (an adapter's, checked against it) an ``adapters`` row of its facts too."""
     meta, spec = mv.metadata, mv.spec
     uid = meta.uid or ""
     generation = int(meta.generation or 0)
@@ -103,7 +117,36 @@ def model_version_rows(
         }
         for fmt, uri, facts in (verification.facts if verification else [])
     ]
-    return {"model_versions": [row], "artifacts": artifacts, "interfaces": interfaces}
+    rows: Rows = {"model_versions": [row], "artifacts": artifacts, "interfaces": interfaces}
+    lora = interface.get("lora")
+    if base is not None and lora is not None:
+        lora_digest = digests.get("lora")
+        targets = lora.get("target_modules")
+        rows["adapters"] = [
+            {
+                "event_id": event_id,
+                "uid": uid,
+                "generation": generation,
+                "model": spec.model,
+                "version": spec.version,
+                "namespace": meta.namespace,
+                "name": meta.name,
+                "base_model_version": base.name,
+                "base_uid": base.uid,
+                "base_model": base.model,
+                "base_version": base.version,
+                "peft_type": lora.get("peft_type"),
+                "rank": lora.get("max_rank"),
+                "lora_alpha": float(lora["lora_alpha"]) if lora.get("lora_alpha") is not None else None,
+                "target_modules": targets if isinstance(targets, list) else [str(targets)],
+                "modules": len(lora.get("modules") or {}),
+                "config_base_model": lora.get("base_model"),
+                "lora_sha256": lora_digest,
+                "served_name": served_name(spec.model, lora_digest) if lora_digest else None,
+                "recorded_at": ts,
+            }
+        ]
+    return rows
 
 
 def _io(values: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -8,6 +8,8 @@ one recorded fact; writes MERGE on it so a retried reconcile never adds a row tw
 - ``artifacts`` key = ``event_id`` (of the model_versions row) + ``uri``.
 - ``interfaces`` (one row per artifact of a verified version, its interface facts) key =
   ``event_id`` + ``uri``, like ``artifacts``.
+- ``adapters`` (one row per recorded event of a LoRA adapter version: its facts and its base)
+  key = ``event_id``, the event's ``model_versions`` key.
 - ``release_events.event_id`` = ``"<uid>/<generation>/<step>/<state>"`` by default
   (see :func:`release_event_id`).
 - ``shadow_pairs.event_id`` = a digest of the pair as the router sent it: a pair sent twice is
@@ -20,6 +22,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = [
+    "ADAPTERS",
     "ARTIFACTS",
     "COMPARER_TABLES",
     "INTERFACES",
@@ -127,6 +130,34 @@ INTERFACES = pa.schema(
     ]
 )
 
+#: One row per recorded event (registered, updated, failed) of a LoRA adapter ModelVersion: its
+#: PEFT facts, the base version it was checked against, and the name engines serve it under;
+#: ``model_lineage`` joins it to ``model_versions`` by ``event_id``.
+ADAPTERS = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("uid", pa.string(), nullable=False),
+        pa.field("generation", pa.int64(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("namespace", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("base_model_version", pa.string(), nullable=False),
+        pa.field("base_uid", pa.string()),
+        pa.field("base_model", pa.string()),
+        pa.field("base_version", pa.string()),
+        pa.field("peft_type", pa.string()),
+        pa.field("rank", pa.int64()),
+        pa.field("lora_alpha", pa.float64()),
+        pa.field("target_modules", pa.list_(pa.string())),
+        pa.field("modules", pa.int64()),
+        pa.field("config_base_model", pa.string()),
+        pa.field("lora_sha256", pa.string()),
+        pa.field("served_name", pa.string()),
+        pa.field("recorded_at", _TS, nullable=False),
+    ]
+)
+
 RELEASE_EVENTS = pa.schema(
     [
         _text("event_id", required=True),
@@ -193,6 +224,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "model_versions": MODEL_VERSIONS,
     "artifacts": ARTIFACTS,
     "interfaces": INTERFACES,
+    "adapters": ADAPTERS,
     "release_events": RELEASE_EVENTS,
     "shadow_pairs": SHADOW_PAIRS,
 }
@@ -207,6 +239,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "model_versions": ("event_id",),
     "artifacts": ("event_id", "uri"),
     "interfaces": ("event_id", "uri"),
+    "adapters": ("event_id",),
     "release_events": ("event_id",),
     "shadow_pairs": ("event_id",),
 }

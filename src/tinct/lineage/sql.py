@@ -12,7 +12,10 @@ anything is executed or written.
 **The view** ``model_lineage`` (:data:`MODEL_LINEAGE`) gives ``model_versions`` the
 column names lineage schemas for this job commonly use (``model_id``, ``source_hash``,
 ``onnx_hash``, ``ptx_hash``, ``safetensors_hash``, ``build_pipeline_id``), so a query
-written against that schema runs unchanged; it is defined by tinct, not by the query.
+written against that schema runs unchanged; it is defined by tinct, not by the query. A
+LoRA adapter's rows also carry its base (``base_model_version``, ``base_model``,
+``base_version``) and facts (``peft_type``, ``lora_rank``, ``lora_alpha``,
+``lora_target_modules``, ``lora_hash``, ``served_name``) from the ``adapters`` table.
 
 **Time travel.** ``as_of_version=N`` reads ``model_versions`` at Delta version ``N``
 (the number a ModelVersion's ``status.lineage.version`` carries) and the other tables as
@@ -65,12 +68,26 @@ __all__ = [
     "query",
 ]
 
-#: The ``model_lineage`` view: one row per model_versions row, under common lineage names.
+#: The ``model_lineage`` view: one row per model_versions row, under common lineage names;
+#: a LoRA adapter's row adds its base version and facts from ``adapters`` (NULL for others).
 MODEL_LINEAGE = (
+    "SELECT m.model AS model_id, m.version, m.namespace, m.name, m.uid, m.generation, m.event, "
+    "m.source_sha256 AS source_hash, m.onnx_sha256 AS onnx_hash, m.ptx_sha256 AS ptx_hash, "
+    "m.safetensors_sha256 AS safetensors_hash, m.build_pipeline_id, m.source_uri, m.recorded_at, "
+    "a.base_model_version, a.base_model, a.base_version, a.peft_type, a.rank AS lora_rank, "
+    "a.lora_alpha, a.target_modules AS lora_target_modules, a.lora_sha256 AS lora_hash, a.served_name "
+    "FROM model_versions m LEFT JOIN adapters a ON m.event_id = a.event_id"
+)
+#: The same before an ``adapters`` table exists (lineage written by an older operator).
+_MODEL_LINEAGE_BEFORE_ADAPTERS = (
     "SELECT model AS model_id, version, namespace, name, uid, generation, event, "
     "source_sha256 AS source_hash, onnx_sha256 AS onnx_hash, ptx_sha256 AS ptx_hash, "
-    "safetensors_sha256 AS safetensors_hash, build_pipeline_id, source_uri, recorded_at "
-    "FROM model_versions"
+    "safetensors_sha256 AS safetensors_hash, build_pipeline_id, source_uri, recorded_at, "
+    "CAST(NULL AS VARCHAR) AS base_model_version, CAST(NULL AS VARCHAR) AS base_model, "
+    "CAST(NULL AS VARCHAR) AS base_version, CAST(NULL AS VARCHAR) AS peft_type, "
+    "CAST(NULL AS BIGINT) AS lora_rank, CAST(NULL AS DOUBLE) AS lora_alpha, "
+    "CAST(NULL AS VARCHAR) AS lora_target_modules, CAST(NULL AS VARCHAR) AS lora_hash, "
+    "CAST(NULL AS VARCHAR) AS served_name FROM model_versions"
 )
 
 #: How DataFusion words a planning refusal by :func:`_read_only` options, and a second statement.
@@ -227,8 +244,9 @@ def _plan(
             ctx.register_dataset(name, dt.to_pyarrow_dataset())
         else:
             ctx.register_table(name, dt)
-        if name == "model_versions":
-            ctx.register_view("model_lineage", ctx.sql(MODEL_LINEAGE))
+    if "model_versions" in names:
+        view = MODEL_LINEAGE if "adapters" in names else _MODEL_LINEAGE_BEFORE_ADAPTERS
+        ctx.register_view("model_lineage", ctx.sql(view))
     if as_of is not None and at is not None and firsts and at < min(firsts):
         raise OutsideHistoryError(
             f"--as-of {at.isoformat()} is before the lineage history, which begins at "

@@ -29,7 +29,7 @@ __all__ = ["BatchWriter", "Record"]
 log = logging.getLogger(__name__)
 
 #: Order tables are committed in a batch: details before the event that refers to them.
-_ORDER = ("artifacts", "interfaces", "release_events", "model_versions", "shadow_pairs")
+_ORDER = ("artifacts", "interfaces", "adapters", "release_events", "model_versions", "shadow_pairs")
 
 
 @dataclass

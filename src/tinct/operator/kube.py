@@ -47,6 +47,24 @@ class StatusPatcher:
             return None
         return obj
 
+    def get_object(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ``plural`` object ``namespace/name``; None when there is none.
+
+        Raises:
+            Exception: whatever else the API client raised.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            got: dict[str, Any] = self._client().get_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return got
+
     def list_objects(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         """Every ``plural`` object in ``namespace``.
 

@@ -8,7 +8,9 @@ interval) → ``Ready`` with digests, per-file artifacts, the interface and the 
 version, or ``Failed`` with a message saying what to fix. A verified version whose
 interface changed more than its declared step allows, compared with the highest Ready
 version below it (:mod:`tinct.operator.interface`), is ``Misversioned`` with
-``InterfaceCompatible=False`` and the differences. A resync of an unchanged generation is a
+``InterfaceCompatible=False`` and the differences. A LoRA adapter (``spec.adapter``) waits
+for its base to be Ready and is then held to it (:mod:`tinct.operator.adapter`): one that does
+not fit is ``Failed`` with ``BaseCompatible=False``. A resync of an unchanged generation is a
 no-op. A delete or a new generation stops the hashing of the old one within a progress
 interval; versions share the hashing threads fairly (:mod:`tinct.artifacts.fair`). A
 transient storage or lineage fault keeps the phase and retries with backoff. Deleting the
@@ -38,8 +40,9 @@ from tinct.api.v1alpha1.modelversion import Progress as ProgressStatus
 from tinct.artifacts.hashing import Progress
 from tinct.artifacts.interface import digest, summary
 from tinct.artifacts.storage import StorageError
-from tinct.artifacts.verify import Verification, verify
-from tinct.lineage.records import Rows, model_version_rows
+from tinct.artifacts.verify import Failure, Verification, verify
+from tinct.lineage.records import BaseRef, Rows, model_version_rows
+from tinct.operator import adapter as adapters
 from tinct.operator import context
 from tinct.operator.interface import Comparison, compare, condition_of
 from tinct.text import clip
@@ -75,11 +78,13 @@ def build_status(
     version: int,
     now: datetime,
     comparison: Comparison | None = None,
+    base: adapters.Base | None = None,
 ) -> ModelVersionStatus:
     """Status after a finished verification recorded at Delta ``version`` of ``table``.
 
     ``comparison`` (with the predecessor) sets ``InterfaceCompatible``; a verified version
-    whose declared step is smaller than its measured one is ``Misversioned``.
+    whose declared step is smaller than its measured one is ``Misversioned``. ``base``: an
+    adapter's base, which it was checked against (``BaseCompatible``).
     """
     old = mv.status or ModelVersionStatus()
     gen = mv.metadata.generation
@@ -99,10 +104,22 @@ def build_status(
         cond("Verified", "Unknown", "NotChecked", "artifacts are not hashed for an incompatible version")
     else:
         cond("Compatible", "True", "Compatible", "quantization and runtime are compatible")
-        if failure is not None:
+        if failure is not None and failure.condition != "BaseCompatible":
             cond("Verified", "False", failure.reason, failure.message)
         else:
             cond("Verified", "True", "DigestsVerified", f"{len(verification.files)} file(s) hashed and valid")
+    if base is not None and failure is not None and failure.condition == "BaseCompatible":
+        cond("BaseCompatible", "False", failure.reason, failure.message)
+    elif base is not None and failure is None:
+        lora = (verification.interface or {}).get("lora") or {}
+        rank = f" within maxLoraRank {base.max_rank}" if base.max_rank is not None else ""
+        cond(
+            "BaseCompatible",
+            "True",
+            "AdapterFitsBase",
+            f"fits base ModelVersion {base.name}: {len(lora.get('modules') or {})} module(s) of its "
+            f"weights, rank {lora.get('max_rank')}{rank}",
+        )
     cond("Recorded", "True", "LineageRecorded", f"{table} version {version}")
     lineage = LineageRef(table=table, version=version)
     if failure is not None:
@@ -136,6 +153,7 @@ def build_status(
             if verification.interface is not None
             else None
         ),
+        adapter=adapters.adapter_status(mv, verification, base) if base is not None else None,
         progress=None,
         lineage=lineage,
         conditions=conds,
@@ -270,6 +288,7 @@ async def reconcile(
     if _unchanged(mv):
         log.debug("generation %s already handled", mv.metadata.generation)
         return None
+    base = await adapters.wait_for_base(mv, ctx, retry) if mv.spec.adapter is not None else None
     try:
         verification = await _verify_with_progress(mv, ctx, log)
     except StorageError as exc:
@@ -278,15 +297,27 @@ async def reconcile(
         raise kopf.TemporaryError(f"storage unavailable, will retry: {exc}", delay=delay) from exc
     if verification is None:
         return None
+    if base is not None and verification.ok:
+        mismatch = await adapters.check(mv, verification, base, ctx)
+        if mismatch is not None:
+            verification.failure = Failure("BaseCompatible", mismatch.reason, mismatch.message)
     event = event_for(mv, verification)
-    rows = model_version_rows(mv, event, verification, operator_version=ctx.store.operator_version)
+    rows = model_version_rows(
+        mv, event, verification, operator_version=ctx.store.operator_version, base=_lineage_base(base)
+    )
     version = await _record(ctx, rows, retry)
     comparison = None
     if verification.ok and verification.interface is not None:
         comparison = await compare(mv, verification.interface, ctx)
     return build_status(
-        mv, verification, ctx.store.uri("model_versions"), version, datetime.now(UTC), comparison
+        mv, verification, ctx.store.uri("model_versions"), version, datetime.now(UTC), comparison, base
     )
+
+
+def _lineage_base(base: adapters.Base | None) -> BaseRef | None:
+    if base is None:
+        return None
+    return BaseRef(name=base.name, uid=base.uid, model=base.model, version=base.version)
 
 
 async def retire(mv: ModelVersion, ctx: context.Context, *, retry: int = 0) -> int:

@@ -27,6 +27,8 @@ _POSITIONAL = {
     "cond": 2,
     "Rule": 0,  # the compatibility rules of tinct.artifacts.compat (the CEL Rule takes keywords)
     "_report_transient": 2,
+    "_report_waiting": 2,
+    "BaseMismatch": 0,  # why a LoRA adapter does not fit its base (tinct.artifacts.lora)
 }
 _STATUSES = ("True", "False", "Unknown")
 

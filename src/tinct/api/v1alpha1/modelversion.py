@@ -21,7 +21,7 @@ _SEMVER_HELP = "MAJOR.MINOR.PATCH such as 2.0.0, optionally with -rc.1 or +build
 ARTIFACT_URI = r"^(file|s3|gs|az)://.+$"
 SHA256 = r"^[a-f0-9]{64}$"
 
-ArtifactFormat = Literal["onnx", "ptx", "safetensors", "tokenizer"]
+ArtifactFormat = Literal["onnx", "ptx", "safetensors", "tokenizer", "lora"]
 QuantizationMethod = Literal["none", "awq", "gptq", "fp8", "int8", "smoothquant"]
 Runtime = Literal["tensorrt-llm", "vllm", "onnxruntime", "triton", "tgi", "llama-cpp"]
 #: Misversioned: verified and recorded, but its interface changed more than its declared
@@ -54,7 +54,9 @@ class Artifact(Model):
     format: ArtifactFormat = Field(
         description=(
             "What the file is; its content is validated against it. safetensors includes the "
-            "shards' index (*.safetensors.index.json); tokenizer is tokenizer.json or tokenizer_config.json."
+            "shards' index (*.safetensors.index.json); tokenizer is tokenizer.json or tokenizer_config.json; "
+            "lora is a PEFT LoRA adapter's adapter_config.json or adapter_model.safetensors (an adapter, "
+            "spec.adapter, has these two, side by side in one directory)."
         )
     )
     uri: Uri
@@ -75,11 +77,37 @@ class Quantization(Model):
     )
 
 
+class AdapterOf(Model):
+    """This version is a LoRA adapter: the base version it runs on."""
+
+    base_model_version: str = Field(
+        pattern=DNS_NAME,
+        min_length=1,
+        max_length=253,
+        description="Name of the ModelVersion (same namespace) of the base model the adapter was "
+        "trained on. It must be Ready; the adapter's tensor shapes are checked against its "
+        "weights, its rank against its maxLoraRank, and adapter_config.json's "
+        "base_model_name_or_path must name its model.",
+    )
+
+
+_ADAPTER_FILES = Rule(
+    cel="has(self.adapter) ? self.artifacts.all(a, a.format == 'lora') "
+    ": self.artifacts.all(a, a.format != 'lora')",
+    holds=lambda s: all((a.format == "lora") == (s.adapter is not None) for a in s.artifacts),
+    message="an adapter (spec.adapter) has only lora artifacts, and lora artifacts belong to an "
+    "adapter: give spec.adapter.baseModelVersion with adapter_config.json and "
+    "adapter_model.safetensors, or another format",
+    field_path=".artifacts",
+)
+
+
 class ModelVersionSpec(Model):
     """One version of a model: its artifacts (hashed and validated), where they came from,
     and how they are quantized and served."""
 
     model_config = cel(
+        _ADAPTER_FILES,
         Rule(
             cel=f"self.version.matches(r'{SEMVER}')",
             holds=lambda s: re.fullmatch(SEMVER, s.version) is not None,
@@ -89,7 +117,7 @@ class ModelVersionSpec(Model):
                 f"'%s' is not a semantic version: write {_SEMVER_HELP}", "self.version"
             ),
             describe=lambda s: f"'{s.version}' is not a semantic version: write {_SEMVER_HELP}",
-        )
+        ),
     )
 
     model: str = Field(
@@ -121,6 +149,20 @@ class ModelVersionSpec(Model):
     runtime: Runtime | None = Field(
         default=None, description="Serving runtime; quantization x runtime is checked."
     )
+    adapter: AdapterOf | None = Field(
+        default=None,
+        description="This version is a LoRA adapter (lora artifacts) of the base ModelVersion "
+        "named here, served as a name of its own on the pods that serve the base; none: a model "
+        "of its own.",
+    )
+    max_lora_rank: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="For a base model: the largest LoRA rank r its serving engines accept (vLLM's "
+        "and SGLang's --max-lora-rank); an adapter of this base with a larger r fails. Default: 16 "
+        "(vLLM's default) when runtime is vllm, else not checked.",
+    )
 
 
 class Digests(Model):
@@ -131,6 +173,9 @@ class Digests(Model):
     ptx: str | None = Field(default=None, description="Digest of the PTX file(s).")
     safetensors: str | None = Field(default=None, description="Digest of the safetensors shards and index.")
     tokenizer: str | None = Field(default=None, description="Digest of the tokenizer file(s).")
+    lora: str | None = Field(
+        default=None, description="Digest of the LoRA adapter's files (adapter_config.json and weights)."
+    )
     source: str | None = Field(default=None, description="Digest of the source checkpoint.")
 
 
@@ -138,7 +183,7 @@ class ArtifactStatus(Model):
     """One artifact as the operator read it."""
 
     uri: str = Field(description="The artifact's URI, as in spec.artifacts.")
-    format: str = Field(description="Its format: onnx, ptx, safetensors or tokenizer.")
+    format: str = Field(description="Its format: onnx, ptx, safetensors, tokenizer or lora.")
     sha256: str = Field(description="Its SHA-256, lowercase hex.")
     size: int = Field(ge=0, description="Its size in bytes.")
 
@@ -160,6 +205,23 @@ class InterfaceStatus(Model):
         max_length=256,
         description="The ModelVersion (name@version) the interface was compared with, if any.",
     )
+
+
+class AdapterStatus(Model):
+    """A verified LoRA adapter: what it runs on and the name engines serve it under."""
+
+    base_model_version: str = Field(description="The base ModelVersion it was checked against.")
+    base_model: str | None = Field(default=None, description="The base's model.")
+    served_name: str = Field(
+        max_length=253,
+        description="The model name engines serve it under: <model>-<first 12 hex of its lora digest>, "
+        "distinct per adapter content (a re-upload under the same name never meets a stale cache).",
+    )
+    path: str = Field(
+        max_length=2048, description="The directory of its files (what an engine is told to load)."
+    )
+    rank: int = Field(ge=1, description="Its largest rank r.")
+    modules: int = Field(ge=0, description="The base modules it adapts.")
 
 
 class Progress(Model):
@@ -191,6 +253,9 @@ class ModelVersionStatus(Model):
     interface: InterfaceStatus | None = Field(
         default=None, description="What the artifacts offer clients, as measured while validating them."
     )
+    adapter: AdapterStatus | None = Field(
+        default=None, description="For a LoRA adapter: its base and the name engines serve it under."
+    )
     progress: Progress | None = Field(default=None, description="Bytes hashed so far, while Hashing.")
     lineage: LineageRef | None = Field(
         default=None, description="The lineage table and Delta version holding this version's last event."
@@ -198,7 +263,8 @@ class ModelVersionStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Verified (artifacts hashed and valid), InterfaceCompatible (the version step "
-        "fits the interface change), and others; each reason has a section in docs/troubleshooting.md.",
+        "fits the interface change), BaseCompatible (an adapter fits its base), and others; each "
+        "reason has a section in docs/troubleshooting.md.",
     )
 
 
