@@ -229,7 +229,7 @@ def test_sigterm_while_hashing_exits_promptly_and_restart_finishes(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     onnx = make_onnx(tmp_path / "m.onnx")
-    big = sparse_file(tmp_path / "step.pt", 12 * GiB)
+    big = sparse_file(tmp_path / "step.pt", 4 * GiB)
     root = tmp_path / "lineage"
     env = {**os.environ, "TINCT_PROGRESS_INTERVAL": "0.2"}
     env.pop("TINCT_ARTIFACT_ROOTS", None)
