@@ -2,6 +2,10 @@
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
+# Parallel test workers (pytest-xdist). The control-plane tests mostly wait on the API server,
+# so three share two cores well; each worker starts its own control plane. 0: one process.
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 .PHONY: help bootstrap test unit k8s e2e lint format crds demo dev bench clean
 
@@ -18,13 +22,13 @@ lint: bootstrap ## ruff (lint and format check) and mypy --strict
 	$(BIN)/mypy
 
 test: lint ## lint, type-check and run every test (unit, real kube-apiserver, real node)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
-unit: bootstrap ## unit tests only (no control plane; under a minute or two)
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+unit: bootstrap ## unit tests only (no control plane; about a minute)
+	$(BIN)/pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
 k8s: bootstrap ## only the tests on the real control plane
-	$(BIN)/pytest -m k8s $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) -m k8s $(PYTEST_ARGS)
 
 e2e: bootstrap ## the chart from the image on a real node (root; see README)
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)

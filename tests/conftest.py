@@ -49,13 +49,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.k8s)
         elif here / "e2e" in parents:
             item.add_marker(pytest.mark.e2e)
-    # The e2e tier runs last, so that on a cold machine its node's parts and images build
-    # while the other tiers run (pytest_collection_finish starts that build).
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    if _xdist_worker(config):
+        # The node tier is the longest run of one worker: it starts first, building its
+        # parts (on a cold machine) while the other workers run the rest.
+        items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    else:
+        # In one process the e2e tier runs last, so that on a cold machine its node's parts
+        # and images build while the other tiers run (pytest_collection_finish starts that).
+        items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+def _xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``make test``), each test goes to whichever worker is free, except the
+    e2e tier, which runs whole in one worker: there is one node per machine, and the worker
+    that started it keeps it for the rest of its session."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _OneNode(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/e2e" if nodeid.startswith("tests/e2e/") else nodeid
+
+    return _OneNode(config, log)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not session.config.option.collectonly and any(i.get_closest_marker("e2e") for i in session.items):
+    # Under xdist every worker collects every test; only the one given the node tier builds it
+    # (the node fixture starts the build where it is first used).
+    if _xdist_worker(session.config) or session.config.option.collectonly:
+        return
+    if any(i.get_closest_marker("e2e") for i in session.items):
         _NODE_BUILD.start()
 
 
