@@ -360,6 +360,44 @@ CASES = [
 ]
 
 
+SHADOW_LENGTH = "shadow needs one share per step, as many as weights"
+SHADOW_NEEDS_CELL = (
+    "shadow-agreement judges mirrored requests: give a cell a shadow share above 0 (cells[].shadow)"
+)
+SHADOW_MIN_ONLY = "shadow-agreement takes min (percent agreement after the noise floor) only"
+AGREEMENT = [{"name": "shadow-agreement", "min": 95, "minPairs": 30}]
+
+CASES += [
+    Case("dark-step", _spec("cells.1.shadow", [10, 5, 20, 0]), None),
+    Case("shadow-too-short", _spec("cells.1.shadow", [10, 5]), SHADOW_LENGTH),
+    Case(
+        "shadow-agreement-on-a-dark-step",
+        _all(_spec("cells.1.shadow", [10, 5, 20, 0]), _spec("analysis.metrics", AGREEMENT)),
+        None,
+    ),
+    Case("shadow-agreement-without-shadow", _spec("analysis.metrics", AGREEMENT), SHADOW_NEEDS_CELL),
+    Case(
+        "shadow-agreement-with-max",
+        _all(
+            _spec("cells.1.shadow", [10, 5, 20, 0]),
+            _spec("analysis.metrics", [{"name": "shadow-agreement", "min": 90, "max": 99}]),
+        ),
+        SHADOW_MIN_ONLY,
+    ),
+    Case(
+        "min-pairs-on-a-rate",
+        _spec("analysis.metrics", [{"name": "success-rate", "min": 99, "minPairs": 5}]),
+        "minPairs is for shadow-agreement",
+    ),
+    Case(
+        "length-ratio-inverted",
+        _spec("shadow", {"lengthRatio": {"min": 3, "max": 2}}),
+        "lengthRatio.min must not be above lengthRatio.max",
+        "lengthRatio.min must not be above lengthRatio.max",
+    ),
+]
+
+
 def release_doc(case: Case) -> Doc:
     doc: Doc = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
     doc = copy.deepcopy(doc)
@@ -386,6 +424,7 @@ def table_doc(release: Doc) -> Doc:
         "dye": spec["dye"],
         "cells": [{"match": c.get("match", {}), "weight": c["weights"][0]} for c in spec["cells"]],
         "fallback": spec.get("fallback", {}),
+        **({"shadow": spec["shadow"]} if "shadow" in spec else {}),
     }
 
 

@@ -13,7 +13,7 @@ from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, cell_
 from tinct.operator.grayrelease.decision import Capacity, Inputs
 from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
 from tinct.operator.grayrelease.round import Round
-from tinct.operator.grayrelease.shares import needed, weights_for
+from tinct.operator.grayrelease.shares import needed, shadows_for, share_at, weights_for
 from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation, next_wakeup
 
 MINUTE = timedelta(minutes=1)
@@ -505,3 +505,16 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
     assert "ModelConflict" not in [t.reason for t in again.transitions], "said once"
     free = round_(gr, T0 + MINUTE)
     assert cond(free.status, "RouteAvailable") == ("True", "ModelFree")
+
+
+def test_a_dark_step_records_its_shadow_shares_and_needs_replicas_for_them() -> None:
+    cells = release().wire()["spec"]["cells"]
+    cells[1].update(weights=[0, 1, 10, 100], shadow=[20, 10, 0, 0])
+    cells[0]["shadow"] = [0, 50, 0, 0]
+    gr = step(release(cells=cells), T0)
+    s = st(gr)
+    assert (s.step, s.weights[SHORT], s.shadows[SHORT]) == (0, 0, 20)
+    assert (s.shadows[LONG], s.shadows[DEFAULT]) == (0, 0)
+    assert share_at(gr.spec, 0) == 20  # the mirrors of the dark cell need the candidate's replicas
+    assert share_at(gr.spec, 1) == 60  # 20 % live, half of the other 80 % mirrored
+    assert set(shadows_for(gr.spec, s, withdrawn=True).values()) == {0}

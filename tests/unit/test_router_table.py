@@ -223,3 +223,65 @@ def test_a_live_table_wins_a_model_over_a_standing_one_whatever_their_ages() -> 
     assert for_s.release == "gone"
     _, lost = holder.put("configmap t/young", table(*ab, release="newest", models=["m"]), created=300.0)
     assert lost == ["m"]
+
+
+def _shadowed() -> GrayRelease:
+    """The example with a dark first step in two cells: weight 0, a shadow share above 0."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = "llm"
+    doc["spec"]["cells"][0].update(weights=[0, 20, 50, 100], shadow=[10, 30, 5, 0])
+    doc["spec"]["cells"][1].update(weights=[0, 1, 10, 100], shadow=[25, 0, 0, 0])
+    doc["spec"]["shadow"] = {"noiseShare": 20, "judge": {"name": "local", "model": "judge-1"}}
+    return GrayRelease.model_validate(doc)
+
+
+def test_shadow_shares_follow_the_weight_rule() -> None:
+    r = _shadowed()
+    assert list(cell_weights(r.spec, "Progressing", 0, shadow=True).values()) == [10, 25, 0]
+    assert list(cell_weights(r.spec, "Paused", 1, shadow=True).values()) == [30, 0, 0]
+    assert list(cell_weights(r.spec, "Progressing", 99, shadow=True).values()) == [0, 0, 0]
+    # Promotion, rollback, failure and a candidate that does not serve mirror nothing.
+    for state, serving in (
+        ("Promoted", True),
+        ("RolledBack", True),
+        ("Failed", True),
+        ("Progressing", False),
+    ):
+        assert set(cell_weights(r.spec, state, 0, serving=serving, shadow=True).values()) == {0}
+    # A cell without shadow mirrors nothing at any step.
+    assert cell_weights(r.spec, "Progressing", 1, shadow=True)[cell_key(r.spec.cells[2].match)] == 0
+
+
+def test_a_dark_step_puts_shadow_shares_and_settings_in_the_table() -> None:
+    t = routing_table_from(_shadowed(), 0, "Progressing", version=3)
+    assert [(c.weight, c.shadow) for c in t.cells] == [(0, 10), (0, 25), (1, 0)]
+    assert t.shadow is not None
+    assert (t.shadow.noise_share, t.shadow.max_concurrent, t.shadow.max_bytes) == (20, 8, 262144)
+    assert (t.shadow.stable_model_version, t.shadow.candidate_model_version) == (
+        "llama3-8b-1-4-0",
+        "llama3-8b-2-0-0",
+    )
+    assert t.shadow.judge is not None
+    assert (t.shadow.judge.name, t.shadow.judge.sample_rate, t.shadow.judge.min_confidence) == (
+        "local",
+        0.1,
+        0.85,
+    )
+    wire = json.loads(t.to_json())
+    assert wire["shadow"]["maxTokensPerMinute"] == 100000
+    assert wire["shadow"]["lengthRatio"] == {"min": 0.5, "max": 2.0}
+    assert wire["cells"][1]["shadow"] == 25
+    assert parse_table(t.to_json()) == t
+
+
+def test_no_shadow_settings_without_a_mirroring_cell() -> None:
+    r = _shadowed()
+    assert routing_table_from(r, 3, "Progressing", version=1).shadow is None
+    assert routing_table_from(r, 0, "RolledBack", version=2).shadow is None
+    assert routing_table_from(_release(), 0, "Progressing", version=1).shadow is None
+    # A recorded status's shares are the ones in force.
+    recorded = {cell_key(r.spec.cells[2].match): 40.0}
+    t = routing_table_from(r, 0, "Progressing", version=2, shadows=recorded)
+    assert [c.shadow for c in t.cells] == [0, 0, 40]
+    assert t.shadow is not None
+    assert t.shadow.noise_share == 20

@@ -2,12 +2,13 @@
 
 One table per GrayRelease. The operator builds it with :func:`routing_table_from` at every
 step, promotion and rollback, and for the standing route of a deleted release, its weights
-by one rule (:func:`cell_weights`), and writes it with :func:`routing_configmap`; routers
+and shadow shares by one rule (:func:`cell_weights`), and writes it with :func:`routing_configmap`; routers
 watch the ConfigMaps labelled :data:`TABLE_LABEL` and swap to a new table as soon as it
 validates.
 
 The dye, cell-match and fallback models are those of ``GrayRelease``; what the table adds is
-the state of one moment: resolved endpoints, one weight per cell, the step, a version.
+the state of one moment: resolved endpoints, one weight and one shadow share per cell, the step, a version, and the
+shadow settings (:class:`~tinct.api.v1alpha1.shadow.ShadowTable`) when a cell mirrors.
 
 A table arrives through a ConfigMap that anyone with write access can edit, never through
 the GrayRelease CRD's CEL rules, so :class:`RoutingTable` checks the same rules in Python:
@@ -36,6 +37,8 @@ from tinct.api.v1alpha1.grayrelease import (
     GrayReleasePhase,
     GrayReleaseSpec,
     ModelName,
+    Shadow,
+    ShadowTable,
     Weight,
     cell_key,
 )
@@ -68,10 +71,12 @@ class Endpoint(Model):
 
 
 class RoutingCell(Model):
-    """A cell of the table: which requests, and the percent of them that go to the candidate."""
+    """A cell of the table: which requests, the percent of them that go to the candidate, and
+    the percent of those stable answers that are mirrored to the candidate."""
 
     match: CellMatch = Field(default_factory=CellMatch)
     weight: Weight
+    shadow: Weight = 0.0
 
 
 class RoutingTable(Model):
@@ -113,6 +118,10 @@ class RoutingTable(Model):
     dye: Dye
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)
     fallback: Fallback = Field(default_factory=Fallback)
+    shadow: ShadowTable | None = Field(
+        default=None,
+        description="The release's shadow settings and ModelVersions; null when no cell mirrors.",
+    )
 
     def to_json(self) -> str:
         """The document as stored under :data:`DATA_KEY`."""
@@ -157,24 +166,44 @@ def _endpoint(backend: Backend, namespace: str, cluster_domain: str) -> Endpoint
     )
 
 
-def cell_weights(spec: GrayReleaseSpec, state: str, step: int, *, serving: bool = True) -> dict[str, float]:
+def cell_weights(
+    spec: GrayReleaseSpec, state: str, step: int, *, serving: bool = True, shadow: bool = False
+) -> dict[str, float]:
     """The weight rule: the percent of each cell's traffic (by :func:`cell_key`) the candidate
-    gets in ``state`` (a GrayRelease phase) at ``step``.
+    gets in ``state`` (a GrayRelease phase) at ``step`` -- or, with ``shadow``, the percent of
+    the requests stable answers that are mirrored to it (``cells[].shadow``).
 
-    ``Promoted`` sends everything. ``RolledBack`` and ``Failed`` send nothing, and so does a
-    candidate that does not serve (``serving`` False: its step has not started, or it is
-    unavailable). Any other state uses each cell's weight at ``step``, clamped to the last step.
+    ``Promoted`` sends everything, and mirrors nothing. ``RolledBack`` and ``Failed`` send and
+    mirror nothing, and so does a candidate that does not serve (``serving`` False: its step
+    has not started, or it is unavailable). Any other state uses each cell's value at
+    ``step``, clamped to the last step (a cell without ``shadow`` mirrors nothing).
     """
     out: dict[str, float] = {}
     for cell in spec.cells:
+        values = cell.shadow if shadow else cell.weights
         if state == "Promoted":
-            weight = 100.0
-        elif state in ("RolledBack", "Failed") or not serving:
-            weight = 0.0
+            share = 0.0 if shadow else 100.0
+        elif state in ("RolledBack", "Failed") or not serving or not values:
+            share = 0.0
         else:
-            weight = cell.weights[min(step, len(cell.weights) - 1)]
-        out[cell_key(cell.match)] = weight
+            share = values[min(step, len(values) - 1)]
+        out[cell_key(cell.match)] = share
     return out
+
+
+def _shadow_settings(release: GrayRelease, shadows: Mapping[str, float]) -> ShadowTable | None:
+    """The table's shadow settings: the spec's (or the defaults) when a cell mirrors."""
+    if not any(v > 0 for v in shadows.values()):
+        return None
+    spec = release.spec
+    settings = spec.shadow or Shadow()
+    return ShadowTable.model_validate(
+        {
+            **settings.model_dump(),
+            "stable_model_version": spec.stable.model_version,
+            "candidate_model_version": spec.candidate.model_version,
+        }
+    )
 
 
 def routing_table_from(
@@ -184,6 +213,7 @@ def routing_table_from(
     *,
     version: int,
     weights: Mapping[str, float] | None = None,
+    shadows: Mapping[str, float] | None = None,
     standing: bool = False,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
@@ -202,6 +232,8 @@ def routing_table_from(
         weights: each cell's weight (by :func:`cell_key`) as a recorded status put it in force
             (``status.weights``, which the decision takes from :func:`cell_weights`); default:
             :func:`cell_weights` of ``state`` and ``step``. A cell missing from it gets 0.
+        shadows: each cell's shadow share the same way (``status.shadows``); default:
+            :func:`cell_weights` with ``shadow``. A cell missing from it mirrors nothing.
         standing: the table is the standing route of a deleted release.
         cluster_domain: DNS suffix of Services; empty to use the bare Service name.
         models: the ``model`` of the release's ModelVersions, the table's model names when
@@ -211,6 +243,8 @@ def routing_table_from(
     namespace = release.metadata.namespace or "default"
     if weights is None:
         weights = cell_weights(spec, state, step)
+    if shadows is None:
+        shadows = cell_weights(spec, state, step, shadow=True)
     table = RoutingTable.model_validate(
         {
             "release": release.metadata.name,
@@ -225,9 +259,15 @@ def routing_table_from(
             "models": list(spec.models) or sorted(set(models)),
             "dye": spec.dye,
             "cells": [
-                RoutingCell(match=c.match, weight=weights.get(cell_key(c.match), 0.0)) for c in spec.cells
+                RoutingCell(
+                    match=c.match,
+                    weight=weights.get(cell_key(c.match), 0.0),
+                    shadow=shadows.get(cell_key(c.match), 0.0),
+                )
+                for c in spec.cells
             ],
             "fallback": spec.fallback,
+            "shadow": _shadow_settings(release, shadows),
         }
     )
     # A backend's own URL is set after validation: one equal to the other side's makes a table

@@ -18,11 +18,14 @@ from tinct.api.v1alpha1.prometheus import PrometheusRef
 from tinct.api.v1alpha1.rules import Rule, cel
 
 __all__ = [
+    "DEFAULT_MIN_PAIRS",
     "ENGINE_METRICS",
     "ENGINE_METRICS_RULE",
     "MIN_INTERVAL_SECONDS",
     "QUANTILE_METRICS",
     "ROUTER_METRICS",
+    "SHADOW_METRIC",
+    "SHADOW_METRIC_RULE",
     "Analysis",
     "Duration",
     "EngineMetric",
@@ -56,12 +59,17 @@ QuantileMetric = Literal["latency-p95", "ttft-p95", "itl-p95"]
 RouterMetric = Literal["success-rate", QuantileMetric, "throttle-rate", "contract-violations"]
 #: The built-in metrics read from the engines' own metrics (``engine`` on each side).
 EngineMetric = Literal["queue-depth", "kv-cache-usage", "prefix-cache-hit-rate"]
+#: The built-in read from the comparer's metrics of mirrored pairs.
+ShadowMetric = Literal["shadow-agreement"]
 #: What a metric of the analysis judges: a built-in, or ``custom`` PromQL.
-MetricName = Literal[RouterMetric, EngineMetric, "custom"]
+MetricName = Literal[RouterMetric, EngineMetric, ShadowMetric, "custom"]
 
 QUANTILE_METRICS: tuple[str, ...] = get_args(QuantileMetric)
 ROUTER_METRICS: tuple[str, ...] = get_args(RouterMetric)
 ENGINE_METRICS: tuple[str, ...] = get_args(EngineMetric)
+SHADOW_METRIC: str = get_args(ShadowMetric)[0]
+#: Pairs a cell needs in a window for a shadow-agreement verdict, when minPairs is not given.
+DEFAULT_MIN_PAIRS = 20
 
 
 def _cel_list(names: tuple[str, ...]) -> str:
@@ -97,6 +105,19 @@ class Metric(Model):
             holds=lambda s: s.quantile is None or s.name in QUANTILE_METRICS,
             message="quantile is for latency-p95, ttft-p95 and itl-p95",
         ),
+        Rule(
+            cel=f"!has(self.minPairs) || self.name == '{SHADOW_METRIC}'",
+            holds=lambda s: s.min_pairs is None or s.name == SHADOW_METRIC,
+            message="minPairs is for shadow-agreement",
+        ),
+        Rule(
+            cel=f"self.name != '{SHADOW_METRIC}' || (has(self.min) && !has(self.max) && !has(self.maxStableDelta))",
+            holds=lambda s: (
+                s.name != SHADOW_METRIC
+                or (s.min is not None and s.max is None and s.max_stable_delta is None)
+            ),
+            message="shadow-agreement takes min (percent agreement after the noise floor) only",
+        ),
     )
 
     name: MetricName = Field(
@@ -114,7 +135,10 @@ class Metric(Model):
         "in the engine's queue, mean over the window and the candidate's engines), "
         "kv-cache-usage (percent of the KV cache in use, mean over the window and engines), "
         "prefix-cache-hit-rate (percent of prompt tokens found in the prefix cache over the "
-        "window). custom: the PromQL in query.",
+        "window). From the comparer's pairs of mirrored requests (cells[].shadow): shadow-agreement "
+        "(percent of the pairs whose answers agree, minus the percent of stable's own second "
+        "answers that disagreed, the noise floor; judged per cell and overall, each with minPairs "
+        "pairs, tinct_shadow_pairs_total). custom: the PromQL in query.",
     )
     min: float | None = Field(
         default=None,
@@ -139,6 +163,13 @@ class Metric(Model):
         max_length=4096,
         description="custom: a PromQL expression returning one number; $namespace, $release and "
         "$interval are replaced.",
+    )
+    min_pairs: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description=f"shadow-agreement: compared pairs a cell (and the release) needs in a window "
+        f"for a verdict (default {DEFAULT_MIN_PAIRS}); fewer is inconclusive.",
     )
     max_stable_delta: float | None = Field(
         default=None,
@@ -203,6 +234,19 @@ class Analysis(Model):
         "must pass (default false).",
     )
 
+
+#: A GrayReleaseSpec rule: shadow-agreement judges mirrored pairs, so some cell must mirror.
+SHADOW_METRIC_RULE = Rule(
+    cel="!has(self.analysis) || !has(self.analysis.metrics) || "
+    f"!self.analysis.metrics.exists(m, m.name == '{SHADOW_METRIC}') "
+    "|| self.cells.exists(c, has(c.shadow) && c.shadow.exists(x, x > 0.0))",
+    holds=lambda s: (
+        s.analysis is None
+        or not any(m.name == SHADOW_METRIC for m in s.analysis.metrics)
+        or any(any(x > 0 for x in c.shadow or ()) for c in s.cells)
+    ),
+    message="shadow-agreement judges mirrored requests: give a cell a shadow share above 0 (cells[].shadow)",
+)
 
 #: A GrayReleaseSpec rule: an analysis reading the engines' metrics needs the candidate's engine.
 ENGINE_METRICS_RULE = Rule(

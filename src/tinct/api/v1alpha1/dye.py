@@ -194,7 +194,8 @@ class CellMatch(Model):
 
 
 class Cell(Model):
-    """A dye cell and its candidate weight at each step."""
+    """A dye cell, its candidate weight at each step, and the share of its stable requests
+    mirrored to the candidate at each step."""
 
     model_config = cel(
         Rule(
@@ -203,6 +204,12 @@ class Cell(Model):
             message="weights must never decrease from one step to the next",
             field_path=".weights",
         ),
+        Rule(
+            cel="!has(self.shadow) || size(self.shadow) == size(self.weights)",
+            holds=lambda s: s.shadow is None or len(s.shadow) == len(s.weights),
+            message="shadow needs one share per step, as many as weights",
+            field_path=".shadow",
+        ),
     )
 
     match: CellMatch = defaulted(CellMatch)
@@ -210,6 +217,15 @@ class Cell(Model):
         min_length=1,
         max_length=64,
         description="Percent of this cell's traffic sent to the candidate at each step.",
+    )
+    shadow: list[Weight] | None = Field(
+        default=None,
+        max_length=64,
+        description="Percent of the requests of this cell that stable answers which are also sent "
+        "to the candidate (mirrored) at each step, one per step like weights; may go up or down. "
+        "The client gets stable's answer; the comparer compares both (spec.shadow, the "
+        "shadow-agreement metric). A step with weight 0 and shadow above 0 is dark: the candidate "
+        "answers no one. Omitted: 0 at every step.",
     )
 
 

@@ -18,6 +18,8 @@ from tinct.api.v1alpha1.analysis import (
     MIN_INTERVAL_SECONDS,
     QUANTILE_METRICS,
     ROUTER_METRICS,
+    SHADOW_METRIC,
+    SHADOW_METRIC_RULE,
     Analysis,
     Metric,
     MetricName,
@@ -62,6 +64,7 @@ from tinct.api.v1alpha1.releasestatus import (
     readable,
 )
 from tinct.api.v1alpha1.rules import Rule, cel, cel_format
+from tinct.api.v1alpha1.shadow import Judge, LengthRatio, Shadow, ShadowTable
 
 __all__ = [
     "CELL_RULES",
@@ -70,6 +73,7 @@ __all__ = [
     "QUANTILE_METRICS",
     "READABLE_DIGITS",
     "ROUTER_METRICS",
+    "SHADOW_METRIC",
     "ActionRecord",
     "ActionResult",
     "Analysis",
@@ -91,9 +95,11 @@ __all__ = [
     "GrayReleaseStatus",
     "HeaderName",
     "HistoryEntry",
+    "Judge",
     "Keda",
     "KedaSide",
     "LatencyDye",
+    "LengthRatio",
     "Metric",
     "MetricName",
     "MetricResult",
@@ -105,6 +111,8 @@ __all__ = [
     "RoutingRef",
     "ScaleMetric",
     "ScalerStatus",
+    "Shadow",
+    "ShadowTable",
     "StickyKey",
     "TransitionReason",
     "Verdict",
@@ -270,6 +278,7 @@ class GrayReleaseSpec(Model):
             ),
         ),
         ENGINE_METRICS_RULE,
+        SHADOW_METRIC_RULE,
         *(_keda_signal(side) for side in ("stable", "candidate")),
         Rule(
             cel="has(self.analysis)",
@@ -305,6 +314,12 @@ class GrayReleaseSpec(Model):
         "move on every interval without judging it.",
     )
     fallback: Fallback = defaulted(Fallback)
+    shadow: Shadow | None = Field(
+        default=None,
+        description="Budgets of the mirrors of cells[].shadow and how their answers are compared "
+        "(defaults apply when omitted): maxConcurrent, maxBytes, maxTokensPerMinute, timeoutSeconds, "
+        "noiseShare, similarity, lengthRatio, keepText, maxTextBytes, judge.",
+    )
     autoscaling: Autoscaling | None = Field(
         default=None,
         description="Scale the Deployments of both sides during the release (an HPA each, or a KEDA "

@@ -192,6 +192,11 @@ class GrayReleaseStatus(Model):
         description="Candidate weight in percent per cell (len:<bucket>+role:<role>+latency:<class>) "
         "in force.",
     )
+    shadows: dict[str, float] = Field(
+        default_factory=dict,
+        description="Shadow share in percent per cell in force: the share of the requests stable "
+        "answers that routers mirror to the candidate (cells[].shadow).",
+    )
     failed_analyses: int = Field(
         default=0, ge=0, description="Failed analyses in this attempt; failureLimit of them roll back."
     )

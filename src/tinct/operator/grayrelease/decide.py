@@ -54,7 +54,7 @@ from tinct.api.v1alpha1.releasestatus import HISTORY_LIMIT
 from tinct.operator.grayrelease import conditions, manual
 from tinct.operator.grayrelease.decision import Decision, Inputs, Transition
 from tinct.operator.grayrelease.round import FINAL, Round
-from tinct.operator.grayrelease.shares import weights_for
+from tinct.operator.grayrelease.shares import shadows_for, weights_for
 from tinct.operator.grayrelease.timing import analysis_due, has_metrics, needs_confirmation
 
 __all__ = ["decide"]
@@ -309,6 +309,7 @@ def _finish(r: Round) -> Decision:
     gen = r.release.metadata.generation
     st.observed_generation = gen
     st.weights = weights_for(spec, st, r.withdrawn)
+    st.shadows = shadows_for(spec, st, r.withdrawn)
     st.candidate_weight = max(st.weights.values(), default=0.0)
     st.progress = f"{r.n}/{r.n}" if st.phase == "Promoted" else r.label()
     if r.out:

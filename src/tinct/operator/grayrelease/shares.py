@@ -2,7 +2,7 @@
 
 The weight of each cell comes from one rule, the routing table's
 (:func:`~tinct.api.routing.cell_weights`); the decision asks it for the weights a status puts
-in force (:func:`weights_for`). A step's *share* is its largest cell weight: what the
+in force (:func:`weights_for`). A step's *share* is its largest cell weight (with what the cell mirrors): what the
 candidate's replicas are sized for (:func:`needed`), by the decision before the weights move
 and by the scaling planner (:mod:`~tinct.operator.grayrelease.scaling`) for the bounds.
 """
@@ -14,7 +14,7 @@ import math
 from tinct.api.routing import cell_weights
 from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec, GrayReleaseStatus
 
-__all__ = ["needed", "share_at", "steps_of", "weights_for"]
+__all__ = ["needed", "shadows_for", "share_at", "steps_of", "weights_for"]
 
 
 def steps_of(spec: GrayReleaseSpec) -> int:
@@ -23,10 +23,16 @@ def steps_of(spec: GrayReleaseSpec) -> int:
 
 
 def share_at(spec: GrayReleaseSpec, step: int) -> float:
-    """The candidate's share at ``step`` (its largest cell weight); 100 past the last step."""
+    """The candidate's share at ``step``: the largest of its cells' weight plus the mirrored
+    share of the rest (a dark step, weight 0 and shadow 10, needs replicas for 10 %); 100 past
+    the last step."""
     if step >= steps_of(spec):
         return 100.0
-    return max(c.weights[step] for c in spec.cells)
+
+    def load(weight: float, shadow: float) -> float:
+        return weight + (100.0 - weight) * shadow / 100.0
+
+    return max(load(c.weights[step], c.shadow[step] if c.shadow else 0.0) for c in spec.cells)
 
 
 def needed(spec: GrayReleaseSpec, status: GrayReleaseStatus, share: float) -> int:
@@ -49,3 +55,11 @@ def weights_for(
     is unavailable and serves nothing), by the routing table's weight rule."""
     serving = status.step_started_at is not None and not withdrawn
     return cell_weights(spec, status.phase, status.step, serving=serving)
+
+
+def shadows_for(
+    spec: GrayReleaseSpec, status: GrayReleaseStatus, withdrawn: bool = False
+) -> dict[str, float]:
+    """The shadow share of every cell that ``status`` puts in force, by the same rule."""
+    serving = status.step_started_at is not None and not withdrawn
+    return cell_weights(spec, status.phase, status.step, serving=serving, shadow=True)

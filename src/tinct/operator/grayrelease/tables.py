@@ -112,6 +112,7 @@ def desired_table(
         status.phase,
         version=version,
         weights=status.weights,
+        shadows=status.shadows,
         cluster_domain=cluster_domain,
         models=models,
     )
@@ -185,6 +186,7 @@ def standing_table(
         status.phase,
         version=max(routing.version if routing is not None else 0, found_version) + 1,
         weights=cell_weights(release.spec, status.phase, status.step, serving=False),
+        shadows={},
         standing=True,
         cluster_domain=cluster_domain,
         models=routing.models if routing is not None else [],
