@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.harness import free_port
-from router_fakes import FakeScheduler, PairReceiver, router_process, table_doc
+from router_fakes import FakeScheduler, HostileBackend, PairReceiver, router_process, table_doc
 from tinct.emulator import Behaviour, serving
 
 TOKEN = "shadow-token-for-tests"
@@ -153,9 +153,11 @@ async def test_clients_get_stables_bytes_and_the_pair_carries_both_answers(
         assert [(k, v) for k, v in m.items if k.lower() == "x-tinct-shadow"] == [("X-Tinct-Shadow", "1")]
         assert m.headers["X-Scheduler-Version"] == "v2"
     routed = [s for s in live if s.headers.get("X-Forwarded-For")]
-    assert [m.body for m in mirrors] == [s.body for s in routed]
+    assert sorted(m.body for m in mirrors) == sorted(s.body for s in routed)
 
     chars = len("Name three colours of dye, please.")
+    # Pairs go out as each mirror ends, not necessarily in the order of the requests.
+    pairs = sorted(pairs, key=lambda p: json.loads(p["request"]["body"]).get("stream", False))
     for pair, client_bytes, candidate_bytes, tag in zip(
         pairs,
         (json_bytes, sse_bytes, sse_bytes),
@@ -180,7 +182,7 @@ async def test_clients_get_stables_bytes_and_the_pair_carries_both_answers(
         assert candidate["ms"] > 0
     assert pairs[0]["stable"]["content_type"].startswith("application/json")
     assert pairs[1]["stable"]["content_type"] == pairs[1]["candidate"]["content_type"] == "text/event-stream"
-    assert [json.loads(p["request"]["body"]) for p in pairs] == [json.loads(s.body) for s in routed]
+    assert sorted(p["request"]["body"].encode() for p in pairs) == sorted(s.body for s in routed)
 
 
 async def test_a_clients_x_tinct_shadow_never_reaches_a_backend(
@@ -343,6 +345,39 @@ async def test_a_hung_candidate_does_not_hold_up_the_live_path(
         await hung.stop()
 
 
+@pytest.mark.parametrize("failure", ["timeout", "unreachable", "bad_answer"])
+async def test_a_failing_mirror_is_a_pair_with_the_error(
+    v1: FakeScheduler, receiver: PairReceiver, tmp_path: Path, failure: str
+) -> None:
+    """The mirror times out (on a candidate that never answers), cannot connect, or gets an
+    answer that is not HTTP: the client's answer is stable's all the same, and the pair says
+    what went wrong, for the comparer to count as the candidate's error."""
+
+    async def garbage(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"this is not HTTP\r\n\r\n")
+
+    hung, hostile = await _Hung().start(), await HostileBackend(garbage).start()
+    candidate = {
+        "timeout": hung.url,
+        "unreachable": f"http://127.0.0.1:{free_port()}",
+        "bad_answer": hostile.url,
+    }[failure]
+    try:
+        table = _table_file(tmp_path, v1.url, candidate, shadow={"timeoutSeconds": 0.5})
+        args = ("--comparer", receiver.url, "--comparer-token-file", _token_file(tmp_path))
+        async with router_process(table, *args) as router, aiohttp.ClientSession() as http:
+            assert b"hello from v1" in await _post(http, router.base, CHAT)
+            (pair,) = await receiver.wait_for(1)
+            await _until(router.base, "tinct_router_shadow_skipped_total", 1, reason=failure)
+        assert pair["candidate"]["error"] == failure
+        assert pair["candidate"]["status"] is None
+        assert pair["candidate"]["body_b64"] == ""
+        assert pair["stable"]["status"] == 200
+    finally:
+        await hung.stop()
+        await hostile.stop()
+
+
 async def test_the_held_bytes_cap_limits_mirrors_in_flight(
     v1: FakeScheduler, receiver: PairReceiver, tmp_path: Path
 ) -> None:
@@ -443,6 +478,7 @@ async def test_answers_over_max_bytes_reach_the_client_whole_and_the_pair_trunca
     assert len(streamed) > 4 * 1024
     assert streamed.endswith(b"data: [DONE]\n\n")
     assert json.loads(whole)["usage"]["completion_tokens"] == 300
+    pairs = sorted(pairs, key=lambda p: not json.loads(p["request"]["body"]).get("stream", False))
     for pair, got in zip(pairs, (streamed, whole), strict=True):
         assert pair["stable"]["truncated"]
         assert pair["candidate"]["truncated"]

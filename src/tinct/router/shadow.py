@@ -117,12 +117,8 @@ async def _read(resp: Response, copy: AnswerCopy) -> None:
         if copy.truncated and not waiter.done():
             waiter.set_result(None)
 
-    done = resp.stream(add)
-    if done is None or copy.truncated:
-        return
-
     def relay(d: asyncio.Future[None]) -> None:
-        exc = None if d.cancelled() else d.exception()
+        exc = None if d.cancelled() else d.exception()  # retrieved even when nobody waits
         if waiter.done():
             return
         if exc is not None:
@@ -130,8 +126,12 @@ async def _read(resp: Response, copy: AnswerCopy) -> None:
         else:
             waiter.set_result(None)
 
+    done = resp.stream(add)
+    if done is None:
+        return
     asyncio.ensure_future(done).add_done_callback(relay)
-    await waiter
+    if not copy.truncated:
+        await waiter
 
 
 class Mirror:
