@@ -45,7 +45,7 @@ from tinct.router.paths import PassThrough
 from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer
-from tinct.router.shadow import Shadow
+from tinct.router.shadow import Shadow, open_shadow
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
@@ -149,8 +149,6 @@ class Router:
             measure_tokens=cfg.measure_tokens,
         )
         if cfg.comparer is not None:
-            from tinct.router.shadow import open_shadow
-
             self.shadow = open_shadow(cfg, st.metrics.shadow, parse_resolve(cfg.resolve))
         if st.holder.current is not None:
             for cb in st.holder.on_change:

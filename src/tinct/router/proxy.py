@@ -74,8 +74,15 @@ FALLBACK_REASON = b"X-Fallback-Reason"
 UPGRADE_TO = b"tinct-scheduler"
 
 #: Marks a mirrored request (:mod:`tinct.router.shadow`); a client's own never reaches a backend.
-_SHADOW = b"x-tinct-shadow"
-_DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", SCHEDULER_VERSION.lower(), _SHADOW}
+SHADOW = b"X-Tinct-Shadow"
+
+_DROP_REQUEST = HOP_BY_HOP_B | {
+    b"host",
+    b"content-length",
+    b"expect",
+    SCHEDULER_VERSION.lower(),
+    SHADOW.lower(),
+}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
 _SSE = b"text/event-stream"
@@ -386,6 +393,7 @@ __all__ = [
     "FALLBACK_REASON",
     "SCHEDULER_ACTIVE",
     "SCHEDULER_VERSION",
+    "SHADOW",
     "Proxy",
     "forward_headers",
 ]

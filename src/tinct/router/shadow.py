@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from tinct.router.choose import salted_point, sticky_key
 from tinct.router.classify import CHAT_PATH, chat_chars, completion_size
 from tinct.router.pairs import AnswerCopy, Held, PairSender, ReleaseKey, content_type, pair_line
-from tinct.router.proxy import SCHEDULER_VERSION, forward_headers
+from tinct.router.proxy import SCHEDULER_VERSION, SHADOW, forward_headers
 from tinct.router.response import (
     Response,
     Sink,
@@ -68,9 +68,6 @@ if TYPE_CHECKING:
     from tinct.router.upstream import UpstreamPool
 
 _log = logging.getLogger(__name__)
-
-#: Sent on every mirror (and dropped from every client request).
-SHADOW_HEADER = b"X-Tinct-Shadow"
 
 
 def prompt_tokens(path: str, doc: Mapping[str, Any], table: CompiledTable) -> int:
@@ -241,7 +238,7 @@ class Mirror:
             forward_headers(request.fields, request.hops, request.remote),
             SCHEDULER_VERSION,
             up.version_b,
-            SHADOW_HEADER,
+            SHADOW,
         )
         timeout = asyncio.timeout(self._timeout)
         t0 = time.perf_counter()
@@ -404,4 +401,4 @@ def open_shadow(
     return Shadow(pool, sender, held, metrics)
 
 
-__all__ = ["SHADOW_HEADER", "Mirror", "Shadow", "open_shadow", "prompt_tokens"]
+__all__ = ["Mirror", "Shadow", "open_shadow", "prompt_tokens"]
