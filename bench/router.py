@@ -12,13 +12,13 @@ new ``X-Session-Id`` per request, so classification of a real prompt, the sticky
 the candidate choice all run; the candidate is the same nginx under another host name).
 Latency percentiles are reported side by side per run, never subtracted across runs.
 
-The trivial run through the router alternates with the same run through a router that
-mirrors a 10 % shadow share of every cell (``noiseShare`` 10, budgets opened wide so that the
-share, not a budget, decides) to the candidate, sending the pairs to a receiver in this
-process that stands in for ``tinct comparer``; there wrk gives each request a new
-``X-Session-Id`` so that the share is drawn per request (a cost the plain run does not pay):
-``shadow_live_*`` is what clients saw, ``shadow_pairs`` the pairs received over its rounds
-(warm-ups included), ``shadow_mirrors`` what the router mirrored.
+The trivial run through the router alternates (three rounds each, medians) with the same
+run through a router that mirrors a 10 % shadow share of every cell (``noiseShare`` 10,
+budgets opened wide so that the share, not a budget, decides) to the candidate, sending the
+pairs to a receiver in this process that stands in for ``tinct comparer``; there wrk gives
+each request a new ``X-Session-Id`` so that the share is drawn per request (a cost the plain
+run does not pay): ``shadow_live_*`` is what clients saw, ``shadow_pairs`` the pairs
+received over its rounds (warm-ups included), ``shadow_mirrors`` what the router mirrored.
 
 A router with two worker processes (``--workers 2``, SO_REUSEPORT) against one with
 ``--workers 1``, both with a metrics port, same request, ``--worker-connections``
@@ -226,11 +226,11 @@ class _Receiver:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="pairs")
         self.thread.start()
-        self.rx = asyncio.run_coroutine_threadsafe(PairReceiver().start(), self.loop).result(10)
+        self.rx = asyncio.run_coroutine_threadsafe(PairReceiver(keep=False).start(), self.loop).result(10)
 
     @property
     def received(self) -> int:
-        return len(self.rx.pairs)
+        return self.rx.received
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.rx.stop(), self.loop).result(10)
@@ -508,7 +508,7 @@ def main() -> int:
             shadow_lua = tmp / "shadow.lua"
             shadow_lua.write_text(_lua(REQUEST, sessions=True))
             shadow_rounds: dict[str, list[dict[str, float]]] = {"router": [], "shadow_live": []}
-            for _ in range(2):
+            for _ in range(3):
                 for name, port, lua in (
                     ("router", router, trivial_lua),
                     ("shadow_live", shadow_router, shadow_lua),
@@ -516,8 +516,8 @@ def main() -> int:
                     got = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
                     shadow_rounds[name].append(got)
                     print(f"{name:>11}: {got}", file=sys.stderr)
-            for name, got_rounds in shadow_rounds.items():
-                runs[name] = {k: statistics.mean(r[k] for r in got_rounds) for k in ("rps", "p50", "p99")}
+            for name, got_rounds in shadow_rounds.items():  # one disturbed round does not decide
+                runs[name] = {k: statistics.median(r[k] for r in got_rounds) for k in ("rps", "p50", "p99")}
             mirrors = _counter(shadow_router, "tinct_router_shadow_mirrors_total")
             deadline = time.monotonic() + 10
             while receiver.received < mirrors and time.monotonic() < deadline:

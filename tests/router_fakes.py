@@ -267,8 +267,11 @@ class PairReceiver:
     every pair it is sent (parsed), and every batch's size."""
 
     token: str | None = None
+    #: Parse and keep the pairs; False: count them only (``received``), as a benchmark does.
+    keep: bool = True
     pairs: list[dict[str, Any]] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    received: int = 0
     #: Requests refused for their token.
     unauthorized: int = 0
     url: str = ""
@@ -280,8 +283,13 @@ class PairReceiver:
             self.unauthorized += 1
             return web.json_response({"error": "a bearer token is needed"}, status=401)
         assert request.content_type == "application/x-ndjson", request.content_type
-        lines = [line for line in (await request.read()).split(b"\n") if line.strip()]
+        body = await request.read()
+        if not self.keep:
+            self.received += body.count(b"\n")
+            return web.json_response({"accepted": body.count(b"\n"), "refused": 0}, status=202)
+        lines = [line for line in body.split(b"\n") if line.strip()]
         self.pairs.extend(json.loads(line) for line in lines)
+        self.received += len(lines)
         self.batches.append(len(lines))
         self._arrived.set()
         return web.json_response({"accepted": len(lines), "refused": 0}, status=202)
