@@ -12,6 +12,14 @@ new ``X-Session-Id`` per request, so classification of a real prompt, the sticky
 the candidate choice all run; the candidate is the same nginx under another host name).
 Latency percentiles are reported side by side per run, never subtracted across runs.
 
+The trivial run through the router alternates (three rounds each, medians) with the same
+run through a router that mirrors a 10 % shadow share of every cell (``noiseShare`` 10,
+budgets opened wide so that the share, not a budget, decides) to the candidate, sending the
+pairs to a receiver in this process that stands in for ``tinct comparer``; there wrk gives
+each request a new ``X-Session-Id`` so that the share is drawn per request (a cost the plain
+run does not pay): ``shadow_live_*`` is what clients saw, ``shadow_pairs`` the pairs
+received over its rounds (warm-ups included), ``shadow_mirrors`` what the router mirrored.
+
 A router with two worker processes (``--workers 2``, SO_REUSEPORT) against one with
 ``--workers 1``, both with a metrics port, same request, ``--worker-connections``
 connections: ``workers_speedup`` is the ratio. On a two-core machine the load generator and
@@ -54,7 +62,7 @@ from typing import Any
 
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.controlplane.process import http_ok, terminate, wait_ready
-from tinct_testing.router_fakes import table_doc  # the tests' routing table, shared
+from tinct_testing.router_fakes import PairReceiver, table_doc  # the tests' routing table and pair receiver
 
 ANSWER = json.dumps(
     {
@@ -190,6 +198,49 @@ def _table(stable: str, candidate: str, weight: float = 0) -> dict[str, Any]:
     """The tests' routing table (one specific cell, one default cell), every cell at ``weight``."""
     cell = {"match": {"promptLength": "long", "role": "admin", "latency": "high"}, "weight": weight}
     return table_doc(stable, candidate, release="bench", cells=[cell], default_weight=weight)
+
+
+def _shadow_table(stable: str, candidate: str, share: float = 10) -> dict[str, Any]:
+    """:func:`_table` at weight 0 with every cell mirroring ``share`` percent; budgets wide open."""
+    doc = _table(stable, candidate, 0)
+    for cell in doc["cells"]:
+        cell["shadow"] = share
+    doc["shadow"] = {
+        "stableModelVersion": "bench-1",
+        "candidateModelVersion": "bench-2",
+        "maxConcurrent": 256,
+        "maxTokensPerMinute": 1_000_000_000,
+    }
+    return doc
+
+
+class _Receiver:
+    """The tests' :class:`PairReceiver` on an event loop of its own, in a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="pairs")
+        self.thread.start()
+        self.rx = asyncio.run_coroutine_threadsafe(PairReceiver(keep=False).start(), self.loop).result(10)
+
+    @property
+    def received(self) -> int:
+        return self.rx.received
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.rx.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def _counter(port: int, name: str) -> float:
+    """The sum of a counter's samples in the router's /metrics."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
 def _start_router(
@@ -419,13 +470,46 @@ def main() -> int:
         for name, port, lua in (
             ("direct", backend, trivial_lua),
             ("nginx", proxy, trivial_lua),
-            ("router", router, trivial_lua),
             ("real_direct", backend, real_lua),
             ("real_nginx", proxy, real_lua),
             ("real_router", router50, real_lua),
         ):
             runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
             print(f"{name:>11}: {runs[name]}", file=sys.stderr)
+        # The plain router against one mirroring 10 %, alternating: a change in load falls
+        # on both alike.
+        receiver = _Receiver()
+        try:
+            shadow_router = free_port()
+            _start_router(
+                tmp,
+                _shadow_table(stable_url, candidate_url),
+                shadow_router,
+                procs,
+                "--comparer",
+                receiver.rx.url,
+            )
+            shadow_lua = tmp / "shadow.lua"
+            shadow_lua.write_text(_lua(REQUEST, sessions=True))
+            shadow_rounds: dict[str, list[dict[str, float]]] = {"router": [], "shadow_live": []}
+            for _ in range(3):
+                for name, port, lua in (
+                    ("router", router, trivial_lua),
+                    ("shadow_live", shadow_router, shadow_lua),
+                ):
+                    got = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
+                    shadow_rounds[name].append(got)
+                    print(f"{name:>11}: {got}", file=sys.stderr)
+            for name, got_rounds in shadow_rounds.items():  # one disturbed round does not decide
+                runs[name] = {k: statistics.median(r[k] for r in got_rounds) for k in ("rps", "p50", "p99")}
+            mirrors = _counter(shadow_router, "tinct_router_shadow_mirrors_total")
+            deadline = time.monotonic() + 10
+            while receiver.received < mirrors and time.monotonic() < deadline:
+                time.sleep(0.1)  # the last batches (250 ms apart at most)
+            shadow_pairs = receiver.received
+            print(f"shadow run: {mirrors:.0f} mirrored, {shadow_pairs} pairs received", file=sys.stderr)
+        finally:
+            receiver.stop()
         # One table vs a hundred: the request's model picks its table among them.
         one_table, hundred_tables = free_port(), free_port()
         _start_router(tmp, _release_tables(stable_url, candidate_url, 100)[57:58], one_table, procs)
@@ -501,6 +585,11 @@ def main() -> int:
             **{f"realistic_{name}_rps": round(run["rps"], 1) for name, run in real.items()},
             "realistic_router_vs_nginx": round(real["router"]["rps"] / real["nginx"]["rps"], 3),
             **{f"realistic_{name}_p99_ms": round(real[name]["p99"], 3) for name in ("nginx", "router")},
+            "shadow_live_rps": round(runs["shadow_live"]["rps"], 1),
+            "shadow_live_p50_ms": round(runs["shadow_live"]["p50"], 3),
+            "shadow_live_p99_ms": round(runs["shadow_live"]["p99"], 3),
+            "shadow_pairs": shadow_pairs,
+            "shadow_mirrors": round(mirrors),
             "realistic_candidate_share": round(share, 3),
             "rps_1_table": round(runs["tables_1"]["rps"], 1),
             "rps_100_tables": round(runs["tables_100"]["rps"], 1),

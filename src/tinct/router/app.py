@@ -17,8 +17,12 @@ Endpoints:
 Without a table every proxied request gets a 503. The router's own error answers carry a
 fixed message and ``X-Request-Id`` (:mod:`tinct.router.errors`).
 
+With a comparer configured, a classified request going to stable may also be mirrored
+(:mod:`tinct.router.shadow`): the choice is made here, after the live one, and the mirror
+runs beside the live request.
+
 :class:`Router` puts the pieces together: the HTTP/1.1 server (:mod:`tinct.router.server`),
-the upstream pool (:mod:`tinct.router.upstream`), the proxy and the table sources.
+the upstream pool (:mod:`tinct.router.upstream`), the proxy, the table sources and mirroring.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from tinct.router.paths import PassThrough
 from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer
+from tinct.router.shadow import Shadow, open_shadow
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
@@ -115,6 +120,8 @@ class Router:
         #: Whether the proxy port answers /metrics, /healthz, /readyz itself.
         self._local_on_proxy = config.metrics_port is None and config.metrics_socket is None
         self._pool: UpstreamPool | None = None
+        #: Mirroring, with ``config.comparer`` (:mod:`tinct.router.shadow`).
+        self.shadow: Shadow | None = None
         self._sources = contextlib.AsyncExitStack()
         #: Paths other than the classified ones that go to stable.
         self.pass_through = PassThrough(config.pass_through_prefixes)
@@ -141,6 +148,8 @@ class Router:
             head_timeout=cfg.upstream_head_timeout,
             measure_tokens=cfg.measure_tokens,
         )
+        if cfg.comparer is not None:
+            self.shadow = open_shadow(cfg, st.metrics.shadow, parse_resolve(cfg.resolve))
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)
@@ -186,6 +195,8 @@ class Router:
         for local in self._local:
             await local.shutdown(1.0)
         await self._sources.aclose()
+        if self.shadow is not None:
+            await self.shadow.close()
         if self._pool is not None:
             await self._pool.close()
 
@@ -274,7 +285,16 @@ class Router:
             if weight <= 0.0 or weight >= 100.0
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
-        await proxy.forward(ex)
+        shadow = self.shadow
+        mirror = None if shadow is None or ex.candidate else shadow.consider(ex, route.cell, doc)
+        if mirror is None:
+            await proxy.forward(ex)
+            return
+        ex.mirror = mirror
+        try:
+            await proxy.forward(ex)
+        finally:
+            mirror.stable_ended(False)  # stable gave no answer (the proxy reports one that ended)
 
 
 def parse_resolve(items: Sequence[str]) -> dict[tuple[str, int], tuple[str, int]]:

@@ -41,7 +41,33 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
+        comparer=args.comparer or None,
+        comparer_token_file=Path(args.comparer_token_file) if args.comparer_token_file else None,
+        comparer_queue=args.comparer_queue,
+        shadow_max_held_bytes=args.shadow_max_held_bytes,
     )
+
+
+def _check_comparer(args: argparse.Namespace) -> None:
+    """The comparer's URL and token file, as a user can act on them.
+
+    Raises:
+        ValueError: the URL is not http(s), or the token file cannot be read or is empty.
+    """
+    if not args.comparer:
+        return
+    from tinct.router.pairs import Destination
+
+    Destination.parse(args.comparer)
+    if args.comparer_token_file:
+        try:
+            text = Path(args.comparer_token_file).read_text().strip()
+        except OSError as e:
+            raise ValueError(
+                f"--comparer-token-file {args.comparer_token_file}: cannot read it: {e.strerror or e}"
+            ) from None
+        if not text:
+            raise ValueError(f"--comparer-token-file {args.comparer_token_file} is empty")
 
 
 def _workers(args: argparse.Namespace) -> int:
@@ -79,6 +105,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
 
         parse_resolve(args.resolve or ())
         PassThrough(args.pass_through_prefix or ())
+        _check_comparer(args)
     except ValueError as e:
         print(f"tinct router: {e}", file=sys.stderr)
         return 2
@@ -235,6 +262,43 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="do not read classified answers for the token metrics (time to first token, "
         "inter-token latency, output tokens, contract violations); their families stay empty",
+    )
+    shadow = p.add_argument_group(
+        "mirroring",
+        "Requests stable answers in a cell with a shadow share (the routing table's cells[].shadow) "
+        "are mirrored to the candidate, and both answers sent as pairs to tinct comparer.",
+    )
+    shadow.add_argument(
+        "--comparer",
+        metavar="URL",
+        default=os.environ.get("TINCT_ROUTER_COMPARER") or None,
+        help="base URL of tinct comparer (pairs go to URL/v1/pairs), e.g. http://tinct-comparer:8090 "
+        "(env TINCT_ROUTER_COMPARER). Without it nothing is mirrored",
+    )
+    shadow.add_argument(
+        "--comparer-token-file",
+        metavar="FILE",
+        default=os.environ.get("TINCT_ROUTER_COMPARER_TOKEN_FILE") or None,
+        help="file holding the bearer token the comparer expects, re-read when it changes (env "
+        "TINCT_ROUTER_COMPARER_TOKEN_FILE). Default: the token in TINCT_COMPARER_TOKEN, else none",
+    )
+    shadow.add_argument(
+        "--comparer-queue",
+        metavar="N",
+        type=_positive_int,
+        # a string default goes through type=, so a bad variable is a usage error
+        default=os.environ.get("TINCT_ROUTER_COMPARER_QUEUE") or _D.comparer_queue,
+        help="pairs each worker queues for the comparer at most; more are dropped and counted "
+        "(env TINCT_ROUTER_COMPARER_QUEUE; default: %(default)s)",
+    )
+    shadow.add_argument(
+        "--shadow-max-held-bytes",
+        metavar="BYTES",
+        type=_positive_int,
+        default=os.environ.get("TINCT_ROUTER_SHADOW_MAX_HELD_BYTES") or _D.shadow_max_held_bytes,
+        help="bytes each worker holds for pairs at most: a mirror in flight reserves its request "
+        "body and twice the release's shadow.maxBytes, a queued pair its size; past it requests "
+        "are not mirrored (budget) (env TINCT_ROUTER_SHADOW_MAX_HELD_BYTES; default: %(default)s)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_router)

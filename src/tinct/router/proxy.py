@@ -26,7 +26,12 @@ While the router measures tokens, each classified answer passes a
 time to first token, the gaps between tokens, the output tokens and the API contract are
 read off the bytes already sent, never holding one back.
 
-Requests are sent with ``X-Scheduler-Version`` of the chosen side; answers carry
+A mirrored request (:mod:`tinct.router.shadow`) has stable's answer teed the same way: each
+chunk goes to the client's transport first, then to the mirror's bounded copy; the proxy
+tells the mirror when stable's answer ended, whole or not.
+
+Requests are sent with ``X-Scheduler-Version`` of the chosen side (and never with a
+client's ``X-Tinct-Shadow``, which marks mirrors); answers carry
 ``X-Scheduler-Active`` (the version that answered) and ``X-Fallback-Reason`` after a
 fallback. Hop-by-hop headers are dropped both ways; bodies pass unchanged (no
 decompression), so ``Content-Encoding`` stays true. The backend's ``Date`` is kept.
@@ -68,7 +73,16 @@ FALLBACK_REASON = b"X-Fallback-Reason"
 #: ``X-Scheduler-Version`` negotiates.
 UPGRADE_TO = b"tinct-scheduler"
 
-_DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", SCHEDULER_VERSION.lower()}
+#: Marks a mirrored request (:mod:`tinct.router.shadow`); a client's own never reaches a backend.
+SHADOW = b"X-Tinct-Shadow"
+
+_DROP_REQUEST = HOP_BY_HOP_B | {
+    b"host",
+    b"content-length",
+    b"expect",
+    SCHEDULER_VERSION.lower(),
+    SHADOW.lower(),
+}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
 _SSE = b"text/event-stream"
@@ -84,8 +98,8 @@ def _event_stream(resp: Response) -> bool:
 
 def forward_headers(fields: Fields, hops: frozenset[bytes], remote: str | None) -> bytes:
     """The client's request headers as sent upstream (header lines): hop-by-hop (standard
-    and ``hops``), Host, length and any ``X-Scheduler-Version`` removed, ``X-Forwarded-For``
-    extended."""
+    and ``hops``), Host, length and any ``X-Scheduler-Version`` and ``X-Tinct-Shadow``
+    removed, ``X-Forwarded-For`` extended."""
     drop = _DROP_REQUEST | hops if hops else _DROP_REQUEST
     out: list[bytes] = []
     prior: bytes | None = None
@@ -326,6 +340,7 @@ class Proxy:
         if self.measure_tokens and ex.body is not None:
             meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
         complete = False
+        mirror = ex.mirror
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ex.ttfb = time.perf_counter() - since
@@ -339,7 +354,10 @@ class Proxy:
                     write(data)  # to the client first: measuring never holds a byte back
                     feed(data)
 
-            done = resp.stream(sink, table.idle_timeout)
+            if mirror is not None:  # teed after the client's write: the copy holds nothing back
+                done = resp.stream(mirror.tee(resp, sink), table.idle_timeout)
+            else:
+                done = resp.stream(sink, table.idle_timeout)
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
                 await done
@@ -366,6 +384,8 @@ class Proxy:
             resp.close()
             if meter is not None:
                 meter.finish(complete)
+            if mirror is not None:
+                mirror.stable_ended(complete)
             self.metrics.request(ex)
 
 
@@ -373,6 +393,7 @@ __all__ = [
     "FALLBACK_REASON",
     "SCHEDULER_ACTIVE",
     "SCHEDULER_VERSION",
+    "SHADOW",
     "Proxy",
     "forward_headers",
 ]
