@@ -131,7 +131,7 @@ class Router:
         cfg = st.config
         self._pool = UpstreamPool(
             connect_timeout=cfg.connect_timeout,
-            keep_per_origin=cfg.pool_per_host,
+            keep_per_origin=cfg.upstream_keepalive,
             idle_timeout=cfg.keepalive_timeout,
             resolve=parse_resolve(cfg.resolve),
         )

@@ -34,7 +34,6 @@ decompression), so ``Content-Encoding`` stays true. The backend's ``Date`` is ke
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -50,6 +49,7 @@ from tinct.router.response import (
     UpstreamError,
     UpstreamIdleError,
     UpstreamRejectedError,
+    UpstreamTimeoutError,
 )
 from tinct.router.table import CompiledTable, Upstream
 from tinct.router.upstream import UpstreamPool
@@ -164,7 +164,9 @@ class Proxy:
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
-    async def _send(self, up: Upstream, ex: Exchange, headers: bytes) -> Response:
+    async def _send(self, up: Upstream, ex: Exchange, headers: bytes, timeout: float | None) -> Response:
+        """``ex``'s request sent to ``up``; its head in within ``timeout`` seconds, else
+        :class:`~tinct.router.response.UpstreamTimeoutError`."""
         request = ex.request
         head_only = request.method == "HEAD"
         lines = b"Host: %b\r\n%b%b: %b\r\n" % (up.authority, headers, SCHEDULER_VERSION, up.version_b)
@@ -178,7 +180,14 @@ class Proxy:
             else:
                 body = rb
         return await self.pool.request(
-            up.origin, request.method, target, lines, body, chunked=request.chunked, head_only=head_only
+            up.origin,
+            request.method,
+            target,
+            lines,
+            body,
+            chunked=request.chunked,
+            head_only=head_only,
+            timeout=timeout,
         )
 
     async def _try_candidate(self, ex: Exchange, headers: bytes) -> tuple[Response | None, Reason | None]:
@@ -186,14 +195,12 @@ class Proxy:
         health = self.health(table)
         if health.ejected():
             return None, "ejected"
-        timeout = asyncio.timeout(table.latency_limit)
         try:
-            async with timeout:
-                resp = await self._send(table.candidate, ex, headers)
-        except (UpstreamError, TimeoutError, OSError) as e:
+            resp = await self._send(table.candidate, ex, headers, table.latency_limit)
+        except (UpstreamError, OSError) as e:
             reason: Reason = (
                 "latency_too_high"
-                if timeout.expired()
+                if isinstance(e, UpstreamTimeoutError)
                 else "unreachable"
                 if isinstance(e, UpstreamConnectError)
                 else "upstream_error"
@@ -257,14 +264,10 @@ class Proxy:
         # Stable's time to first byte after a fallback is its own, from its attempt on.
         since = ex.started if reason is None else time.perf_counter()
         if resp is None:
-            timeout = asyncio.timeout(self.head_timeout)
             try:
                 try:
-                    async with timeout:
-                        resp = await self._send(up, ex, headers)
-                except TimeoutError:
-                    if not timeout.expired():
-                        raise
+                    resp = await self._send(up, ex, headers, self.head_timeout)
+                except UpstreamTimeoutError:
                     raise UpstreamRejectedError(
                         "head_timeout", f"no response head within {self.head_timeout:g}s"
                     ) from None

@@ -47,6 +47,11 @@ class UpstreamIdleError(UpstreamError):
     """The backend sent nothing of its answer's body for the idle timeout."""
 
 
+class UpstreamTimeoutError(UpstreamError):
+    """The backend's response head was not in by the deadline the request was sent with
+    (connecting and sending the request included)."""
+
+
 class UpstreamRejectedError(UpstreamError):
     """The backend's answer was refused: its head over the limits or too slow, or unparsable."""
 
@@ -157,6 +162,11 @@ class Response:
         if d is not None and not d.done():
             d.set_result(None)
 
+    def _head_overdue(self) -> None:
+        """The deadline for the head passed (a timer of the upstream client)."""
+        if not self.head.done():
+            self._fail(UpstreamTimeoutError("no response head by the deadline"))
+
     def _fail(self, exc: UpstreamError) -> None:
         self._conn = None
         self._stop_timer()
@@ -222,7 +232,7 @@ class Response:
         if self.complete:
             return None
         self._sink = sink
-        loop = asyncio.get_running_loop()
+        loop = self.head.get_loop()
         self._done = loop.create_future()
         if idle_timeout is not None and self._conn is not None:
             self._idle = idle_timeout
@@ -259,4 +269,5 @@ __all__ = [
     "UpstreamError",
     "UpstreamIdleError",
     "UpstreamRejectedError",
+    "UpstreamTimeoutError",
 ]
