@@ -326,11 +326,15 @@ class Proxy:
             headers.append((FALLBACK_REASON, reason.encode()))
         ex.status = resp.status
         meter = None
-        if self.measure_tokens and ex.body is not None:
-            meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+        if ex.body is not None:
+            if self.measure_tokens:
+                meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+            # No retry once an answer is taken: a long prompt is not held for a whole stream.
+            ex.body = b""
         complete = False
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
+            resp.headers = []  # sent: a stream need not hold them (trailers would land here)
             ex.ttfb = time.perf_counter() - since
             conn.source = resp
             if meter is None:

@@ -65,6 +65,22 @@ class _StaleError(UpstreamError):
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a backend, one request at a time."""
 
+    __slots__ = (
+        "_flow",
+        "_parser",
+        "closed",
+        "last_data",
+        "last_used",
+        "loop",
+        "origin",
+        "paused",
+        "pool",
+        "request_sent",
+        "resp",
+        "reused",
+        "transport",
+    )
+
     def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
         self.pool = pool
         self.origin = origin
