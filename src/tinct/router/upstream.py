@@ -35,6 +35,7 @@ from tinct.router.framing import final_chunked
 from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
     ClientBodyError,
+    IdleWatch,
     Response,
     UpstreamConnectError,
     UpstreamError,
@@ -96,6 +97,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.last_data = 0.0
         self.paused = False
         self._flow = WriteFlow(self.loop)
+
+    @property
+    def watch(self) -> IdleWatch:
+        return self.pool.idle_watch
 
     # --- transport events ----------------------------------------------------------------
 
@@ -285,6 +290,8 @@ class UpstreamPool:
         self.keep_per_origin = keep_per_origin
         self.idle_timeout = idle_timeout
         self._idle: dict[Origin, list[UpstreamConnection]] = {}
+        #: Answers streaming with an idle timeout, checked together.
+        self.idle_watch = IdleWatch(self.loop)
         self._tls: ssl.SSLContext | None = None
         self._sweeper = self.loop.create_task(self._sweep(), name="tinct-upstream-idle-sweep")
 
