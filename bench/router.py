@@ -94,16 +94,26 @@ ANSWER = json.dumps(
 REQUEST = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say ok. " * 8}]})
 
 
+_PROSE = (
+    "The scheduler batches requests by prompt length and keeps the KV cache warm for "
+    "sessions that come back; when memory runs short it evicts the coldest session first. "
+)
+
+
+def _conversation(system: str, pairs: int, user: int, assistant: int, question: str) -> list[dict[str, str]]:
+    """A system turn, then ``pairs`` user and assistant turns of ``user`` and ``assistant``
+    paragraphs (the user's ending in ``question``, formatted with the turn's number ``i``)."""
+    turns = [{"role": "system", "content": system}]
+    for i in range(pairs):
+        turns.append({"role": "user", "content": _PROSE * user + question.format(i=i)})
+        turns.append({"role": "assistant", "content": _PROSE * assistant})
+    return turns
+
+
 def realistic_request() -> str:
     """A multi-turn chat request of about 3,000 tokens (at 4 characters per token)."""
-    prose = (
-        "The scheduler batches requests by prompt length and keeps the KV cache warm for "
-        "sessions that come back; when memory runs short it evicts the coldest session first. "
-    )
-    turns = [{"role": "system", "content": "You are a concise assistant for an ML platform team. " * 6}]
-    for i in range(6):
-        turns.append({"role": "user", "content": prose * 8 + f"Question {i}: what changes at step {i}?"})
-        turns.append({"role": "assistant", "content": prose * 4})
+    system = "You are a concise assistant for an ML platform team. " * 6
+    turns = _conversation(system, 6, 8, 4, "Question {i}: what changes at step {i}?")
     turns.append({"role": "user", "content": "Summarise the discussion in three bullet points."})
     return json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
 
@@ -633,16 +643,11 @@ def _load_main(port: int, streams: int, rate: float) -> None:
 def long_prompt_request() -> str:
     """A chat request of about 220 KB: a system prompt, four earlier turns and a long user
     turn (a pasted document), as an LLM agent sends them."""
-    prose = (
-        "The scheduler batches requests by prompt length and keeps the KV cache warm for "
-        "sessions that come back; when memory runs short it evicts the coldest session first. "
+    turns = _conversation(
+        "You are a careful assistant for an ML platform team. " * 12, 4, 20, 6, "Question {i}?"
     )
-    turns = [{"role": "system", "content": "You are a careful assistant for an ML platform team. " * 12}]
-    for i in range(4):
-        turns.append({"role": "user", "content": prose * 20 + f"Question {i}?"})
-        turns.append({"role": "assistant", "content": prose * 6})
     doc = json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
-    long_turn = prose * ((LONG_PROMPT_BYTES - len(doc)) // len(prose))
+    long_turn = _PROSE * ((LONG_PROMPT_BYTES - len(doc)) // len(_PROSE))
     turns.append({"role": "user", "content": "Summarise this document:\n" + long_turn})
     return json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
 

@@ -55,13 +55,18 @@ async def _burst(base: str, backend: FakeScheduler, n: int) -> None:
         assert await asyncio.gather(*tasks) == [200] * n
 
 
-async def test_a_burst_leaves_no_more_idle_backend_connections_than_the_cap(tmp_path: Path) -> None:
+async def _backend(tmp_path: Path) -> tuple[FakeScheduler, int, str]:
+    """A backend, its port, and a table file sending everything to it."""
     backend = await FakeScheduler("v1").start()
-    port = int(backend.url.rsplit(":", 1)[1])
     table = tmp_path / "table.json"
     table.write_text(json.dumps(table_doc(backend.url, backend.url.replace("127.0.0.1", "localhost"))))
+    return backend, int(backend.url.rsplit(":", 1)[1]), str(table)
+
+
+async def test_a_burst_leaves_no_more_idle_backend_connections_than_the_cap(tmp_path: Path) -> None:
+    backend, port, table = await _backend(tmp_path)
     try:
-        async with router_process(str(table), "--upstream-keepalive", "3") as router:
+        async with router_process(table, "--upstream-keepalive", "3") as router:
             await _burst(router.base, backend, 12)
             # Twelve were open at once; nine are closed as they come back, three stay.
             await _until("the pool keeps three", lambda: _established_to(port) == 3)
@@ -75,12 +80,9 @@ async def test_a_burst_leaves_no_more_idle_backend_connections_than_the_cap(tmp_
 
 
 async def test_idle_backend_connections_close_after_the_idle_timeout(tmp_path: Path) -> None:
-    backend = await FakeScheduler("v1").start()
-    port = int(backend.url.rsplit(":", 1)[1])
-    table = tmp_path / "table.json"
-    table.write_text(json.dumps(table_doc(backend.url, backend.url.replace("127.0.0.1", "localhost"))))
+    backend, port, table = await _backend(tmp_path)
     try:
-        async with router_process(str(table), "--upstream-idle-timeout", "0.5") as router:
+        async with router_process(table, "--upstream-idle-timeout", "0.5") as router:
             await _burst(router.base, backend, 4)
             assert _established_to(port) == 4
             await _until("idle connections closed", lambda: _established_to(port) == 0)
