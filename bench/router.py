@@ -45,8 +45,9 @@ by side per run, never subtracted across runs:
   ``stream_chunk_ramp_p99_ms`` is the p99 of those relayed while the streams were opening.
 
 ``--against REF`` builds REF (a commit, branch or tag) in a temporary worktree with a venv of
-its own, and runs its router and this checkout's through the hop, long-prompt and SSE cases
-in alternating rounds, printing each key for both and their ratio (head / ref).
+its own, and runs its router and this checkout's through the hop (plain request), long-prompt,
+workers, SSE and streams cases (those given with ``--cases``) in alternating rounds, printing
+each key for both and their ratio (head / ref).
 
 Everything listens on 127.0.0.1; runs are a few seconds each; every process started here is
 stopped at the end. wrk and nginx come from Debian and are installed with apt-get if
@@ -723,6 +724,7 @@ def streams_case(
     rounds: int,
     workers: int,
     keepalive: int,
+    python: str = sys.executable,
 ) -> dict[str, Any]:
     """``streams`` concurrent streams through a router with ``workers`` workers, and the
     same straight to the engine, in alternating rounds (see the module docstring)."""
@@ -732,7 +734,9 @@ def streams_case(
     assert eng.stdout.readline().strip() == "ready"
     port, metrics_port = _port(), _port()
     table = _table(f"http://127.0.0.1:{engine}", f"http://localhost:{engine}", 50)
-    _start_router(tmp, table, port, procs, "--workers", str(workers), "--metrics-port", str(metrics_port))
+    _start_router(
+        tmp, table, port, procs, "--workers", str(workers), "--metrics-port", str(metrics_port), python=python
+    )
     router = procs[-1]
     _wait_ready(metrics_port, router)
     pids = _children(router.pid)
@@ -756,6 +760,10 @@ def streams_case(
                 fds_after.append(_fds(pids))
             print(f"streams {name:>6}: {got}", file=sys.stderr)
             out[name].append(got)
+    for p in (router, eng):  # ten thousand streams' worth of descriptors go with them
+        p.terminate()
+        p.wait()
+        procs.remove(p)  # type: ignore[arg-type]
     r, d = out["router"], out["direct"]
     return {
         "streams": min(x["streams"] for x in r),
@@ -798,55 +806,95 @@ def _build_ref(ref: str, tmp: Path) -> str:
 
 
 def against(
-    ref: str, args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen[bytes]]
+    ref: str, args: argparse.Namespace, cases: set[str], tmp: Path, procs: list[subprocess.Popen[bytes]]
 ) -> dict[str, Any]:
-    """This checkout's router and ``ref``'s through the same cases in alternating rounds."""
+    """This checkout's router and ``ref``'s through the same cases (hop, long, workers, sse,
+    streams; those in ``cases``) in alternating rounds; each key for both and their ratio."""
     ref_python = _build_ref(ref, tmp)
+    pythons = {"head": sys.executable, "ref": ref_python}
     backend = _port()
     _start_nginx(tmp, "backend", _backend_server(backend), backend, procs)
     stable, candidate = f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"
-    sse_backend = _port()
-    sse = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
-    ports: dict[str, dict[str, int]] = {}
-    for name, python in (("head", sys.executable), ("ref", ref_python)):
-        ports[name] = {k: _port() for k in ("plain", "long", "sse", "sse_unmeasured")}
-        _start_router(tmp, _table(stable, candidate, 0), ports[name]["plain"], procs, python=python)
-        _start_router(tmp, _table(stable, candidate, 50), ports[name]["long"], procs, python=python)
-        _start_router(tmp, sse, ports[name]["sse"], procs, python=python)
-        _start_router(tmp, sse, ports[name]["sse_unmeasured"], procs, "--no-token-metrics", python=python)
     trivial, long_lua = tmp / "trivial.lua", tmp / "long.lua"
     trivial.write_text(_lua(REQUEST, sessions=False))
     long_lua.write_text(_lua(long_prompt_request(), sessions=False))
-    path = "/v1/chat/completions"
-    url = "http://127.0.0.1:{}" + path
-    rounds = args.rounds
-    plain = _alternate(
-        {n: url.format(p["plain"]) for n, p in ports.items()},
-        trivial,
-        args.duration,
-        args.connections,
-        rounds,
-        "plain",
-    )
-    long150 = _alternate(
-        {n: url.format(p["long"]) for n, p in ports.items()}, long_lua, args.duration, 150, rounds, "long150"
-    )
-    relay = asyncio.run(
-        _chunk_relay_delays(
-            {f"{n}/{k}": p[k] for n, p in ports.items() for k in ("sse", "sse_unmeasured")}, sse_backend
-        )
-    )
-    keys: dict[str, dict[str, float]] = {n: {} for n in ports}
-    for n in ports:
-        keys[n] = {
-            "router_rps": plain[n]["rps"],
-            "router_p50_ms": plain[n]["p50"],
-            "long_prompt_rps": long150[n]["rps"],
-            "long_prompt_p50_ms": long150[n]["p50"],
-            "long_prompt_p99_ms": long150[n]["p99"],
-            "chunk_relay_delay_median_ms": statistics.median(_all(relay[f"{n}/sse"])),
-            "token_metrics_added_us": _added_us(relay[f"{n}/sse"], relay[f"{n}/sse_unmeasured"]),
-        }
+    url = "http://127.0.0.1:{}/v1/chat/completions"
+    keys: dict[str, dict[str, float]] = {n: {} for n in pythons}
+
+    def routers(weight: float, *extra: str) -> dict[str, str]:
+        urls = {}
+        for name, python in pythons.items():
+            port = _port()
+            _start_router(tmp, _table(stable, candidate, weight), port, procs, *extra, python=python)
+            urls[name] = url.format(port)
+        return urls
+
+    if "hop" in cases:
+        plain = _alternate(routers(0), trivial, args.duration, args.connections, args.rounds, "plain")
+        for n, got in plain.items():
+            keys[n].update({"router_rps": got["rps"], "router_p50_ms": got["p50"]})
+    if "long" in cases:
+        long150 = _alternate(routers(50), long_lua, args.duration, 150, args.rounds, "long150")
+        for n, got in long150.items():
+            keys[n].update(
+                {
+                    "long_prompt_rps": got["rps"],
+                    "long_prompt_p50_ms": got["p50"],
+                    "long_prompt_p99_ms": got["p99"],
+                }
+            )
+    if "workers" in cases:
+        urls = {}
+        for workers in (1, 2):
+            for name, python in pythons.items():
+                port, metrics_port = _port(), _port()
+                _start_router(
+                    tmp,
+                    _table(stable, candidate, 0),
+                    port,
+                    procs,
+                    *("--workers", str(workers), "--metrics-port", str(metrics_port)),
+                    python=python,
+                )
+                _wait_ready(metrics_port, procs[-1])
+                urls[f"{name}/{workers}"] = url.format(port)
+        w = _alternate(urls, trivial, args.duration, args.worker_connections, args.rounds, "workers")
+        for n in pythons:
+            keys[n]["workers_speedup"] = w[f"{n}/2"]["rps"] / w[f"{n}/1"]["rps"]
+    if "sse" in cases:
+        sse_backend = _port()
+        sse = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
+        ports: dict[str, int] = {}
+        for name, python in pythons.items():
+            for kind, extra in (("sse", ()), ("sse_unmeasured", ("--no-token-metrics",))):
+                ports[f"{name}/{kind}"] = _port()
+                _start_router(tmp, sse, ports[f"{name}/{kind}"], procs, *extra, python=python)
+        relay = asyncio.run(_chunk_relay_delays(ports, sse_backend))
+        for n in pythons:
+            keys[n]["chunk_relay_delay_median_ms"] = statistics.median(_all(relay[f"{n}/sse"]))
+            keys[n]["token_metrics_added_us"] = _added_us(relay[f"{n}/sse"], relay[f"{n}/sse_unmeasured"])
+    if "streams" in cases:
+        for _ in range(args.stream_rounds):
+            for n, python in pythons.items():
+                got = streams_case(
+                    tmp,
+                    procs,
+                    streams=args.streams,
+                    seconds=args.stream_seconds,
+                    rate=args.stream_rate,
+                    rounds=1,
+                    workers=2,
+                    keepalive=UPSTREAM_KEEPALIVE,
+                    python=python,
+                )
+                for k in (
+                    "stream_errors",
+                    "router_kb_per_stream",
+                    "stream_chunk_added_p99_ms",
+                    "router_fds_after",
+                ):
+                    keys[n].setdefault(k, 0.0)
+                    keys[n][k] += got[k] / args.stream_rounds
     summary: dict[str, Any] = {"against": ref}
     for key in keys["head"]:
         h, r = keys["head"][key], keys["ref"][key]
@@ -925,7 +973,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tinct-bench-router-"))
     summary: dict[str, Any] = {}
     try:
-        summary = against(args.against, args, tmp, procs) if args.against else _run(args, cases, tmp, procs)
+        summary = (
+            against(args.against, args, cases, tmp, procs) if args.against else _run(args, cases, tmp, procs)
+        )
     finally:
         for p in reversed(procs):  # routers before their backends
             p.terminate()
@@ -1080,7 +1130,7 @@ def _run(
     if "workers" in cases:
         # One worker against two (SO_REUSEPORT), same table, same request, same connections.
         worker_urls: dict[str, str] = {}
-        for n in (1, 2):
+        for workers in (1, 2):
             port, metrics_port = _port(), _port()
             _start_router(
                 tmp,
@@ -1088,12 +1138,12 @@ def _run(
                 port,
                 procs,
                 "--workers",
-                str(n),
+                str(workers),
                 "--metrics-port",
                 str(metrics_port),
             )
             _wait_ready(metrics_port, procs[-1])
-            worker_urls[f"workers_{n}"] = url.format(port)
+            worker_urls[f"workers_{workers}"] = url.format(port)
         w = _alternate(
             worker_urls, trivial_lua, args.duration, args.worker_connections, args.rounds, "workers"
         )
