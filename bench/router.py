@@ -12,9 +12,11 @@ by side per run, never subtracted across runs:
   classification of a real prompt, the sticky hash and the candidate choice all run; the
   candidate is the same nginx under another host name).
 - ``long``: a ~220 KB chat request (a system prompt, four turns, a long user turn) at 20 and
-  150 connections, directly, through nginx and through the router (1 process, weight 50:
-  classification and the sticky hash run). ``long_prompt_rps_ratio`` is router / direct at
-  150 connections, ``long_prompt_added_p50_ms`` / ``_p99_ms`` the added latency there.
+  150 connections, directly, through nginx, through the router (1 process, weight 50:
+  classification and the sticky hash run) and through the router as the chart runs it on
+  two CPUs (``--workers 2``). ``long_prompt_rps_ratio`` is router / direct at 150
+  connections, ``long_prompt_added_p50_ms`` / ``_p99_ms`` the added latency there; the
+  ``_workers`` keys the same for ``--workers 2``, ``_20`` at 20 connections.
 - ``tables``: a router with 100 routing tables (one model each) against one with a single
   table, the request naming one of the models: picking the table by model costs nothing that
   grows with the number of releases.
@@ -1078,33 +1080,36 @@ def _run(
             }
         )
     if "long" in cases:
-        long_router = _port()
+        long_router, workers_router, workers_metrics = _port(), _port(), _port()
         _start_router(tmp, _table(stable_url, candidate_url, 50), long_router, procs)
+        _start_router(
+            tmp,
+            _table(stable_url, candidate_url, 50),
+            workers_router,
+            procs,
+            *("--workers", "2", "--metrics-port", str(workers_metrics)),
+        )
+        _wait_ready(workers_metrics, procs[-1])
         targets = {
             "direct": url.format(backend),
             "nginx": url.format(proxy),
             "router": url.format(long_router),
+            "workers": url.format(workers_router),
         }
         for conns in (20, 150):
             got = _alternate(targets, long_lua, args.duration, conns, args.rounds, f"long{conns}")
-            d, n, r = got["direct"], got["nginx"], got["router"]
-            summary.update(
-                {
-                    f"long_prompt_direct_rps_{conns}": round(d["rps"], 1),
-                    f"long_prompt_nginx_rps_{conns}": round(n["rps"], 1),
-                    f"long_prompt_router_rps_{conns}": round(r["rps"], 1),
-                    f"long_prompt_direct_p50_ms_{conns}": round(d["p50"], 3),
-                    f"long_prompt_router_p50_ms_{conns}": round(r["p50"], 3),
-                    f"long_prompt_direct_p99_ms_{conns}": round(d["p99"], 3),
-                    f"long_prompt_router_p99_ms_{conns}": round(r["p99"], 3),
-                }
-            )
-            if conns == 20:
-                summary["long_prompt_rps_ratio_20"] = round(r["rps"] / d["rps"], 3)
-                summary["long_prompt_added_p50_ms_20"] = round(r["p50"] - d["p50"], 3)
-        summary["long_prompt_rps_ratio"] = round(r["rps"] / d["rps"], 3)
-        summary["long_prompt_added_p50_ms"] = round(r["p50"] - d["p50"], 3)
-        summary["long_prompt_added_p99_ms"] = round(r["p99"] - d["p99"], 3)
+            d, r, w = got["direct"], got["router"], got["workers"]
+            for name, run in got.items():
+                summary[f"long_prompt_{name}_rps_{conns}"] = round(run["rps"], 1)
+                summary[f"long_prompt_{name}_p50_ms_{conns}"] = round(run["p50"], 3)
+                summary[f"long_prompt_{name}_p99_ms_{conns}"] = round(run["p99"], 3)
+            suffix = "" if conns == 150 else f"_{conns}"
+            summary[f"long_prompt_rps_ratio{suffix}"] = round(r["rps"] / d["rps"], 3)
+            summary[f"long_prompt_added_p50_ms{suffix}"] = round(r["p50"] - d["p50"], 3)
+            summary[f"long_prompt_added_p99_ms{suffix}"] = round(r["p99"] - d["p99"], 3)
+            summary[f"long_prompt_rps_ratio_workers{suffix}"] = round(w["rps"] / d["rps"], 3)
+            summary[f"long_prompt_added_p50_ms_workers{suffix}"] = round(w["p50"] - d["p50"], 3)
+            summary[f"long_prompt_added_p99_ms_workers{suffix}"] = round(w["p99"] - d["p99"], 3)
     if "tables" in cases:
         # One table vs a hundred: the request's model picks its table among them.
         one_table, hundred_tables = _port(), _port()
@@ -1144,14 +1149,14 @@ def _run(
             )
             _wait_ready(metrics_port, procs[-1])
             worker_urls[f"workers_{workers}"] = url.format(port)
-        w = _alternate(
+        wr = _alternate(
             worker_urls, trivial_lua, args.duration, args.worker_connections, args.rounds, "workers"
         )
         summary.update(
             {
-                "router_1_worker_rps": round(w["workers_1"]["rps"], 1),
-                "router_workers_rps": round(w["workers_2"]["rps"], 1),
-                "workers_speedup": round(w["workers_2"]["rps"] / w["workers_1"]["rps"], 3),
+                "router_1_worker_rps": round(wr["workers_1"]["rps"], 1),
+                "router_workers_rps": round(wr["workers_2"]["rps"], 1),
+                "workers_speedup": round(wr["workers_2"]["rps"] / wr["workers_1"]["rps"], 3),
             }
         )
     if "sse" in cases:
