@@ -138,7 +138,7 @@ class Router:
         cfg = st.config
         self._pool = UpstreamPool(
             connect_timeout=cfg.connect_timeout,
-            keep_per_origin=cfg.pool_per_host,
+            keep_per_origin=cfg.upstream_keepalive,
             idle_timeout=cfg.keepalive_timeout,
             resolve=parse_resolve(cfg.resolve),
         )
@@ -224,10 +224,17 @@ class Router:
             conn.refuse("no_routing_table")
             return
         ex = Exchange(conn, request, table, started)
-        if classified:
-            await self._classified(ex, proxy)
-        else:
+        # One frame fewer for the life of a stream: classification returns before forwarding.
+        if classified and not await self._classify(ex):
+            return
+        mirror = ex.mirror
+        if mirror is None:
             await proxy.forward(ex)
+            return
+        try:
+            await proxy.forward(ex)
+        finally:
+            mirror.stable_ended(False)  # stable gave no answer (the proxy reports one that ended)
 
     async def handle_local(self, request: Request, conn: ServerConnection) -> None:
         """Answer on the metrics port: ``/metrics``, ``/healthz``, ``/readyz`` only."""
@@ -245,7 +252,9 @@ class Router:
             ex.conn.close_after_response = True
         ex.conn.refuse(code, detail)
 
-    async def _classified(self, ex: Exchange, proxy: Proxy) -> None:
+    async def _classify(self, ex: Exchange) -> bool:
+        """Read and classify the body of ``ex``: its table, tag, body and side filled in. False:
+        the request was answered (refused) here."""
         st = self.state
         request = ex.request
         limit = st.config.max_body_bytes
@@ -253,13 +262,13 @@ class Router:
             body = await request.body.read_all(limit)
         except BodyTooLargeError:
             self._refuse(ex, "request_too_large", f"body over --max-body-bytes {limit}")
-            return
+            return False
         except BodyTimeoutError as e:
             self._refuse(ex, "request_timeout", str(e))
-            return
+            return False
         except FramingError as e:  # the body's framing broke midway
             self._refuse(ex, e.code, e.detail)
-            return
+            return False
         try:
             doc = parse_body(body)
             model = doc.get("model")
@@ -274,7 +283,7 @@ class Router:
             ex.status = e.status
             st.metrics.request(ex)
             ex.conn.respond(json_response(e.status, e.body(), [(REQUEST_ID, request.rid)]))
-            return
+            return False
         weight = route.weight
         ex.body = body
         ex.tag = route.tag
@@ -286,15 +295,9 @@ class Router:
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
         shadow = self.shadow
-        mirror = None if shadow is None or ex.candidate else shadow.consider(ex, route.cell, doc)
-        if mirror is None:
-            await proxy.forward(ex)
-            return
-        ex.mirror = mirror
-        try:
-            await proxy.forward(ex)
-        finally:
-            mirror.stable_ended(False)  # stable gave no answer (the proxy reports one that ended)
+        if shadow is not None and not ex.candidate:
+            ex.mirror = shadow.consider(ex, route.cell, doc)
+        return True
 
 
 def parse_resolve(items: Sequence[str]) -> dict[tuple[str, int], tuple[str, int]]:

@@ -45,6 +45,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         comparer_token_file=Path(args.comparer_token_file) if args.comparer_token_file else None,
         comparer_queue=args.comparer_queue,
         shadow_max_held_bytes=args.shadow_max_held_bytes,
+        upstream_keepalive=args.upstream_keepalive,
+        keepalive_timeout=args.upstream_idle_timeout,
     )
 
 
@@ -140,6 +142,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, not {text!r}")
+    return value
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -229,6 +241,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="seconds until stable's response head must be in, else the client gets a 502; "
         "generous, as a non-streamed answer sends its head only when generation ends (the "
         "candidate has the table's fallback.latencyMs) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--upstream-keepalive",
+        type=_count,
+        metavar="N",
+        default=_D.upstream_keepalive,
+        help="idle keep-alive connections to each backend kept per process (each worker), as "
+        "nginx's upstream keepalive; more are closed as they come back, so a burst of streams "
+        "leaves no more than this open once it ends (0: none kept) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--upstream-idle-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=_D.keepalive_timeout,
+        help="seconds an idle keep-alive connection to a backend is kept (default: %(default)s)",
     )
     p.add_argument(
         "--shutdown-timeout",

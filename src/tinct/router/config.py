@@ -39,8 +39,10 @@ class RouterConfig:
     #: Seconds until stable's response head must be in (the candidate has the table's
     #: latencyMs); generous, as a non-streamed answer sends its head only once generated.
     upstream_head_timeout: float = 300.0
-    #: Idle upstream keep-alive connections kept per backend (0: unlimited).
-    pool_per_host: int = 0
+    #: Idle upstream keep-alive connections a process (each worker) keeps per backend, as
+    #: nginx's upstream ``keepalive``: more are closed as they come back to the pool (0: none
+    #: is kept). Connections in use are not limited.
+    upstream_keepalive: int = 64
     #: Seconds an idle upstream connection is kept.
     keepalive_timeout: float = 60.0
     #: Seconds an idle client connection is kept.

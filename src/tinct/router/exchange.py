@@ -40,7 +40,8 @@ class Exchange:
     started: float
     #: Dye tag; :data:`UNCLASSIFIED` for other endpoints and refusals.
     tag: str = UNCLASSIFIED
-    #: The whole body of a classified request; None streams the client's body through.
+    #: The whole body of a classified request (emptied once an answer is taken: no retry
+    #: follows, and a stream need not hold its prompt); None streams the client's body through.
     body: bytes | None = None
     #: The sticky choice sent it to the candidate.
     candidate: bool = False

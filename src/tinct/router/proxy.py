@@ -39,9 +39,9 @@ decompression), so ``Content-Encoding`` stays true. The backend's ``Date`` is ke
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
@@ -55,6 +55,7 @@ from tinct.router.response import (
     UpstreamError,
     UpstreamIdleError,
     UpstreamRejectedError,
+    UpstreamTimeoutError,
 )
 from tinct.router.table import CompiledTable, Upstream
 from tinct.router.upstream import UpstreamPool
@@ -178,7 +179,9 @@ class Proxy:
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
-    async def _send(self, up: Upstream, ex: Exchange, headers: bytes) -> Response:
+    async def _send(self, up: Upstream, ex: Exchange, headers: bytes, timeout: float | None) -> Response:
+        """``ex``'s request sent to ``up``; its head in within ``timeout`` seconds, else
+        :class:`~tinct.router.response.UpstreamTimeoutError`."""
         request = ex.request
         head_only = request.method == "HEAD"
         lines = b"Host: %b\r\n%b%b: %b\r\n" % (up.authority, headers, SCHEDULER_VERSION, up.version_b)
@@ -192,7 +195,14 @@ class Proxy:
             else:
                 body = rb
         return await self.pool.request(
-            up.origin, request.method, target, lines, body, chunked=request.chunked, head_only=head_only
+            up.origin,
+            request.method,
+            target,
+            lines,
+            body,
+            chunked=request.chunked,
+            head_only=head_only,
+            timeout=timeout,
         )
 
     async def _try_candidate(self, ex: Exchange, headers: bytes) -> tuple[Response | None, Reason | None]:
@@ -200,14 +210,12 @@ class Proxy:
         health = self.health(table)
         if health.ejected():
             return None, "ejected"
-        timeout = asyncio.timeout(table.latency_limit)
         try:
-            async with timeout:
-                resp = await self._send(table.candidate, ex, headers)
-        except (UpstreamError, TimeoutError, OSError) as e:
+            resp = await self._send(table.candidate, ex, headers, table.latency_limit)
+        except (UpstreamError, OSError) as e:
             reason: Reason = (
                 "latency_too_high"
-                if timeout.expired()
+                if isinstance(e, UpstreamTimeoutError)
                 else "unreachable"
                 if isinstance(e, UpstreamConnectError)
                 else "upstream_error"
@@ -271,14 +279,10 @@ class Proxy:
         # Stable's time to first byte after a fallback is its own, from its attempt on.
         since = ex.started if reason is None else time.perf_counter()
         if resp is None:
-            timeout = asyncio.timeout(self.head_timeout)
             try:
                 try:
-                    async with timeout:
-                        resp = await self._send(up, ex, headers)
-                except TimeoutError:
-                    if not timeout.expired():
-                        raise
+                    resp = await self._send(up, ex, headers, self.head_timeout)
+                except UpstreamTimeoutError:
                     raise UpstreamRejectedError(
                         "head_timeout", f"no response head within {self.head_timeout:g}s"
                     ) from None
@@ -337,27 +341,33 @@ class Proxy:
             headers.append((FALLBACK_REASON, reason.encode()))
         ex.status = resp.status
         meter = None
-        if self.measure_tokens and ex.body is not None:
-            meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+        if ex.body is not None:
+            if self.measure_tokens:
+                meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+            # No retry once an answer is taken: a long prompt is not held for a whole stream.
+            ex.body = b""
         complete = False
         mirror = ex.mirror
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ex.ttfb = time.perf_counter() - since
             conn.source = resp
+            sink: Callable[[bytes], None]
             if meter is None:
                 sink = conn.write
             else:
                 write, feed = conn.write, meter.feed
 
-                def sink(data: bytes) -> None:
+                def measured(data: bytes) -> None:
                     write(data)  # to the client first: measuring never holds a byte back
                     feed(data)
 
+                sink = measured
+
             if mirror is not None:  # teed after the client's write: the copy holds nothing back
-                done = resp.stream(mirror.tee(resp, sink), table.idle_timeout)
-            else:
-                done = resp.stream(sink, table.idle_timeout)
+                sink = mirror.tee(resp, sink)
+            resp.headers = []  # sent (and teed): a stream need not hold them (trailers would land here)
+            done = resp.stream(sink, table.idle_timeout)
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
                 await done

@@ -135,6 +135,7 @@ class Mirror:
     """One mirrored request: stable's teed copy, the mirror's task and its answer."""
 
     __slots__ = (
+        "_body",
         "_budget",
         "_ended",
         "_ex",
@@ -164,6 +165,10 @@ class Mirror:
         self._shadow = shadow
         self._budget = budget
         self._ex = ex
+        # The request body is the mirror's to send and to pair: the proxy lets go of its own
+        # once stable's answer is taken (its bytes are counted in ``reserved``).
+        assert ex.body is not None
+        self._body = ex.body
         self._up = up
         #: ``candidate``, or ``stable`` for a noise-floor mirror.
         self.target = "stable" if up.side == "stable" else "candidate"
@@ -245,7 +250,7 @@ class Mirror:
         try:
             async with timeout:
                 resp = await self._shadow.pool.request(
-                    up.origin, "POST", up.prefix + request.target, headers, ex.body
+                    up.origin, "POST", up.prefix + request.target, headers, self._body
                 )
                 try:
                     answer.status = resp.status
@@ -269,7 +274,6 @@ class Mirror:
     def _line(self) -> bytes:
         ex = self._ex
         table = ex.table
-        assert ex.body is not None
         return pair_line(
             namespace=table.namespace,
             release=table.release,
@@ -279,7 +283,7 @@ class Mirror:
             target=self.target,
             time=self._wall,
             path=ex.request.path,
-            body=ex.body,
+            body=self._body,
             prompt_tokens=self._tokens,
             stable=self.stable,
             candidate=self.candidate,
