@@ -1,38 +1,70 @@
-"""Benchmark of the dye router against nginx, side by side on this machine.
+"""Benchmark of the dye router against nginx and against no router, side by side on this machine.
 
-wrk (one thread, 8 connections) posts chat requests to a fixed-answer nginx backend:
+Cases (``--cases``, all by default), each comparison in alternating rounds (``--rounds``) so a
+change in the machine's load falls on every side alike; latency percentiles are reported side
+by side per run, never subtracted across runs:
 
-- directly,
-- through nginx as a reverse proxy (1 worker, upstream keep-alive),
-- through ``tinct router`` (1 process, table from a file),
+- ``hop``: wrk (one thread, ``--connections`` 8) posts chat requests to a fixed-answer nginx
+  backend directly, through nginx as a reverse proxy (1 worker, upstream keep-alive) and
+  through ``tinct router`` (1 process, table from a file): a trivial request (64 characters,
+  every cell at weight 0: the router only parses and forwards) and a realistic one (several
+  messages, ~3,000 tokens, every cell at weight 50, a new ``X-Session-Id`` per request, so
+  classification of a real prompt, the sticky hash and the candidate choice all run; the
+  candidate is the same nginx under another host name).
+- ``long``: a ~220 KB chat request (a system prompt, four turns, a long user turn) at 20 and
+  150 connections, directly, through nginx, through the router (1 process, weight 50:
+  classification and the sticky hash run) and through the router as the chart runs it on
+  two CPUs (``--workers 2``). ``long_prompt_rps_ratio`` is router / direct at 150
+  connections, ``long_prompt_added_p50_ms`` / ``_p99_ms`` the added latency there; the
+  ``_workers`` keys the same for ``--workers 2``, ``_20`` at 20 connections.
+- ``tables``: a router with 100 routing tables (one model each) against one with a single
+  table, the request naming one of the models: picking the table by model costs nothing that
+  grows with the number of releases.
+- ``workers``: a router with two worker processes (``--workers 2``, SO_REUSEPORT) against one
+  with ``--workers 1``, both with a metrics port, ``--worker-connections`` connections:
+  ``workers_speedup`` is the ratio. On a two-core machine the load generator and the backend
+  share the cores with the workers, so it stays well under 2.
+- ``sse``: in process, the time to classify a 4k-token chat request; through the router, the
+  time from sending a streaming request to an emulated engine (``tinct emulator``) to reading
+  its first SSE chunk (and the same straight to the engine); and the median delay of an SSE
+  chunk (a chat chunk carrying one token) from the backend's write to the client's read,
+  through a router measuring tokens and, in alternating rounds (12 of 40 chunks), through one
+  started with ``--no-token-metrics``: ``token_metrics_added_us`` is the median over rounds
+  of the difference of the two routers' medians; ``token_meter_us_per_chunk`` the time the
+  token meter takes per chunk, in process.
+- ``streams``: ``--streams`` (10,000) concurrent streaming chat requests through one router
+  started with ``--workers 2`` to an emulated engine sending one token a second for
+  ``--stream-seconds`` (20) s, then the same straight to the engine. Engine and load generator
+  are this script in processes of their own (uvloop, bare protocols: as light as they can
+  be), every process with its descriptor limit raised to the hard limit (each stream takes two
+  descriptors in the router). ``router_kb_per_stream`` is the workers' RSS growth at the
+  plateau divided by the streams, ``stream_chunk_added_p99_ms`` the p99 of a chunk's delay
+  from the engine's write to the client's read through the router minus the same straight to
+  the engine, ``router_fds_after`` the workers' open descriptors once every stream ended
+  (``router_fds_cap``: their descriptors before the streams plus the idle upstream
+  connections the workers may keep, ``--upstream-keepalive`` per backend each, and the table
+  names two backends). Chunk delays count once every stream is open (the plateau);
+  ``stream_chunk_ramp_p99_ms`` is the p99 of those relayed while the streams were opening.
 
-twice: a trivial request (64 characters, every cell at weight 0: the router only parses and
-forwards) and a realistic one (several messages, ~3,000 tokens, every cell at weight 50, a
-new ``X-Session-Id`` per request, so classification of a real prompt, the sticky hash and
-the candidate choice all run; the candidate is the same nginx under another host name).
-Latency percentiles are reported side by side per run, never subtracted across runs.
+``--against REF`` builds REF (a commit, branch or tag) in a temporary worktree with a venv of
+its own, and runs its router and this checkout's through the hop (plain request), long-prompt,
+workers, SSE and streams cases (those given with ``--cases``) in alternating rounds, printing
+each key for both and their ratio (head / ref).
 
-A router with two worker processes (``--workers 2``, SO_REUSEPORT) against one with
-``--workers 1``, both with a metrics port, same request, ``--worker-connections``
-connections: ``workers_speedup`` is the ratio. On a two-core machine the load generator and
-the backend share the cores with the workers, so it stays well under 2.
-
-A router with 100 routing tables (one model each) against one with a single table, the
-request naming one of the models, in alternating rounds, shows that picking the table by model costs nothing that
-grows with the number of releases.
-
-Then, in process: the time to classify a 4k-token chat request; through the router, the
-time from sending a streaming request to an emulated engine (``tinct emulator``) to reading
-its first SSE chunk (and the same straight to the engine); and the median delay of an SSE
-chunk (a chat chunk carrying one token) from the backend's write to the client's read,
-through a router measuring tokens (time to first token, inter-token latency, contract) and,
-in alternating rounds of the same run, through one started with ``--no-token-metrics``.
+``--cases shadow``: the plain router alternates (``--rounds``, medians) with the same request
+through a router that mirrors a 10 % shadow share of every cell (``noiseShare`` 10, budgets
+opened wide so that the share, not a budget, decides) to the candidate, sending the pairs to a
+receiver in this process that stands in for ``tinct comparer``; there wrk gives each request a
+new ``X-Session-Id`` so that the share is drawn per request (a cost the plain run does not
+pay): ``shadow_live_*`` is what clients saw, ``shadow_router_*`` the plain router beside it,
+``shadow_pairs`` the pairs received over its rounds (warm-ups included), ``shadow_mirrors``
+what the router mirrored.
 
 Everything listens on 127.0.0.1; runs are a few seconds each; every process started here is
 stopped at the end. wrk and nginx come from Debian and are installed with apt-get if
 missing. The last line printed is the JSON summary.
 
-Usage: python bench/router.py [--duration SECONDS] [--connections N]
+Usage: python bench/router.py [--duration SECONDS] [--cases hop,long,...] [--against REF]
 """
 
 from __future__ import annotations
@@ -52,9 +84,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinct.router.config import RouterConfig
 from tinct_testing.controlplane.harness import free_port
-from tinct_testing.controlplane.process import http_ok, terminate, wait_ready
-from tinct_testing.router_fakes import table_doc  # the tests' routing table, shared
+from tinct_testing.controlplane.process import http_ok, wait_ready
+from tinct_testing.router_fakes import PairReceiver, table_doc  # the tests' routing table and pair receiver
+
+#: Size of the long-prompt case's request body.
+LONG_PROMPT_BYTES = 220_000
+#: Idle upstream connections a router worker keeps per backend by default.
+UPSTREAM_KEEPALIVE = RouterConfig().upstream_keepalive
 
 ANSWER = json.dumps(
     {
@@ -69,16 +107,26 @@ ANSWER = json.dumps(
 REQUEST = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "Say ok. " * 8}]})
 
 
+_PROSE = (
+    "The scheduler batches requests by prompt length and keeps the KV cache warm for "
+    "sessions that come back; when memory runs short it evicts the coldest session first. "
+)
+
+
+def _conversation(system: str, pairs: int, user: int, assistant: int, question: str) -> list[dict[str, str]]:
+    """A system turn, then ``pairs`` user and assistant turns of ``user`` and ``assistant``
+    paragraphs (the user's ending in ``question``, formatted with the turn's number ``i``)."""
+    turns = [{"role": "system", "content": system}]
+    for i in range(pairs):
+        turns.append({"role": "user", "content": _PROSE * user + question.format(i=i)})
+        turns.append({"role": "assistant", "content": _PROSE * assistant})
+    return turns
+
+
 def realistic_request() -> str:
     """A multi-turn chat request of about 3,000 tokens (at 4 characters per token)."""
-    prose = (
-        "The scheduler batches requests by prompt length and keeps the KV cache warm for "
-        "sessions that come back; when memory runs short it evicts the coldest session first. "
-    )
-    turns = [{"role": "system", "content": "You are a concise assistant for an ML platform team. " * 6}]
-    for i in range(6):
-        turns.append({"role": "user", "content": prose * 8 + f"Question {i}: what changes at step {i}?"})
-        turns.append({"role": "assistant", "content": prose * 4})
+    system = "You are a concise assistant for an ML platform team. " * 6
+    turns = _conversation(system, 6, 8, 4, "Question {i}: what changes at step {i}?")
     turns.append({"role": "user", "content": "Summarise the discussion in three bullet points."})
     return json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
 
@@ -192,14 +240,58 @@ def _table(stable: str, candidate: str, weight: float = 0) -> dict[str, Any]:
     return table_doc(stable, candidate, release="bench", cells=[cell], default_weight=weight)
 
 
+def _shadow_table(stable: str, candidate: str, share: float = 10) -> dict[str, Any]:
+    """:func:`_table` at weight 0 with every cell mirroring ``share`` percent; budgets wide open."""
+    doc = _table(stable, candidate, 0)
+    for cell in doc["cells"]:
+        cell["shadow"] = share
+    doc["shadow"] = {
+        "stableModelVersion": "bench-1",
+        "candidateModelVersion": "bench-2",
+        "maxConcurrent": 256,
+        "maxTokensPerMinute": 1_000_000_000,
+    }
+    return doc
+
+
+class _Receiver:
+    """The tests' :class:`PairReceiver` on an event loop of its own, in a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="pairs")
+        self.thread.start()
+        self.rx = asyncio.run_coroutine_threadsafe(PairReceiver(keep=False).start(), self.loop).result(10)
+
+    @property
+    def received(self) -> int:
+        return self.rx.received
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.rx.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def _counter(port: int, name: str) -> float:
+    """The sum of a counter's samples in the router's /metrics."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
 def _start_router(
     tmp: Path,
     tables: dict[str, Any] | list[dict[str, Any]],
     port: int,
     procs: list[subprocess.Popen[bytes]],
     *extra: str,
+    python: str = sys.executable,
 ) -> None:
-    argv = [sys.executable, "-m", "tinct.cli", "router", "--host", "127.0.0.1"]
+    argv = [python, "-m", "tinct.cli", "router", "--host", "127.0.0.1"]
     for i, table in enumerate(tables if isinstance(tables, list) else [tables]):
         f = tmp / f"table-{port}-{i}.json"
         f.write_text(json.dumps(table))
@@ -291,23 +383,29 @@ async def _sse_backend(port: int, chunks: int, go: asyncio.Event | None, sent: d
     return runner
 
 
+#: Alternating rounds, and chunks per round, of the SSE chunk relay delay.
+RELAY_ROUNDS, RELAY_CHUNKS = 12, 40
+
+
 async def _chunk_relay_delays(
-    router_ports: dict[str, int], backend_port: int, chunks: int, rounds: int
-) -> dict[str, list[float]]:
+    router_ports: dict[str, int], backend_port: int, chunks: int = RELAY_CHUNKS, rounds: int = RELAY_ROUNDS
+) -> dict[str, list[list[float]]]:
     """ms from the SSE backend's write of a chunk to the client's read of it, via each router,
-    in alternating rounds of ``chunks`` chunks (a change in load falls on every router alike)."""
+    in alternating rounds of ``chunks`` chunks (a change in load falls on every router alike);
+    per router, the delays of each round."""
     import aiohttp
 
     sent: dict[int, float] = {}
     go = asyncio.Event()
     runner = await _sse_backend(backend_port, chunks, go, sent)
-    delays: dict[str, list[float]] = {name: [] for name in router_ports}
+    delays: dict[str, list[list[float]]] = {name: [] for name in router_ports}
     try:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         async with aiohttp.ClientSession() as http:
             for _ in range(rounds):
                 for name, port in router_ports.items():
                     sent.clear()
+                    delays[name].append([])
                     async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
                         for i in range(chunks):
                             await asyncio.sleep(0.01)
@@ -316,11 +414,26 @@ async def _chunk_relay_delays(
                             got = time.perf_counter()
                             assert line == _event(i)[:-1], line
                             await r.content.readline()
-                            delays[name].append((got - sent[i]) * 1000)
+                            delays[name][-1].append((got - sent[i]) * 1000)
                         await r.read()
     finally:
         await runner.cleanup()
     return delays
+
+
+def _all(rounds: list[list[float]]) -> list[float]:
+    return [x for r in rounds for x in r]
+
+
+def _added_us(with_: list[list[float]], without: list[list[float]]) -> float:
+    """Microseconds ``with_`` adds to ``without``: the median over rounds of the difference of
+    the two rounds' medians (each pair ran back to back, under the same load)."""
+    return (
+        statistics.median(
+            statistics.median(a) - statistics.median(b) for a, b in zip(with_, without, strict=True)
+        )
+        * 1000
+    )
 
 
 async def _time_to_first_chunk(ports: dict[str, int], backend_port: int, requests: int) -> dict[str, float]:
@@ -361,6 +474,536 @@ def _candidate_share(port: int) -> float:
     return sides["candidate"] / total if total else 0.0
 
 
+# --- ten thousand streams --------------------------------------------------------------------
+#
+# The engine and the load generator run as processes of their own (this script with
+# ``--engine`` / ``--load``), on uvloop with bare asyncio protocols: as light as they can be,
+# so what the router costs shows.
+
+_STREAM_REQUEST = json.dumps(
+    {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "Tell me a story."}]}
+).encode()
+_T = re.compile(rb'"t":([0-9.]+)\}')
+
+
+def _raise_nofile() -> None:
+    """Raise this process's descriptor limit to its hard limit (20,000 on these machines);
+    processes started after inherit it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _engine_main(port: int, tokens: int, interval: float) -> None:
+    """An emulated engine: every request gets an SSE stream of ``tokens`` one-token events,
+    one per ``interval`` seconds (the first after a random part of it, so streams spread
+    over the interval), each stamped with ``time.monotonic()`` as it is written, then
+    ``[DONE]``. Chunked, keep-alive."""
+    import random
+
+    import uvloop
+
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    done = chunk_of(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+    class Engine(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.buf = b""
+            self.t: asyncio.Transport | None = None
+            self.left = 0
+            self.timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            self.buf += data
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            m = re.search(rb"(?i)content-length:\s*(\d+)", self.buf[:end])
+            need = end + 4 + (int(m.group(1)) if m else 0)
+            if len(self.buf) < need:
+                return
+            self.buf = self.buf[need:]
+            assert self.t is not None
+            self.t.write(head)
+            self.left = tokens
+            self.timer = loop.call_later(random.random() * interval, self.tick)
+
+        def tick(self) -> None:
+            assert self.t is not None
+            if self.t.is_closing():
+                return
+            if self.left == 0:
+                self.t.write(done)
+                return
+            self.left -= 1
+            event = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" tok"}}],"t":%.6f}\n\n'
+            self.t.write(chunk_of(event % time.monotonic()))
+            self.timer = loop.call_later(interval, self.tick)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.timer is not None:
+                self.timer.cancel()
+
+    async def serve() -> None:
+        server = await loop.create_server(Engine, "127.0.0.1", port, backlog=4096)
+        print("ready", flush=True)
+        async with server:
+            await asyncio.Future()
+
+    _raise_nofile()
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(serve())
+
+
+def chunk_of(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def _load_main(port: int, streams: int, rate: float) -> None:
+    """``streams`` concurrent streaming chat requests to ``port``, opened at ``rate`` per
+    second, each read to its end. Prints ``open`` once every stream has its first token,
+    then one JSON line: streams completed, errors, and each chunk's delay from the engine's
+    write to this process's read (ms)."""
+    import uvloop
+
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(_STREAM_REQUEST), _STREAM_REQUEST)
+    )
+    delays: list[float] = []  # once every stream is open
+    ramp: list[float] = []  # while they open
+    state = {"started": 0, "first": 0, "ok": 0, "errors": 0, "ended": 0}
+    all_open = asyncio.Event()
+    all_ended = asyncio.Event()
+
+    class Client(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.buf = b""
+            self.got_first = False
+            self.saw_done = False
+            self.finished = False
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            transport.write(request)  # type: ignore[attr-defined]
+            self.t = transport
+
+        def data_received(self, data: bytes) -> None:
+            now = time.monotonic()
+            buf = self.buf + data if self.buf else data
+            cut = buf.rfind(b"\n\n")
+            if cut >= 0:
+                into = delays if all_open.is_set() else ramp
+                for m in _T.finditer(buf, 0, cut):
+                    into.append((now - float(m.group(1))) * 1000.0)
+                    if not self.got_first:
+                        self.got_first = True
+                        state["first"] += 1
+                        if state["first"] == streams:
+                            all_open.set()
+                if b"data: [DONE]" in buf:
+                    self.saw_done = True
+                buf = buf[cut + 2 :]
+            if self.saw_done and buf.endswith(b"0\r\n\r\n"):
+                self.finished = True
+                state["ok"] += 1
+                self.t.close()
+                return
+            self.buf = buf
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if not self.finished:
+                state["errors"] += 1
+                if not self.got_first:
+                    state["first"] += 1  # it never will: do not wait for it
+                    if state["first"] == streams:
+                        all_open.set()
+            state["ended"] += 1
+            if state["ended"] == streams:
+                all_ended.set()
+
+    async def run() -> None:
+        start = loop.time()
+        pending: set[asyncio.Task[Any]] = set()
+
+        async def one() -> None:
+            try:
+                await loop.create_connection(Client, "127.0.0.1", port)
+            except OSError:
+                state["errors"] += 1
+                state["first"] += 1
+                state["ended"] += 1
+                if state["first"] == streams:
+                    all_open.set()
+                if state["ended"] == streams:
+                    all_ended.set()
+
+        for i in range(streams):
+            delay = start + i / rate - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = loop.create_task(one())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        await all_open.wait()
+        print("open", flush=True)
+        await all_ended.wait()
+        delays.sort()
+        ramp.sort()
+        n = len(delays)
+        print(
+            json.dumps(
+                {
+                    "streams": state["ok"],
+                    "errors": state["errors"],
+                    "chunks": n + len(ramp),
+                    "p50": delays[n // 2] if n else None,
+                    "p99": delays[min(n - 1, int(n * 0.99))] if n else None,
+                    "ramp_p99": ramp[min(len(ramp) - 1, int(len(ramp) * 0.99))] if ramp else None,
+                }
+            ),
+            flush=True,
+        )
+
+    _raise_nofile()
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(run())
+
+
+def long_prompt_request() -> str:
+    """A chat request of about 220 KB: a system prompt, four earlier turns and a long user
+    turn (a pasted document), as an LLM agent sends them."""
+    turns = _conversation(
+        "You are a careful assistant for an ML platform team. " * 12, 4, 20, 6, "Question {i}?"
+    )
+    doc = json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
+    long_turn = _PROSE * ((LONG_PROMPT_BYTES - len(doc)) // len(_PROSE))
+    turns.append({"role": "user", "content": "Summarise this document:\n" + long_turn})
+    return json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
+
+
+def _mean_runs(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.mean(r[k] for r in runs) for k in ("rps", "p50", "p99")}
+
+
+def _shadow_case(
+    args: argparse.Namespace,
+    tmp: Path,
+    procs: list[subprocess.Popen[bytes]],
+    stable_url: str,
+    candidate_url: str,
+    url: str,
+    trivial_lua: Path,
+) -> dict[str, Any]:
+    """The plain router against one mirroring 10 %, in alternating rounds (a change in load
+    falls on both alike), and the pairs a stand-in comparer received."""
+    receiver = _Receiver()
+    try:
+        router, shadow_router = free_port(), free_port()
+        _start_router(tmp, _table(stable_url, candidate_url, 0), router, procs)
+        _start_router(
+            tmp, _shadow_table(stable_url, candidate_url), shadow_router, procs, "--comparer", receiver.rx.url
+        )
+        shadow_lua = tmp / "shadow.lua"
+        shadow_lua.write_text(_lua(REQUEST, sessions=True))
+        got: dict[str, list[dict[str, float]]] = {"router": [], "shadow_live": []}
+        for _ in range(max(args.rounds, 3)):  # medians: one disturbed round does not decide
+            for name, port, lua in (
+                ("router", router, trivial_lua),
+                ("shadow_live", shadow_router, shadow_lua),
+            ):
+                got[name].append(_wrk(url.format(port), lua, args.duration, args.connections))
+                print(f"shadow {name:>11}: {got[name][-1]}", file=sys.stderr)
+        runs = {
+            name: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50", "p99")}
+            for name, rs in got.items()
+        }
+        mirrors = _counter(shadow_router, "tinct_router_shadow_mirrors_total")
+        deadline = time.monotonic() + 10
+        while receiver.received < mirrors and time.monotonic() < deadline:
+            time.sleep(0.1)  # the last batches (250 ms apart at most)
+        pairs = receiver.received
+        print(f"shadow run: {mirrors:.0f} mirrored, {pairs} pairs received", file=sys.stderr)
+    finally:
+        receiver.stop()
+    return {
+        **{f"shadow_router_{k}": round(runs["router"][k], 3) for k in ("rps", "p50", "p99")},
+        "shadow_live_rps": round(runs["shadow_live"]["rps"], 1),
+        "shadow_live_p50_ms": round(runs["shadow_live"]["p50"], 3),
+        "shadow_live_p99_ms": round(runs["shadow_live"]["p99"], 3),
+        "shadow_live_vs_router": round(runs["shadow_live"]["rps"] / runs["router"]["rps"], 3),
+        "shadow_pairs": pairs,
+        "shadow_mirrors": round(mirrors),
+    }
+
+
+def _alternate(
+    targets: dict[str, str], script: Path, duration: float, connections: int, rounds: int, label: str
+) -> dict[str, dict[str, float]]:
+    """wrk against each of ``targets`` (name -> URL) in alternating rounds; the mean of each."""
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+    for _ in range(rounds):
+        for name, url in targets.items():
+            got[name].append(_wrk(url, script, duration, connections))
+            print(f"{label} {name:>8}: {got[name][-1]}", file=sys.stderr)
+    return {name: _mean_runs(r) for name, r in got.items()}
+
+
+def token_meter_us() -> float:
+    """In-process median microseconds a :class:`~tinct.router.tokens.Meter` spends on one SSE
+    chunk carrying one token (what token metrics add to each relayed chunk, after its write)."""
+    from tinct.histogram import Histogram
+    from tinct.router.metrics import ITL_BUCKETS
+    from tinct.router.tokens import Meter
+
+    events = [_event(i) for i in range(1000)]
+    samples = []
+    for _ in range(30):
+        meter = Meter(time.perf_counter(), 200, True, True, Histogram(ITL_BUCKETS))
+        t0 = time.perf_counter()
+        for ev in events:
+            meter.feed(ev)
+        samples.append((time.perf_counter() - t0) / len(events) * 1e6)
+    return statistics.median(samples)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def _rss_kb(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+
+
+def _fds(pids: list[int]) -> int:
+    return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
+
+
+def _helper(args: list[str], procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    procs.append(p)  # type: ignore[arg-type]
+    return p
+
+
+def streams_case(
+    tmp: Path,
+    procs: list[subprocess.Popen[bytes]],
+    *,
+    streams: int,
+    seconds: int,
+    rate: float,
+    rounds: int,
+    workers: int,
+    keepalive: int,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    """``streams`` concurrent streams through a router with ``workers`` workers, and the
+    same straight to the engine, in alternating rounds (see the module docstring)."""
+    engine = free_port()
+    eng = _helper(["--engine", str(engine), "--tokens", str(seconds)], procs)
+    assert eng.stdout is not None
+    assert eng.stdout.readline().strip() == "ready"
+    port, metrics_port = free_port(), free_port()
+    table = _table(f"http://127.0.0.1:{engine}", f"http://localhost:{engine}", 50)
+    _start_router(
+        tmp, table, port, procs, "--workers", str(workers), "--metrics-port", str(metrics_port), python=python
+    )
+    router = procs[-1]
+    _wait_ready(metrics_port, router)
+    pids = _children(router.pid)
+    time.sleep(1.0)
+    rss_before, fds_before = _rss_kb(pids), _fds(pids)
+    out: dict[str, list[dict[str, Any]]] = {"router": [], "direct": []}
+    plateau: list[int] = []
+    fds_after: list[int] = []
+    for _ in range(rounds):
+        for name, target in (("router", port), ("direct", engine)):
+            load = _helper(["--load", str(target), "--streams", str(streams), "--rate", str(rate)], procs)
+            assert load.stdout is not None
+            assert load.stdout.readline().strip() == "open"
+            if name == "router":
+                plateau.append(_rss_kb(pids))
+            got = json.loads(load.stdout.readline())
+            load.wait()
+            procs.remove(load)  # type: ignore[arg-type]
+            if name == "router":
+                time.sleep(2.0)  # the client's closes reach the router
+                fds_after.append(_fds(pids))
+            print(f"streams {name:>6}: {got}", file=sys.stderr)
+            out[name].append(got)
+    for p in (router, eng):  # ten thousand streams' worth of descriptors go with them
+        p.terminate()
+        p.wait()
+        procs.remove(p)  # type: ignore[arg-type]
+    r, d = out["router"], out["direct"]
+    return {
+        "streams": min(x["streams"] for x in r),
+        "stream_errors": sum(x["errors"] for x in r),
+        "stream_errors_direct": sum(x["errors"] for x in d),
+        "router_kb_per_stream": round((max(plateau) - rss_before) / streams, 2),
+        "router_rss_before_mb": round(rss_before / 1024, 1),
+        "stream_chunk_p50_ms": round(statistics.mean(x["p50"] for x in r), 3),
+        "stream_chunk_p99_ms": round(statistics.mean(x["p99"] for x in r), 3),
+        "stream_chunk_direct_p50_ms": round(statistics.mean(x["p50"] for x in d), 3),
+        "stream_chunk_direct_p99_ms": round(statistics.mean(x["p99"] for x in d), 3),
+        "stream_chunk_ramp_p99_ms": round(statistics.mean(x["ramp_p99"] for x in r), 3),
+        "stream_chunk_direct_ramp_p99_ms": round(statistics.mean(x["ramp_p99"] for x in d), 3),
+        "stream_chunk_added_p99_ms": round(
+            statistics.mean(x["p99"] for x in r) - statistics.mean(x["p99"] for x in d), 3
+        ),
+        "router_fds_before": fds_before,
+        "router_fds_after": max(fds_after),
+        "router_fds_cap": fds_before + workers * keepalive * 2,
+    }
+
+
+# --- one commit against another ----------------------------------------------------------------
+
+
+def _build_ref(ref: str, tmp: Path) -> str:
+    """``ref`` checked out in a temporary worktree with a venv of its own; its python."""
+    root = Path(__file__).resolve().parent.parent
+    where = tmp / "ref"
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(where), ref], check=True)
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    python = str(where / ".venv" / "bin" / "python")
+    if uv:
+        subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(where / ".venv")], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "--python", python, "-e", f"{where}[fast]"], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", str(where / ".venv")], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", "-e", f"{where}[fast]"], check=True)
+    return python
+
+
+def against(
+    ref: str, args: argparse.Namespace, cases: set[str], tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    """This checkout's router and ``ref``'s through the same cases (hop, long, workers, sse,
+    streams; those in ``cases``) in alternating rounds; each key for both and their ratio."""
+    ref_python = _build_ref(ref, tmp)
+    pythons = {"head": sys.executable, "ref": ref_python}
+    backend = free_port()
+    _start_nginx(tmp, "backend", _backend_server(backend), backend, procs)
+    stable, candidate = f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"
+    trivial, long_lua = tmp / "trivial.lua", tmp / "long.lua"
+    trivial.write_text(_lua(REQUEST, sessions=False))
+    long_lua.write_text(_lua(long_prompt_request(), sessions=False))
+    url = "http://127.0.0.1:{}/v1/chat/completions"
+    keys: dict[str, dict[str, float]] = {n: {} for n in pythons}
+
+    def routers(weight: float, *extra: str) -> dict[str, str]:
+        urls = {}
+        for name, python in pythons.items():
+            port = free_port()
+            _start_router(tmp, _table(stable, candidate, weight), port, procs, *extra, python=python)
+            urls[name] = url.format(port)
+        return urls
+
+    if "hop" in cases:
+        plain = _alternate(routers(0), trivial, args.duration, args.connections, args.rounds, "plain")
+        for n, got in plain.items():
+            keys[n].update({"router_rps": got["rps"], "router_p50_ms": got["p50"]})
+    if "long" in cases:
+        long150 = _alternate(routers(50), long_lua, args.duration, 150, args.rounds, "long150")
+        for n, got in long150.items():
+            keys[n].update(
+                {
+                    "long_prompt_rps": got["rps"],
+                    "long_prompt_p50_ms": got["p50"],
+                    "long_prompt_p99_ms": got["p99"],
+                }
+            )
+    if "workers" in cases:
+        urls = {}
+        for workers in (1, 2):
+            for name, python in pythons.items():
+                port, metrics_port = free_port(), free_port()
+                _start_router(
+                    tmp,
+                    _table(stable, candidate, 0),
+                    port,
+                    procs,
+                    *("--workers", str(workers), "--metrics-port", str(metrics_port)),
+                    python=python,
+                )
+                _wait_ready(metrics_port, procs[-1])
+                urls[f"{name}/{workers}"] = url.format(port)
+        w = _alternate(urls, trivial, args.duration, args.worker_connections, args.rounds, "workers")
+        for n in pythons:
+            keys[n]["workers_speedup"] = w[f"{n}/2"]["rps"] / w[f"{n}/1"]["rps"]
+    if "sse" in cases:
+        sse_backend = free_port()
+        sse = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
+        ports: dict[str, int] = {}
+        for name, python in pythons.items():
+            for kind, extra in (("sse", ()), ("sse_unmeasured", ("--no-token-metrics",))):
+                ports[f"{name}/{kind}"] = free_port()
+                _start_router(tmp, sse, ports[f"{name}/{kind}"], procs, *extra, python=python)
+        relay = asyncio.run(_chunk_relay_delays(ports, sse_backend))
+        for n in pythons:
+            keys[n]["chunk_relay_delay_median_ms"] = statistics.median(_all(relay[f"{n}/sse"]))
+            keys[n]["token_metrics_added_us"] = _added_us(relay[f"{n}/sse"], relay[f"{n}/sse_unmeasured"])
+    if "streams" in cases:
+        for _ in range(args.stream_rounds):
+            for n, python in pythons.items():
+                got = streams_case(
+                    tmp,
+                    procs,
+                    streams=args.streams,
+                    seconds=args.stream_seconds,
+                    rate=args.stream_rate,
+                    rounds=1,
+                    workers=2,
+                    keepalive=UPSTREAM_KEEPALIVE,
+                    python=python,
+                )
+                for k in (
+                    "stream_errors",
+                    "router_kb_per_stream",
+                    "stream_chunk_added_p99_ms",
+                    "router_fds_after",
+                ):
+                    keys[n].setdefault(k, 0.0)
+                    keys[n][k] += got[k] / args.stream_rounds
+    summary: dict[str, Any] = {"against": ref}
+    for key in keys["head"]:
+        h, r = keys["head"][key], keys["ref"][key]
+        summary[key] = {"head": round(h, 3), "ref": round(r, 3), "ratio": round(h / r, 3) if r else None}
+    return summary
+
+
+def _backend_server(port: int) -> str:
+    answer = ANSWER.replace("'", "\\'")
+    return f"""  server {{
+    listen 127.0.0.1:{port};
+    client_body_buffer_size 1m;
+    client_max_body_size 8m;
+    location / {{ default_type application/json; return 200 '{answer}'; }}
+  }}"""
+
+
+CASES = ("hop", "shadow", "long", "tables", "workers", "sse", "streams")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default: %(default)s)")
@@ -372,79 +1015,216 @@ def main() -> int:
         help="wrk connections of the one-worker vs two-workers runs: enough that the kernel's "
         "per-connection spreading gives both workers a share (default: %(default)s)",
     )
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="alternating rounds of each comparison (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        help="comma-separated cases to run, of %(default)s (default: all); keys of the others are left out",
+    )
+    ap.add_argument("--streams", type=int, default=10_000, help="concurrent streams (default: %(default)s)")
+    ap.add_argument(
+        "--stream-seconds",
+        type=int,
+        default=20,
+        help="tokens of each stream, one a second (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--stream-rate", type=float, default=2000.0, help="streams opened per second (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--stream-rounds", type=int, default=1, help="router/direct rounds of streams (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--against",
+        metavar="REF",
+        help="instead: build REF (a commit, branch or tag) in a temporary worktree and venv, and run "
+        "its router and this checkout's through the same cases in alternating rounds",
+    )
+    ap.add_argument("--engine", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tokens", type=int, default=20, help=argparse.SUPPRESS)
+    ap.add_argument("--load", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--rate", type=float, default=2000.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.engine is not None:
+        _engine_main(args.engine, args.tokens, 1.0)
+        return 0
+    if args.load is not None:
+        _load_main(args.load, args.streams, args.rate)
+        return 0
+    cases = set(args.cases.split(","))
+    if unknown := cases - set(CASES):
+        ap.error(f"unknown cases {sorted(unknown)}; give some of {','.join(CASES)}")
     _ensure_tools()
+    _raise_nofile()
     procs: list[subprocess.Popen[bytes]] = []
     tmp = Path(tempfile.mkdtemp(prefix="tinct-bench-router-"))
+    summary: dict[str, Any] = {}
     try:
-        trivial_lua = tmp / "trivial.lua"
-        trivial_lua.write_text(_lua(REQUEST, sessions=False))
-        real_lua = tmp / "realistic.lua"
-        real_lua.write_text(_lua(realistic_request(), sessions=True))
-        backend, proxy, router, router50, sse_router, sse_backend = (free_port() for _ in range(6))
-        answer = ANSWER.replace("'", "\\'")
-        _start_nginx(
-            tmp,
-            "backend",
-            f"""  server {{
-    listen 127.0.0.1:{backend};
-    client_body_buffer_size 64k;
-    location / {{ default_type application/json; return 200 '{answer}'; }}
-  }}""",
-            backend,
-            procs,
+        summary = (
+            against(args.against, args, cases, tmp, procs) if args.against else _run(args, cases, tmp, procs)
         )
-        _start_nginx(
-            tmp,
-            "proxy",
-            f"""  upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; }}
+    finally:
+        for p in reversed(procs):  # routers before their backends
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if args.against:
+            root = Path(__file__).resolve().parent.parent
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "remove", "--force", str(tmp / "ref")], check=False
+            )
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(summary))
+    return 0
+
+
+def _run(
+    args: argparse.Namespace, cases: set[str], tmp: Path, procs: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    trivial_lua = tmp / "trivial.lua"
+    trivial_lua.write_text(_lua(REQUEST, sessions=False))
+    real_lua = tmp / "realistic.lua"
+    real_lua.write_text(_lua(realistic_request(), sessions=True))
+    long_lua = tmp / "long.lua"
+    long_lua.write_text(_lua(long_prompt_request(), sessions=False))
+    backend, proxy = free_port(), free_port()
+    _start_nginx(tmp, "backend", _backend_server(backend), backend, procs)
+    _start_nginx(
+        tmp,
+        "proxy",
+        f"""  upstream backend {{ server 127.0.0.1:{backend}; keepalive 64; }}
   server {{
     listen 127.0.0.1:{proxy};
-    client_body_buffer_size 64k;
+    client_body_buffer_size 1m;
+    client_max_body_size 8m;
     location / {{
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
+      proxy_request_buffering off;
     }}
   }}""",
-            proxy,
-            procs,
-        )
-        stable_url, candidate_url = f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"
+        proxy,
+        procs,
+    )
+    stable_url, candidate_url = f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"
+    path = "/v1/chat/completions"
+    url = "http://127.0.0.1:{}" + path
+    if "hop" in cases:
+        router, router50 = free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 0), router, procs)
         _start_router(tmp, _table(stable_url, candidate_url, 50), router50, procs)
-        path = "/v1/chat/completions"
         runs: dict[str, dict[str, float]] = {}
-        for name, port, lua in (
-            ("direct", backend, trivial_lua),
-            ("nginx", proxy, trivial_lua),
-            ("router", router, trivial_lua),
-            ("real_direct", backend, real_lua),
-            ("real_nginx", proxy, real_lua),
-            ("real_router", router50, real_lua),
-        ):
-            runs[name] = _wrk(f"http://127.0.0.1:{port}{path}", lua, args.duration, args.connections)
-            print(f"{name:>11}: {runs[name]}", file=sys.stderr)
+        runs.update(
+            _alternate(
+                {"direct": url.format(backend), "nginx": url.format(proxy), "router": url.format(router)},
+                trivial_lua,
+                args.duration,
+                args.connections,
+                args.rounds,
+                "plain",
+            )
+        )
+        real = _alternate(
+            {"direct": url.format(backend), "nginx": url.format(proxy), "router": url.format(router50)},
+            real_lua,
+            args.duration,
+            args.connections,
+            args.rounds,
+            "realistic",
+        )
+        share = _candidate_share(router50)
+        print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
+        d, n, r = runs["direct"], runs["nginx"], runs["router"]
+        rd, rn, rr = real["direct"], real["nginx"], real["router"]
+        summary.update(
+            {
+                "direct_rps": round(d["rps"], 1),
+                "nginx_rps": round(n["rps"], 1),
+                "router_rps": round(r["rps"], 1),
+                "router_vs_nginx": round(r["rps"] / n["rps"], 3),
+                "direct_p50_ms": round(d["p50"], 3),
+                "nginx_p50_ms": round(n["p50"], 3),
+                "router_p50_ms": round(r["p50"], 3),
+                "direct_p99_ms": round(d["p99"], 3),
+                "nginx_p99_ms": round(n["p99"], 3),
+                "router_p99_ms": round(r["p99"], 3),
+                "realistic_direct_rps": round(rd["rps"], 1),
+                "realistic_nginx_rps": round(rn["rps"], 1),
+                "realistic_router_rps": round(rr["rps"], 1),
+                "realistic_router_vs_nginx": round(rr["rps"] / rn["rps"], 3),
+                "realistic_nginx_p99_ms": round(rn["p99"], 3),
+                "realistic_router_p99_ms": round(rr["p99"], 3),
+                "realistic_candidate_share": round(share, 3),
+            }
+        )
+    if "shadow" in cases:
+        summary.update(_shadow_case(args, tmp, procs, stable_url, candidate_url, url, trivial_lua))
+    if "long" in cases:
+        long_router, workers_router, workers_metrics = free_port(), free_port(), free_port()
+        _start_router(tmp, _table(stable_url, candidate_url, 50), long_router, procs)
+        _start_router(
+            tmp,
+            _table(stable_url, candidate_url, 50),
+            workers_router,
+            procs,
+            *("--workers", "2", "--metrics-port", str(workers_metrics)),
+        )
+        _wait_ready(workers_metrics, procs[-1])
+        targets = {
+            "direct": url.format(backend),
+            "nginx": url.format(proxy),
+            "router": url.format(long_router),
+            "workers": url.format(workers_router),
+        }
+        for conns in (20, 150):
+            got = _alternate(targets, long_lua, args.duration, conns, args.rounds, f"long{conns}")
+            d, r, w = got["direct"], got["router"], got["workers"]
+            for name, run in got.items():
+                summary[f"long_prompt_{name}_rps_{conns}"] = round(run["rps"], 1)
+                summary[f"long_prompt_{name}_p50_ms_{conns}"] = round(run["p50"], 3)
+                summary[f"long_prompt_{name}_p99_ms_{conns}"] = round(run["p99"], 3)
+            suffix = "" if conns == 150 else f"_{conns}"
+            summary[f"long_prompt_rps_ratio{suffix}"] = round(r["rps"] / d["rps"], 3)
+            summary[f"long_prompt_added_p50_ms{suffix}"] = round(r["p50"] - d["p50"], 3)
+            summary[f"long_prompt_added_p99_ms{suffix}"] = round(r["p99"] - d["p99"], 3)
+            summary[f"long_prompt_rps_ratio_workers{suffix}"] = round(w["rps"] / d["rps"], 3)
+            summary[f"long_prompt_added_p50_ms_workers{suffix}"] = round(w["p50"] - d["p50"], 3)
+            summary[f"long_prompt_added_p99_ms_workers{suffix}"] = round(w["p99"] - d["p99"], 3)
+    if "tables" in cases:
         # One table vs a hundred: the request's model picks its table among them.
         one_table, hundred_tables = free_port(), free_port()
         _start_router(tmp, _release_tables(stable_url, candidate_url, 100)[57:58], one_table, procs)
         _start_router(tmp, _release_tables(stable_url, candidate_url, 100), hundred_tables, procs)
         model_lua = tmp / "model.lua"
         model_lua.write_text(_lua(REQUEST.replace('"bench"', '"model-57"'), sessions=True))
-        # Alternating rounds, as for the workers below: a change in load falls on both alike.
-        table_rounds: dict[str, list[dict[str, float]]] = {"tables_1": [], "tables_100": []}
-        for _ in range(2):
-            for name, port in (("tables_1", one_table), ("tables_100", hundred_tables)):
-                got = _wrk(f"http://127.0.0.1:{port}{path}", model_lua, args.duration, args.connections)
-                table_rounds[name].append(got)
-                print(f"{name:>11}: {got}", file=sys.stderr)
-        for name, got_rounds in table_rounds.items():
-            runs[name] = {k: statistics.mean(r[k] for r in got_rounds) for k in ("rps", "p50", "p99")}
-        # One worker against two (SO_REUSEPORT), same table, same request, same connections;
-        # the runs alternate so a change in the machine's load falls on both alike.
-        worker_urls: dict[int, str] = {}
-        for n in (1, 2):
+        tables = _alternate(
+            {"tables_1": url.format(one_table), "tables_100": url.format(hundred_tables)},
+            model_lua,
+            args.duration,
+            args.connections,
+            args.rounds,
+            "tables",
+        )
+        summary.update(
+            {
+                "rps_1_table": round(tables["tables_1"]["rps"], 1),
+                "rps_100_tables": round(tables["tables_100"]["rps"], 1),
+                "rps_100_tables_vs_1": round(tables["tables_100"]["rps"] / tables["tables_1"]["rps"], 3),
+            }
+        )
+    if "workers" in cases:
+        # One worker against two (SO_REUSEPORT), same table, same request, same connections.
+        worker_urls: dict[str, str] = {}
+        for workers in (1, 2):
             port, metrics_port = free_port(), free_port()
             _start_router(
                 tmp,
@@ -452,37 +1232,34 @@ def main() -> int:
                 port,
                 procs,
                 "--workers",
-                str(n),
+                str(workers),
                 "--metrics-port",
                 str(metrics_port),
             )
             _wait_ready(metrics_port, procs[-1])
-            worker_urls[n] = f"http://127.0.0.1:{port}{path}"
-        rounds: dict[int, list[dict[str, float]]] = {1: [], 2: []}
-        for _ in range(2):
-            for n in (1, 2):
-                rounds[n].append(_wrk(worker_urls[n], trivial_lua, args.duration, args.worker_connections))
-                print(f"  workers_{n}: {rounds[n][-1]}", file=sys.stderr)
-        for n in (1, 2):
-            runs[f"workers_{n}"] = {
-                k: statistics.mean(r[k] for r in rounds[n]) for k in ("rps", "p50", "p99")
+            worker_urls[f"workers_{workers}"] = url.format(port)
+        wr = _alternate(
+            worker_urls, trivial_lua, args.duration, args.worker_connections, args.rounds, "workers"
+        )
+        summary.update(
+            {
+                "router_1_worker_rps": round(wr["workers_1"]["rps"], 1),
+                "router_workers_rps": round(wr["workers_2"]["rps"], 1),
+                "workers_speedup": round(wr["workers_2"]["rps"] / wr["workers_1"]["rps"], 3),
             }
-        share = _candidate_share(router50)
-        print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
-
+        )
+    if "sse" in cases:
         us = classify_us()
         print(f"classify 4k-token chat: {us:.1f} us", file=sys.stderr)
-
+        sse_backend, sse_router, unmeasured_router = free_port(), free_port(), free_port()
         sse_table = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
         _start_router(tmp, sse_table, sse_router, procs)
-        unmeasured_router = free_port()
         _start_router(tmp, sse_table, unmeasured_router, procs, "--no-token-metrics")
         relay = asyncio.run(
-            _chunk_relay_delays(
-                {"measured": sse_router, "unmeasured": unmeasured_router}, sse_backend, 100, 3
-            )
+            _chunk_relay_delays({"measured": sse_router, "unmeasured": unmeasured_router}, sse_backend)
         )
-        for name, delays in relay.items():
+        for name, rounds in relay.items():
+            delays = _all(rounds)
             print(
                 f"SSE chunk backend write -> client read via router ({name} tokens): median "
                 f"{statistics.median(delays):.3f} ms, max {max(delays):.3f} ms",
@@ -492,36 +1269,35 @@ def main() -> int:
             _time_to_first_chunk({"router": sse_router, "direct": sse_backend}, sse_backend, 50)
         )
         print(f"time to first SSE chunk (median of 50): {ttfc}", file=sys.stderr)
-        trivial = {name: runs[name] for name in ("direct", "nginx", "router")}
-        real = {name: runs[f"real_{name}"] for name in ("direct", "nginx", "router")}
-        summary = {
-            **{f"{name}_rps": round(run["rps"], 1) for name, run in trivial.items()},
-            "router_vs_nginx": round(trivial["router"]["rps"] / trivial["nginx"]["rps"], 3),
-            **{f"{name}_{q}_ms": round(run[q], 3) for q in ("p50", "p99") for name, run in trivial.items()},
-            **{f"realistic_{name}_rps": round(run["rps"], 1) for name, run in real.items()},
-            "realistic_router_vs_nginx": round(real["router"]["rps"] / real["nginx"]["rps"], 3),
-            **{f"realistic_{name}_p99_ms": round(real[name]["p99"], 3) for name in ("nginx", "router")},
-            "realistic_candidate_share": round(share, 3),
-            "rps_1_table": round(runs["tables_1"]["rps"], 1),
-            "rps_100_tables": round(runs["tables_100"]["rps"], 1),
-            "rps_100_tables_vs_1": round(runs["tables_100"]["rps"] / runs["tables_1"]["rps"], 3),
-            "router_1_worker_rps": round(runs["workers_1"]["rps"], 1),
-            "router_workers_rps": round(runs["workers_2"]["rps"], 1),
-            "workers_speedup": round(runs["workers_2"]["rps"] / runs["workers_1"]["rps"], 3),
-            "classify_us_4k_tokens": round(us, 2),
-            "time_to_first_chunk_ms": round(ttfc["router"], 3),
-            "time_to_first_chunk_direct_ms": round(ttfc["direct"], 3),
-            "chunk_relay_delay_median_ms": round(statistics.median(relay["measured"]), 3),
-            "chunk_relay_delay_median_ms_unmeasured": round(statistics.median(relay["unmeasured"]), 3),
-        }
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:  # all told to stop first: they stop together
-            terminate(p, 10)
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(summary))
-    return 0
+        measured, unmeasured = (
+            statistics.median(_all(relay["measured"])),
+            statistics.median(_all(relay["unmeasured"])),
+        )
+        summary.update(
+            {
+                "classify_us_4k_tokens": round(us, 2),
+                "time_to_first_chunk_ms": round(ttfc["router"], 3),
+                "time_to_first_chunk_direct_ms": round(ttfc["direct"], 3),
+                "chunk_relay_delay_median_ms": round(measured, 3),
+                "chunk_relay_delay_median_ms_unmeasured": round(unmeasured, 3),
+                "token_metrics_added_us": round(_added_us(relay["measured"], relay["unmeasured"]), 1),
+                "token_meter_us_per_chunk": round(token_meter_us(), 2),
+            }
+        )
+    if "streams" in cases:
+        summary.update(
+            streams_case(
+                tmp,
+                procs,
+                streams=args.streams,
+                seconds=args.stream_seconds,
+                rate=args.stream_rate,
+                rounds=args.stream_rounds,
+                workers=2,
+                keepalive=UPSTREAM_KEEPALIVE,
+            )
+        )
+    return summary
 
 
 if __name__ == "__main__":

@@ -246,6 +246,36 @@ def test_router_pass_through_prefixes_become_flags(helm: Helm) -> None:
     ]
 
 
+def test_routers_send_pairs_to_the_comparer_with_its_token_mounted(helm: Helm) -> None:
+    values = {
+        "router.shadow.comparerUrl": "http://comparer.shadow:8090",
+        "router.shadow.queuePairs": 100,
+        "router.shadow.maxHeldBytes": 16777216,
+    }
+    router = one(template(helm, values), "Deployment", "t-tinct-router")
+    c = container(router)
+    assert [a for a in c["args"] if a.startswith(("--comparer", "--shadow"))] == [
+        "--comparer=http://comparer.shadow:8090",
+        "--comparer-token-file=/var/run/tinct/comparer/token",
+        "--comparer-queue=100",
+        "--shadow-max-held-bytes=16777216",
+    ]
+    assert {"name": "comparer-token", "mountPath": "/var/run/tinct/comparer", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+    (volume,) = [v for v in router["spec"]["template"]["spec"]["volumes"] if v["name"] == "comparer-token"]
+    assert volume["secret"] == {
+        "secretName": "t-tinct-comparer-token",
+        "items": [{"key": "token", "path": "token"}],
+    }
+    values["router.shadow.tokenSecret"] = {"name": "shadow-token", "key": "bearer"}
+    router = one(template(helm, values), "Deployment", "t-tinct-router")
+    (volume,) = [v for v in router["spec"]["template"]["spec"]["volumes"] if v["name"] == "comparer-token"]
+    assert volume["secret"] == {"secretName": "shadow-token", "items": [{"key": "bearer", "path": "token"}]}
+    with pytest.raises(HelmError, match="/router/shadow/comparerUrl"):
+        template(helm, {"router.shadow.comparerUrl": "comparer:8090"})
+
+
 def test_object_store_lineage_takes_credentials_from_a_secret(helm: Helm) -> None:
     docs = template(
         helm,

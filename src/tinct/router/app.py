@@ -17,8 +17,12 @@ Endpoints:
 Without a table every proxied request gets a 503. The router's own error answers carry a
 fixed message and ``X-Request-Id`` (:mod:`tinct.router.errors`).
 
+With a comparer configured, a classified request going to stable may also be mirrored
+(:mod:`tinct.router.shadow`): the choice is made here, after the live one, and the mirror
+runs beside the live request.
+
 :class:`Router` puts the pieces together: the HTTP/1.1 server (:mod:`tinct.router.server`),
-the upstream pool (:mod:`tinct.router.upstream`), the proxy and the table sources.
+the upstream pool (:mod:`tinct.router.upstream`), the proxy, the table sources and mirroring.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from tinct.router.paths import PassThrough
 from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer
+from tinct.router.shadow import Shadow, open_shadow
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
@@ -115,6 +120,8 @@ class Router:
         #: Whether the proxy port answers /metrics, /healthz, /readyz itself.
         self._local_on_proxy = config.metrics_port is None and config.metrics_socket is None
         self._pool: UpstreamPool | None = None
+        #: Mirroring, with ``config.comparer`` (:mod:`tinct.router.shadow`).
+        self.shadow: Shadow | None = None
         self._sources = contextlib.AsyncExitStack()
         #: Paths other than the classified ones that go to stable.
         self.pass_through = PassThrough(config.pass_through_prefixes)
@@ -131,7 +138,7 @@ class Router:
         cfg = st.config
         self._pool = UpstreamPool(
             connect_timeout=cfg.connect_timeout,
-            keep_per_origin=cfg.pool_per_host,
+            keep_per_origin=cfg.upstream_keepalive,
             idle_timeout=cfg.keepalive_timeout,
             resolve=parse_resolve(cfg.resolve),
         )
@@ -141,6 +148,8 @@ class Router:
             head_timeout=cfg.upstream_head_timeout,
             measure_tokens=cfg.measure_tokens,
         )
+        if cfg.comparer is not None:
+            self.shadow = open_shadow(cfg, st.metrics.shadow, parse_resolve(cfg.resolve))
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)
@@ -186,6 +195,8 @@ class Router:
         for local in self._local:
             await local.shutdown(1.0)
         await self._sources.aclose()
+        if self.shadow is not None:
+            await self.shadow.close()
         if self._pool is not None:
             await self._pool.close()
 
@@ -213,10 +224,17 @@ class Router:
             conn.refuse("no_routing_table")
             return
         ex = Exchange(conn, request, table, started)
-        if classified:
-            await self._classified(ex, proxy)
-        else:
+        # One frame fewer for the life of a stream: classification returns before forwarding.
+        if classified and not await self._classify(ex):
+            return
+        mirror = ex.mirror
+        if mirror is None:
             await proxy.forward(ex)
+            return
+        try:
+            await proxy.forward(ex)
+        finally:
+            mirror.stable_ended(False)  # stable gave no answer (the proxy reports one that ended)
 
     async def handle_local(self, request: Request, conn: ServerConnection) -> None:
         """Answer on the metrics port: ``/metrics``, ``/healthz``, ``/readyz`` only."""
@@ -234,7 +252,9 @@ class Router:
             ex.conn.close_after_response = True
         ex.conn.refuse(code, detail)
 
-    async def _classified(self, ex: Exchange, proxy: Proxy) -> None:
+    async def _classify(self, ex: Exchange) -> bool:
+        """Read and classify the body of ``ex``: its table, tag, body and side filled in. False:
+        the request was answered (refused) here."""
         st = self.state
         request = ex.request
         limit = st.config.max_body_bytes
@@ -242,13 +262,13 @@ class Router:
             body = await request.body.read_all(limit)
         except BodyTooLargeError:
             self._refuse(ex, "request_too_large", f"body over --max-body-bytes {limit}")
-            return
+            return False
         except BodyTimeoutError as e:
             self._refuse(ex, "request_timeout", str(e))
-            return
+            return False
         except FramingError as e:  # the body's framing broke midway
             self._refuse(ex, e.code, e.detail)
-            return
+            return False
         try:
             doc = parse_body(body)
             model = doc.get("model")
@@ -263,7 +283,7 @@ class Router:
             ex.status = e.status
             st.metrics.request(ex)
             ex.conn.respond(json_response(e.status, e.body(), [(REQUEST_ID, request.rid)]))
-            return
+            return False
         weight = route.weight
         ex.body = body
         ex.tag = route.tag
@@ -274,7 +294,10 @@ class Router:
             if weight <= 0.0 or weight >= 100.0
             else to_candidate(table, weight, sticky_key(request.headers, table))
         )
-        await proxy.forward(ex)
+        shadow = self.shadow
+        if shadow is not None and not ex.candidate:
+            ex.mirror = shadow.consider(ex, route.cell, doc)
+        return True
 
 
 def parse_resolve(items: Sequence[str]) -> dict[tuple[str, int], tuple[str, int]]:

@@ -1,7 +1,10 @@
 """Classify an OpenAI-style request into a dye tag.
 
-The body is parsed once, by ``json.loads``; the prompt size is the sum of the lengths of
-the strings that make the prompt (message contents, text parts, ``prompt``), taken from
+The body is parsed once, by ``orjson`` (twice as fast as ``json`` on a long prompt, where
+parsing was half of what the router spent on a request); a body ``orjson`` refuses is parsed
+again by ``json``, which decides, so what is accepted is what ``json`` accepts (orjson refuses
+more: ``NaN``, lone surrogates, a byte order mark). The prompt size is the sum of the lengths
+of the strings that make the prompt (message contents, text parts, ``prompt``), taken from
 the parsed objects without re-serialising anything. Token-id prompts count one token per id.
 
 Errors are :class:`ClassifyError` with the HTTP status and an OpenAI-shaped error body, so a
@@ -13,6 +16,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from tinct.router.table import CompiledTable, Route
 
@@ -86,14 +91,30 @@ def completion_size(doc: Mapping[str, Any]) -> tuple[int, int]:
     raise ClassifyError(400, "missing_prompt", "'prompt' must be a string, a list of strings or token ids")
 
 
+def _stdlib_loads(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
+        raise ClassifyError(400, "invalid_json", "the request body is not valid JSON") from None
+
+
+def _has_float_ids(doc: dict[str, Any]) -> bool:
+    """A completion prompt holding a float where ``json`` may have read a token id."""
+    prompt = doc.get("prompt")
+    return isinstance(prompt, list) and float in map(type, prompt)
+
+
 def parse_body(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400."""
     if not body:
         raise ClassifyError(400, "empty_body", "the request body is empty; send a JSON object")
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
-        raise ClassifyError(400, "invalid_json", "the request body is not valid JSON") from None
+        doc = orjson.loads(body)
+    except (orjson.JSONDecodeError, RecursionError):
+        doc = _stdlib_loads(body)
+    else:
+        if isinstance(doc, dict) and _has_float_ids(doc):
+            doc = _stdlib_loads(body)  # orjson reads an integer past 64 bits as a float
     if not isinstance(doc, dict):
         raise ClassifyError(400, "invalid_json", "the request body must be a JSON object")
     return doc

@@ -41,7 +41,35 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
+        comparer=args.comparer or None,
+        comparer_token_file=Path(args.comparer_token_file) if args.comparer_token_file else None,
+        comparer_queue=args.comparer_queue,
+        shadow_max_held_bytes=args.shadow_max_held_bytes,
+        upstream_keepalive=args.upstream_keepalive,
+        keepalive_timeout=args.upstream_idle_timeout,
     )
+
+
+def _check_comparer(args: argparse.Namespace) -> None:
+    """The comparer's URL and token file, as a user can act on them.
+
+    Raises:
+        ValueError: the URL is not http(s), or the token file cannot be read or is empty.
+    """
+    if not args.comparer:
+        return
+    from tinct.router.pairs import Destination
+
+    Destination.parse(args.comparer)
+    if args.comparer_token_file:
+        try:
+            text = Path(args.comparer_token_file).read_text().strip()
+        except OSError as e:
+            raise ValueError(
+                f"--comparer-token-file {args.comparer_token_file}: cannot read it: {e.strerror or e}"
+            ) from None
+        if not text:
+            raise ValueError(f"--comparer-token-file {args.comparer_token_file} is empty")
 
 
 def _workers(args: argparse.Namespace) -> int:
@@ -79,6 +107,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
 
         parse_resolve(args.resolve or ())
         PassThrough(args.pass_through_prefix or ())
+        _check_comparer(args)
     except ValueError as e:
         print(f"tinct router: {e}", file=sys.stderr)
         return 2
@@ -110,6 +139,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, not {text!r}")
     return value
 
 
@@ -204,6 +243,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "candidate has the table's fallback.latencyMs) (default: %(default)s)",
     )
     p.add_argument(
+        "--upstream-keepalive",
+        type=_count,
+        metavar="N",
+        default=_D.upstream_keepalive,
+        help="idle keep-alive connections to each backend kept per process (each worker), as "
+        "nginx's upstream keepalive; more are closed as they come back, so a burst of streams "
+        "leaves no more than this open once it ends (0: none kept) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--upstream-idle-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=_D.keepalive_timeout,
+        help="seconds an idle keep-alive connection to a backend is kept (default: %(default)s)",
+    )
+    p.add_argument(
         "--shutdown-timeout",
         type=_seconds,
         default=_D.shutdown_timeout,
@@ -235,6 +290,43 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="do not read classified answers for the token metrics (time to first token, "
         "inter-token latency, output tokens, contract violations); their families stay empty",
+    )
+    shadow = p.add_argument_group(
+        "mirroring",
+        "Requests stable answers in a cell with a shadow share (the routing table's cells[].shadow) "
+        "are mirrored to the candidate, and both answers sent as pairs to tinct comparer.",
+    )
+    shadow.add_argument(
+        "--comparer",
+        metavar="URL",
+        default=os.environ.get("TINCT_ROUTER_COMPARER") or None,
+        help="base URL of tinct comparer (pairs go to URL/v1/pairs), e.g. http://tinct-comparer:8090 "
+        "(env TINCT_ROUTER_COMPARER). Without it nothing is mirrored",
+    )
+    shadow.add_argument(
+        "--comparer-token-file",
+        metavar="FILE",
+        default=os.environ.get("TINCT_ROUTER_COMPARER_TOKEN_FILE") or None,
+        help="file holding the bearer token the comparer expects, re-read when it changes (env "
+        "TINCT_ROUTER_COMPARER_TOKEN_FILE). Default: the token in TINCT_COMPARER_TOKEN, else none",
+    )
+    shadow.add_argument(
+        "--comparer-queue",
+        metavar="N",
+        type=_positive_int,
+        # a string default goes through type=, so a bad variable is a usage error
+        default=os.environ.get("TINCT_ROUTER_COMPARER_QUEUE") or _D.comparer_queue,
+        help="pairs each worker queues for the comparer at most; more are dropped and counted "
+        "(env TINCT_ROUTER_COMPARER_QUEUE; default: %(default)s)",
+    )
+    shadow.add_argument(
+        "--shadow-max-held-bytes",
+        metavar="BYTES",
+        type=_positive_int,
+        default=os.environ.get("TINCT_ROUTER_SHADOW_MAX_HELD_BYTES") or _D.shadow_max_held_bytes,
+        help="bytes each worker holds for pairs at most: a mirror in flight reserves its request "
+        "body and twice the release's shadow.maxBytes, a queued pair its size; past it requests "
+        "are not mirrored (budget) (env TINCT_ROUTER_SHADOW_MAX_HELD_BYTES; default: %(default)s)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_router)

@@ -39,8 +39,10 @@ class RouterConfig:
     #: Seconds until stable's response head must be in (the candidate has the table's
     #: latencyMs); generous, as a non-streamed answer sends its head only once generated.
     upstream_head_timeout: float = 300.0
-    #: Idle upstream keep-alive connections kept per backend (0: unlimited).
-    pool_per_host: int = 0
+    #: Idle upstream keep-alive connections a process (each worker) keeps per backend, as
+    #: nginx's upstream ``keepalive``: more are closed as they come back to the pool (0: none
+    #: is kept). Connections in use are not limited.
+    upstream_keepalive: int = 64
     #: Seconds an idle upstream connection is kept.
     keepalive_timeout: float = 60.0
     #: Seconds an idle client connection is kept.
@@ -85,6 +87,18 @@ class RouterConfig:
     #: Measure classified answers as they pass: time to first token, inter-token latency,
     #: output tokens, API contract violations (:mod:`tinct.router.tokens`).
     measure_tokens: bool = True
+    #: Base URL of ``tinct comparer``, where pairs of mirrored answers are POSTed
+    #: (``/v1/pairs`` under it); None: nothing is mirrored (:mod:`tinct.router.shadow`).
+    comparer: str | None = None
+    #: File holding the comparer's bearer token (re-read when it changes); None: the
+    #: ``TINCT_COMPARER_TOKEN`` variable, else no token. Never the token itself: a worker's
+    #: configuration is on its command line.
+    comparer_token_file: Path | None = None
+    #: Pairs a worker queues for the comparer at most; more are dropped and counted.
+    comparer_queue: int = 1024
+    #: Bytes a worker holds for pairs at most (mirrors in flight reserve their body and
+    #: twice the release's maxBytes; queued pairs their size); past it requests are not mirrored.
+    shadow_max_held_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass

@@ -91,6 +91,37 @@ class _PipelinedError(Exception):
 class ServerConnection(asyncio.Protocol):
     """One client connection: parses requests, runs the handler, writes the answers."""
 
+    # Slots: ten thousand open streams hold ten thousand of these.
+    __slots__ = (
+        "_closed",
+        "_eof",
+        "_finished",
+        "_flow",
+        "_framing",
+        "_head_seen",
+        "_head_since",
+        "_head_size",
+        "_headers",
+        "_ignore_input",
+        "_in_head",
+        "_keep_alive",
+        "_lingering",
+        "_message_done",
+        "_parser",
+        "_pending",
+        "_started",
+        "_target",
+        "_task",
+        "close_after_response",
+        "last_active",
+        "loop",
+        "remote",
+        "request",
+        "server",
+        "source",
+        "transport",
+    )
+
     def __init__(self, server: Listener) -> None:
         self.server = server
         self.loop = server.loop
@@ -270,6 +301,7 @@ class ServerConnection(asyncio.Protocol):
             raise _RejectError("invalid_path", str(e)) from None
         except FramingError as e:
             raise _RejectError(e.code, e.detail) from None
+        self._headers = []  # the request holds them now (a stream holds its connection for minutes)
         self.request = req
         self._message_done = False
         self._started = self._finished = False

@@ -8,16 +8,25 @@ one by one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from tinct.router.connection import ServerConnection
     from tinct.router.request import Request
+    from tinct.router.response import Response, Sink
     from tinct.router.table import CompiledTable
     from tinct.router.tokens import Meter
 
 #: Dye tag label of requests that are not classified (other endpoints, rejected requests).
 UNCLASSIFIED = "none"
+
+
+class Tee(Protocol):
+    """What the proxy needs of a mirror (:class:`~tinct.router.shadow.Mirror`): a copy of
+    stable's answer, and to know when it ended."""
+
+    def tee(self, resp: Response, sink: Sink) -> Sink: ...
+    def stable_ended(self, complete: bool) -> None: ...
 
 
 @dataclass(slots=True)
@@ -31,12 +40,15 @@ class Exchange:
     started: float
     #: Dye tag; :data:`UNCLASSIFIED` for other endpoints and refusals.
     tag: str = UNCLASSIFIED
-    #: The whole body of a classified request; None streams the client's body through.
+    #: The whole body of a classified request (emptied once an answer is taken: no retry
+    #: follows, and a stream need not hold its prompt); None streams the client's body through.
     body: bytes | None = None
     #: The sticky choice sent it to the candidate.
     candidate: bool = False
     #: The request asked for a stream (``"stream": true``).
     stream: bool = False
+    #: The request is mirrored (:mod:`tinct.router.shadow`): stable's answer is teed to it.
+    mirror: Tee | None = None
     # --- the outcome --------------------------------------------------------------------
     #: Who answered: ``stable``, ``candidate`` or ``router`` (refused before any backend).
     side: str = "router"
@@ -50,4 +62,4 @@ class Exchange:
     meter: Meter | None = None
 
 
-__all__ = ["UNCLASSIFIED", "Exchange"]
+__all__ = ["UNCLASSIFIED", "Exchange", "Tee"]

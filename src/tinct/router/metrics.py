@@ -137,6 +137,41 @@ class _RequestCollector(Collector):
             yield fam
 
 
+class ShadowMetrics:
+    """Mirrored requests (:mod:`tinct.router.shadow`) and their pairs: families of their own,
+    so a mirror never shows in the live series above."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.mirrors = Counter(
+            "tinct_router_shadow_mirrors",
+            "Requests stable answered that were mirrored, by where the mirror went: the "
+            "candidate, or stable again (the noise floor).",
+            ["namespace", "release", "dye_tag", "target"],
+            registry=registry,
+        )
+        self.skipped = Counter(
+            "tinct_router_shadow_skipped",
+            "Mirrors without a whole pair compared, by reason: not mirrored (budget), pair not "
+            "sent (stable_error: stable gave no whole answer; send_dropped: the send queue was "
+            "full or the comparer down), or sent to be counted by the comparer (too_long: an "
+            "answer over maxBytes, sent truncated; timeout, unreachable, reset, bad_answer: "
+            "the mirror failed).",
+            ["namespace", "release", "reason"],
+            registry=registry,
+        )
+        self.pairs_sent = Counter(
+            "tinct_router_shadow_pairs_sent",
+            "Pairs the comparer took.",
+            ["namespace", "release"],
+            registry=registry,
+        )
+        self.held_bytes = Gauge(
+            "tinct_router_shadow_held_bytes",
+            "Bytes held for pairs: reserved by mirrors in flight and queued for the comparer.",
+            registry=registry,
+        )
+
+
 class RouterMetrics:
     """The router's metric families, with per-label-set children cached."""
 
@@ -215,6 +250,7 @@ class RouterMetrics:
             "Routing tables rejected because they failed validation.",
             registry=r,
         )
+        self.shadow = ShadowMetrics(r)
 
     def request(self, ex: Exchange) -> None:
         """Record one answered request (its outcome as ``ex`` says), ending now."""
@@ -280,5 +316,6 @@ __all__ = [
     "STATUS_CLASSES",
     "TOKEN_BUCKETS",
     "RouterMetrics",
+    "ShadowMetrics",
     "status_class",
 ]

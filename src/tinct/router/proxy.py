@@ -26,7 +26,12 @@ While the router measures tokens, each classified answer passes a
 time to first token, the gaps between tokens, the output tokens and the API contract are
 read off the bytes already sent, never holding one back.
 
-Requests are sent with ``X-Scheduler-Version`` of the chosen side; answers carry
+A mirrored request (:mod:`tinct.router.shadow`) has stable's answer teed the same way: each
+chunk goes to the client's transport first, then to the mirror's bounded copy; the proxy
+tells the mirror when stable's answer ended, whole or not.
+
+Requests are sent with ``X-Scheduler-Version`` of the chosen side (and never with a
+client's ``X-Tinct-Shadow``, which marks mirrors); answers carry
 ``X-Scheduler-Active`` (the version that answered) and ``X-Fallback-Reason`` after a
 fallback. Hop-by-hop headers are dropped both ways; bodies pass unchanged (no
 decompression), so ``Content-Encoding`` stays true. The backend's ``Date`` is kept.
@@ -34,9 +39,9 @@ decompression), so ``Content-Encoding`` stays true. The backend's ``Date`` is ke
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
@@ -50,6 +55,7 @@ from tinct.router.response import (
     UpstreamError,
     UpstreamIdleError,
     UpstreamRejectedError,
+    UpstreamTimeoutError,
 )
 from tinct.router.table import CompiledTable, Upstream
 from tinct.router.upstream import UpstreamPool
@@ -68,7 +74,16 @@ FALLBACK_REASON = b"X-Fallback-Reason"
 #: ``X-Scheduler-Version`` negotiates.
 UPGRADE_TO = b"tinct-scheduler"
 
-_DROP_REQUEST = HOP_BY_HOP_B | {b"host", b"content-length", b"expect", SCHEDULER_VERSION.lower()}
+#: Marks a mirrored request (:mod:`tinct.router.shadow`); a client's own never reaches a backend.
+SHADOW = b"X-Tinct-Shadow"
+
+_DROP_REQUEST = HOP_BY_HOP_B | {
+    b"host",
+    b"content-length",
+    b"expect",
+    SCHEDULER_VERSION.lower(),
+    SHADOW.lower(),
+}
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
 _SSE = b"text/event-stream"
@@ -84,8 +99,8 @@ def _event_stream(resp: Response) -> bool:
 
 def forward_headers(fields: Fields, hops: frozenset[bytes], remote: str | None) -> bytes:
     """The client's request headers as sent upstream (header lines): hop-by-hop (standard
-    and ``hops``), Host, length and any ``X-Scheduler-Version`` removed, ``X-Forwarded-For``
-    extended."""
+    and ``hops``), Host, length and any ``X-Scheduler-Version`` and ``X-Tinct-Shadow``
+    removed, ``X-Forwarded-For`` extended."""
     drop = _DROP_REQUEST | hops if hops else _DROP_REQUEST
     out: list[bytes] = []
     prior: bytes | None = None
@@ -164,7 +179,9 @@ class Proxy:
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
-    async def _send(self, up: Upstream, ex: Exchange, headers: bytes) -> Response:
+    async def _send(self, up: Upstream, ex: Exchange, headers: bytes, timeout: float | None) -> Response:
+        """``ex``'s request sent to ``up``; its head in within ``timeout`` seconds, else
+        :class:`~tinct.router.response.UpstreamTimeoutError`."""
         request = ex.request
         head_only = request.method == "HEAD"
         lines = b"Host: %b\r\n%b%b: %b\r\n" % (up.authority, headers, SCHEDULER_VERSION, up.version_b)
@@ -178,7 +195,14 @@ class Proxy:
             else:
                 body = rb
         return await self.pool.request(
-            up.origin, request.method, target, lines, body, chunked=request.chunked, head_only=head_only
+            up.origin,
+            request.method,
+            target,
+            lines,
+            body,
+            chunked=request.chunked,
+            head_only=head_only,
+            timeout=timeout,
         )
 
     async def _try_candidate(self, ex: Exchange, headers: bytes) -> tuple[Response | None, Reason | None]:
@@ -186,14 +210,12 @@ class Proxy:
         health = self.health(table)
         if health.ejected():
             return None, "ejected"
-        timeout = asyncio.timeout(table.latency_limit)
         try:
-            async with timeout:
-                resp = await self._send(table.candidate, ex, headers)
-        except (UpstreamError, TimeoutError, OSError) as e:
+            resp = await self._send(table.candidate, ex, headers, table.latency_limit)
+        except (UpstreamError, OSError) as e:
             reason: Reason = (
                 "latency_too_high"
-                if timeout.expired()
+                if isinstance(e, UpstreamTimeoutError)
                 else "unreachable"
                 if isinstance(e, UpstreamConnectError)
                 else "upstream_error"
@@ -257,14 +279,10 @@ class Proxy:
         # Stable's time to first byte after a fallback is its own, from its attempt on.
         since = ex.started if reason is None else time.perf_counter()
         if resp is None:
-            timeout = asyncio.timeout(self.head_timeout)
             try:
                 try:
-                    async with timeout:
-                        resp = await self._send(up, ex, headers)
-                except TimeoutError:
-                    if not timeout.expired():
-                        raise
+                    resp = await self._send(up, ex, headers, self.head_timeout)
+                except UpstreamTimeoutError:
                     raise UpstreamRejectedError(
                         "head_timeout", f"no response head within {self.head_timeout:g}s"
                     ) from None
@@ -323,22 +341,32 @@ class Proxy:
             headers.append((FALLBACK_REASON, reason.encode()))
         ex.status = resp.status
         meter = None
-        if self.measure_tokens and ex.body is not None:
-            meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+        if ex.body is not None:
+            if self.measure_tokens:
+                meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+            # No retry once an answer is taken: a long prompt is not held for a whole stream.
+            ex.body = b""
         complete = False
+        mirror = ex.mirror
         try:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ex.ttfb = time.perf_counter() - since
             conn.source = resp
+            sink: Callable[[bytes], None]
             if meter is None:
                 sink = conn.write
             else:
                 write, feed = conn.write, meter.feed
 
-                def sink(data: bytes) -> None:
+                def measured(data: bytes) -> None:
                     write(data)  # to the client first: measuring never holds a byte back
                     feed(data)
 
+                sink = measured
+
+            if mirror is not None:  # teed after the client's write: the copy holds nothing back
+                sink = mirror.tee(resp, sink)
+            resp.headers = []  # sent (and teed): a stream need not hold them (trailers would land here)
             done = resp.stream(sink, table.idle_timeout)
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
@@ -366,6 +394,8 @@ class Proxy:
             resp.close()
             if meter is not None:
                 meter.finish(complete)
+            if mirror is not None:
+                mirror.stable_ended(complete)
             self.metrics.request(ex)
 
 
@@ -373,6 +403,7 @@ __all__ = [
     "FALLBACK_REASON",
     "SCHEDULER_ACTIVE",
     "SCHEDULER_VERSION",
+    "SHADOW",
     "Proxy",
     "forward_headers",
 ]

@@ -10,7 +10,6 @@ reading from the client until it is consumed.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Protocol, TypeVar, overload
 
@@ -36,6 +35,8 @@ class BodyTimeoutError(Exception):
 class BodySource(Protocol):
     """The connection a body comes from."""
 
+    loop: asyncio.AbstractEventLoop
+
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
     def send_continue(self) -> None: ...
@@ -50,9 +51,11 @@ class Body:
         "_discard",
         "_error",
         "_high",
+        "_overdue",
         "_paused",
         "_source",
         "_waiter",
+        "_wake_above",
         "declared",
         "done",
         "expect_continue",
@@ -62,7 +65,9 @@ class Body:
 
     def __init__(self, source: BodySource, timeout: float | None = None) -> None:
         self._source = source
-        self._chunks: deque[bytes] = deque()
+        # A list, not a deque: a deque's first block is 600 bytes, per request (streams hold
+        # theirs for their whole life), and a piece is taken from the front rarely.
+        self._chunks: list[bytes] = []
         self._buffered = 0
         self._paused = False
         self._discard = False
@@ -70,6 +75,10 @@ class Body:
         self._waiter: asyncio.Future[None] | None = None
         #: Buffered bytes above which reading from the client pauses.
         self._high = HIGH_WATER
+        #: A piece wakes the reader only once more than this was received (-1: every piece):
+        #: :meth:`read_all` waits for the end, or for the limit to be crossed.
+        self._wake_above = -1
+        self._overdue = False
         #: Seconds :meth:`read_all` may take in all, and :meth:`read` may wait for a piece.
         self.timeout = timeout
         #: Content-Length the client declared, if any.
@@ -89,7 +98,8 @@ class Body:
         if self._buffered > self._high and not self._paused:
             self._paused = True
             self._source.pause_reading()
-        self._wake()
+        if self.received > self._wake_above:
+            self._wake()
 
     def finish(self) -> None:
         self.done = True
@@ -122,8 +132,12 @@ class Body:
         if self.expect_continue:
             self.expect_continue = False
             self._source.send_continue()
-        w = self._waiter = asyncio.get_running_loop().create_future()
+        w = self._waiter = self._source.loop.create_future()
         await w
+
+    def _expire(self) -> None:
+        self._overdue = True
+        self._wake()
 
     def _resume(self) -> None:
         if self._paused:
@@ -150,7 +164,7 @@ class Body:
                         await self._wait()
                 except TimeoutError:
                     raise BodyTimeoutError(f"no request body bytes for {self.timeout:g}s") from None
-        data = self._chunks.popleft()
+        data = self._chunks.pop(0)
         self._buffered -= len(data)
         if self._paused and self._buffered < LOW_WATER:
             self._resume()
@@ -171,15 +185,21 @@ class Body:
             raise BodyTooLargeError
         if not self.done:
             self._high = max(HIGH_WATER, limit)
+            self._wake_above = limit
             self._resume()
+            # A timer, not a cancel scope: this runs for every body not in with its head.
+            timer = None if self.timeout is None else self._source.loop.call_later(self.timeout, self._expire)
             try:
-                async with asyncio.timeout(self.timeout):
-                    while not self.done:
-                        if self.received > limit:
-                            raise BodyTooLargeError
-                        await self._wait()
-            except TimeoutError:
-                raise BodyTimeoutError(f"the request body did not arrive within {self.timeout:g}s") from None
+                while not self.done:
+                    if self.received > limit:
+                        raise BodyTooLargeError
+                    if self._overdue:
+                        raise BodyTimeoutError(f"the request body did not arrive within {self.timeout:g}s")
+                    await self._wait()
+            finally:
+                self._wake_above = -1
+                if timer is not None:
+                    timer.cancel()
         if self.received > limit:
             raise BodyTooLargeError
         data = b"".join(self._chunks)

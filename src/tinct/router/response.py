@@ -47,6 +47,11 @@ class UpstreamIdleError(UpstreamError):
     """The backend sent nothing of its answer's body for the idle timeout."""
 
 
+class UpstreamTimeoutError(UpstreamError):
+    """The backend's response head was not in by the deadline the request was sent with
+    (connecting and sending the request included)."""
+
+
 class UpstreamRejectedError(UpstreamError):
     """The backend's answer was refused: its head over the limits or too slow, or unparsable."""
 
@@ -66,9 +71,58 @@ class Feed(Protocol):
     #: The answer in progress on the connection.
     resp: Response | None
 
+    @property
+    def watch(self) -> IdleWatch:
+        """Where answers with an idle timeout are checked."""
+        ...
+
     def pause_reading(self) -> None: ...
     def resume_reading(self) -> None: ...
     def close(self) -> None: ...
+
+
+#: Bounds of the period of an :class:`IdleWatch` (a quarter of the shortest idle timeout it
+#: watches): an answer is cut between its idle timeout and that much later.
+MIN_TICK, MAX_TICK = 0.025, 1.0
+
+
+class IdleWatch:
+    """Answers streaming with an idle timeout, checked together by one periodic timer.
+
+    One timer per answer cost 544 bytes (a handle, its libuv timer, a bound method) for the
+    life of every stream; a set entry costs a few dozen, and a check of ten thousand answers
+    a millisecond or two a period.
+    """
+
+    __slots__ = ("_handle", "_loop", "_tick", "answers")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.answers: set[Response] = set()
+        self._handle: asyncio.TimerHandle | None = None
+        self._tick = MAX_TICK
+
+    def add(self, resp: Response, idle: float) -> None:
+        self.answers.add(resp)
+        tick = min(MAX_TICK, max(MIN_TICK, idle / 4))
+        if self._handle is None or tick < self._tick:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._tick = tick
+            self._handle = self._loop.call_later(tick, self._check)
+
+    def discard(self, resp: Response) -> None:
+        self.answers.discard(resp)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        for resp in [r for r in self.answers if r._quiet_for(now)]:
+            resp._idle_out()
+        if self.answers:
+            self._handle = self._loop.call_later(self._tick, self._check)
+        else:
+            self._handle = None
+            self._tick = MAX_TICK
 
 
 class Response:
@@ -82,7 +136,7 @@ class Response:
         "_idle",
         "_informational",
         "_sink",
-        "_timer",
+        "_watch",
         "chunked",
         "closing",
         "complete",
@@ -130,7 +184,8 @@ class Response:
         self._done: asyncio.Future[None] | None = None
         self._error: UpstreamError | None = None
         self._idle = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        #: The :class:`IdleWatch` checking this answer, while one does.
+        self._watch: IdleWatch | None = None
 
     # --- fed by the connection ---------------------------------------------------------
 
@@ -156,6 +211,11 @@ class Response:
         d = self._done
         if d is not None and not d.done():
             d.set_result(None)
+
+    def _head_overdue(self) -> None:
+        """The deadline for the head passed (a timer of the upstream client)."""
+        if not self.head.done():
+            self._fail(UpstreamTimeoutError("no response head by the deadline"))
 
     def _fail(self, exc: UpstreamError) -> None:
         self._conn = None
@@ -187,22 +247,23 @@ class Response:
     # --- used by the proxy -------------------------------------------------------------
 
     def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        watch = self._watch
+        if watch is not None:
+            self._watch = None
+            watch.discard(self)
 
-    def _check_idle(self) -> None:
-        self._timer = None
+    def _quiet_for(self, now: float) -> bool:
+        """The backend sent nothing for the idle timeout while the client kept up (paused,
+        the backend waits for the client, not the other way round; resuming restarts the
+        count)."""
+        conn = self._conn
+        return conn is not None and not conn.paused and now - conn.last_data >= self._idle
+
+    def _idle_out(self) -> None:
         conn = self._conn
         if conn is None or self.complete:
             return
-        loop = conn.loop
-        quiet = loop.time() - conn.last_data
-        if conn.paused or quiet < self._idle:
-            # Paused, the backend waits for the client (flow control), not the other way round.
-            delay = self._idle if conn.paused else self._idle - quiet
-            self._timer = loop.call_later(delay, self._check_idle)
-            return
+        self._stop_timer()
         conn.resp = None
         self._fail(UpstreamIdleError(f"the backend sent nothing for {self._idle:g}s mid-answer"))
         conn.close()
@@ -222,11 +283,12 @@ class Response:
         if self.complete:
             return None
         self._sink = sink
-        loop = asyncio.get_running_loop()
+        loop = self.head.get_loop()
         self._done = loop.create_future()
         if idle_timeout is not None and self._conn is not None:
             self._idle = idle_timeout
-            self._timer = loop.call_later(idle_timeout, self._check_idle)
+            self._watch = self._conn.watch
+            self._watch.add(self, idle_timeout)
         return self._done
 
     def pause_reading(self) -> None:
@@ -252,6 +314,7 @@ class Response:
 __all__ = [
     "ClientBodyError",
     "Feed",
+    "IdleWatch",
     "RejectReason",
     "Response",
     "Sink",
@@ -259,4 +322,5 @@ __all__ = [
     "UpstreamError",
     "UpstreamIdleError",
     "UpstreamRejectedError",
+    "UpstreamTimeoutError",
 ]

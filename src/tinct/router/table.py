@@ -54,6 +54,14 @@ def _matches(value: str | None, actual: str) -> bool:
     return value is None or value == "*" or value == actual
 
 
+def salt(text: str) -> hashlib.blake2b:
+    """The hash a sticky point starts from (:func:`~tinct.router.choose.salted_point`) for
+    the salt ``text``: a release's name for the live split, ``<release>/shadow`` for mirrors."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(text.encode() + b"\0")
+    return h
+
+
 def tag_of(bucket: str, role: str, latency: str) -> str:
     """The dye tag string of a classified request."""
     return f"len:{bucket}+role:{role}+latency:{latency}"
@@ -104,9 +112,7 @@ class CompiledTable:
         self.idle_timeout = table.fallback.idle_timeout_ms / 1000.0
         self.consecutive_failures = table.fallback.consecutive_failures
         self.cooldown = float(table.fallback.cooldown_seconds)
-        salt = hashlib.blake2b(digest_size=8)
-        salt.update(table.release.encode() + b"\0")
-        self.sticky_base = salt
+        self.sticky_base = salt(table.release)
 
     @property
     def tags(self) -> list[str]:
@@ -298,5 +304,6 @@ __all__ = [
     "TableRefusedError",
     "Upstream",
     "release_identity",
+    "salt",
     "tag_of",
 ]

@@ -69,6 +69,7 @@ def _has_content(payload: bytes) -> bool:
 
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*([0-9]{1,9})')
 _CHOICES = re.compile(rb'"choices"\s*:\s*\[')
+_NONE: frozenset[str] = frozenset()
 #: SSE field names (a line ``name`` or ``name:value``; ``""`` is a comment line ``:...``).
 _FIELDS = frozenset({b"data", b"event", b"id", b"retry", b""})
 
@@ -107,14 +108,15 @@ class Meter:
         #: ``completion_tokens`` from the answer's usage, if it said.
         self.usage: int | None = None
         self.done = False
-        self.violations: set[str] = set()
+        #: Kinds of contract violation seen (a set once there is one: most answers have none).
+        self.violations: set[str] | frozenset[str] = _NONE
         #: Still reading the stream (not after an event too long to look at).
         self.looking = True
         self._pending = b""
         self._body: list[bytes] = []
         self._body_size = 0
         if asked_stream and 200 <= status < 300 and not stream:
-            self.violations.add("not_sse")
+            self._violated("not_sse")
 
     def feed(self, data: bytes) -> None:
         """A chunk of the body, already passed on to the client."""
@@ -150,8 +152,14 @@ class Meter:
         if len(self._pending) > MAX_EVENT:
             self._too_long()
 
+    def _violated(self, kind: str) -> None:
+        v = self.violations
+        if not isinstance(v, set):
+            v = self.violations = set()
+        v.add(kind)
+
     def _too_long(self) -> None:
-        self.violations.add("sse_framing")
+        self._violated("sse_framing")
         self.looking = False
         self._pending = b""
 
@@ -167,10 +175,10 @@ class Meter:
             self.done = True
             return
         if payload[:1] != b"{":
-            self.violations.add("sse_framing")
+            self._violated("sse_framing")
             return
         if b'"choices"' not in payload and b'"error"' not in payload:
-            self.violations.add("no_choices")
+            self._violated("no_choices")
         if _has_content(payload):
             if self.first is None:
                 self.first = now
@@ -190,11 +198,11 @@ class Meter:
             if line.startswith(b"data:"):
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line.partition(b":")[0] not in _FIELDS:
-                self.violations.add("sse_framing")
+                self._violated("sse_framing")
                 return None
         if not data:
             if not ev.startswith(b":"):
-                self.violations.add("sse_framing")
+                self._violated("sse_framing")
             return None
         return b"\n".join(data)
 
@@ -205,7 +213,7 @@ class Meter:
                 if self._pending.strip():
                     self._event(self._pending.strip(b"\n"), time.perf_counter())
                 if not self.done and 200 <= self.status < 300:
-                    self.violations.add("sse_no_done")
+                    self._violated("sse_no_done")
             return
         if not complete:
             return
@@ -221,14 +229,14 @@ class Meter:
                 doc = None
             err = doc.get("error") if isinstance(doc, dict) else None
             if not (isinstance(err, dict) and isinstance(err.get("message"), str)):
-                self.violations.add("error_body")
+                self._violated("error_body")
             return
         if not (200 <= self.status < 300):
             return
         # The common case costs two scans of the bytes, no parse: the same checks as for a
         # stream's events.
         if body[:1] != b"{" or _CHOICES.search(body) is None:
-            self.violations.add("no_choices")
+            self._violated("no_choices")
         m = _USAGE.search(body)
         if m is not None:
             self.usage = int(m.group(1))

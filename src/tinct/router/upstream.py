@@ -35,10 +35,12 @@ from tinct.router.framing import final_chunked
 from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
     ClientBodyError,
+    IdleWatch,
     Response,
     UpstreamConnectError,
     UpstreamError,
     UpstreamRejectedError,
+    UpstreamTimeoutError,
 )
 from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, chunk, connection_tokens
 
@@ -52,6 +54,9 @@ Origin: TypeAlias = tuple[str, int, bool]
 MAX_RESPONSE_HEAD = 64 * 1024
 #: Header lines a response head may have.
 MAX_RESPONSE_HEADERS = 256
+#: Request bodies shorter than this are joined to the head and sent in one buffer; longer
+#: ones go as a second buffer of the same write (no copy).
+_JOIN_BELOW = 16 * 1024
 
 
 class _StaleError(UpstreamError):
@@ -60,6 +65,22 @@ class _StaleError(UpstreamError):
 
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a backend, one request at a time."""
+
+    __slots__ = (
+        "_flow",
+        "_parser",
+        "closed",
+        "last_data",
+        "last_used",
+        "loop",
+        "origin",
+        "paused",
+        "pool",
+        "request_sent",
+        "resp",
+        "reused",
+        "transport",
+    )
 
     def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
         self.pool = pool
@@ -76,6 +97,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.last_data = 0.0
         self.paused = False
         self._flow = WriteFlow(self.loop)
+
+    @property
+    def watch(self) -> IdleWatch:
+        return self.pool.idle_watch
 
     # --- transport events ----------------------------------------------------------------
 
@@ -247,13 +272,14 @@ class UpstreamConnection(asyncio.Protocol):
 
 
 class UpstreamPool:
-    """Keep-alive connections per backend origin."""
+    """Keep-alive connections per backend origin: at most ``keep_per_origin`` idle ones each
+    (more are closed as they come back), none idle for longer than ``idle_timeout``."""
 
     def __init__(
         self,
         *,
         connect_timeout: float,
-        keep_per_origin: int = 0,
+        keep_per_origin: int = 64,
         idle_timeout: float = 60.0,
         resolve: Mapping[tuple[str, int], tuple[str, int]] | None = None,
     ) -> None:
@@ -264,6 +290,8 @@ class UpstreamPool:
         self.keep_per_origin = keep_per_origin
         self.idle_timeout = idle_timeout
         self._idle: dict[Origin, list[UpstreamConnection]] = {}
+        #: Answers streaming with an idle timeout, checked together.
+        self.idle_watch = IdleWatch(self.loop)
         self._tls: ssl.SSLContext | None = None
         self._sweeper = self.loop.create_task(self._sweep(), name="tinct-upstream-idle-sweep")
 
@@ -277,6 +305,7 @@ class UpstreamPool:
         *,
         chunked: bool = False,
         head_only: bool = False,
+        timeout: float | None = None,
     ) -> Response:
         """Send ``method target`` with the header lines ``headers`` (each ending in CRLF) and ``body``.
 
@@ -287,6 +316,8 @@ class UpstreamPool:
 
         Raises:
             UpstreamConnectError: no connection could be made.
+            UpstreamTimeoutError: the head was not in within ``timeout`` seconds (connecting
+                and sending included); one timer, not a cancel scope, on the hot path.
             UpstreamError: the backend failed before its response head.
         """
         if isinstance(body, Body):
@@ -300,8 +331,9 @@ class UpstreamPool:
         else:
             framing = b""
         head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (method.encode("ascii"), target, headers, framing)
+        deadline = None if timeout is None else self.loop.time() + timeout
         for attempt in range(2):
-            conn = await self._acquire(origin)
+            conn = await self._acquire(origin, deadline)
             resp = Response(conn, head_only)
             conn.resp = resp
             assert conn.transport is not None
@@ -311,7 +343,14 @@ class UpstreamPool:
                 resp.pump = self.loop.create_task(self._pump(conn, body, chunked))
             else:
                 conn.request_sent = True
-                conn.transport.write(head + body if body else head)
+                if not body:
+                    conn.transport.write(head)
+                elif len(body) < _JOIN_BELOW:
+                    conn.transport.write(head + body)
+                else:
+                    # Two buffers, one system call: a long prompt is not copied to be joined.
+                    conn.transport.writelines((head, body))
+            timer = None if deadline is None else self.loop.call_at(deadline, resp._head_overdue)
             try:
                 await resp.head
             except _StaleError:
@@ -323,6 +362,9 @@ class UpstreamPool:
             except BaseException:
                 resp.close()
                 raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -349,7 +391,7 @@ class UpstreamPool:
                 r._fail(ClientBodyError(e))
             conn.close()
 
-    async def _acquire(self, origin: Origin) -> UpstreamConnection:
+    async def _acquire(self, origin: Origin, deadline: float | None = None) -> UpstreamConnection:
         idle = self._idle.get(origin)
         if idle:
             horizon = self.loop.time() - self.idle_timeout
@@ -363,7 +405,9 @@ class UpstreamPool:
         address, to = self.resolve.get((host, port), (host, port))
         if tls and self._tls is None:
             self._tls = ssl.create_default_context()
-        timeout = asyncio.timeout(self.connect_timeout)
+        limit = self.loop.time() + self.connect_timeout
+        overdue = deadline is not None and deadline < limit
+        timeout = asyncio.timeout_at(deadline if overdue else limit)
         try:
             async with timeout:
                 _, conn = await self.loop.create_connection(
@@ -375,6 +419,8 @@ class UpstreamPool:
                 )
         except TimeoutError:
             if timeout.expired():
+                if overdue:
+                    raise UpstreamTimeoutError(f"connecting to {host}:{port}: past the deadline") from None
                 raise UpstreamConnectError(f"connecting to {host}:{port} timed out") from None
             raise
         except OSError as e:
@@ -385,7 +431,7 @@ class UpstreamPool:
     def release(self, conn: UpstreamConnection) -> None:
         """Back to the idle list, or closed when the pool keeps enough for that origin."""
         idle = self._idle.setdefault(conn.origin, [])
-        if self.keep_per_origin and len(idle) >= self.keep_per_origin:
+        if len(idle) >= self.keep_per_origin:
             conn.close()
             return
         conn.last_used = self.loop.time()

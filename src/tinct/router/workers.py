@@ -149,7 +149,7 @@ def config_from_json(text: str) -> RouterConfig:
     d["trust_role_from"] = tuple(d["trust_role_from"])
     d["pass_through_prefixes"] = tuple(d["pass_through_prefixes"])
     d["resolve"] = tuple(d.get("resolve") or ())
-    for key in ("kubeconfig", "metrics_socket"):
+    for key in ("kubeconfig", "metrics_socket", "comparer_token_file"):
         if d[key] is not None:
             d[key] = Path(d[key])
     return RouterConfig(**d)

@@ -39,6 +39,8 @@ class Seen:
     body: bytes
     #: The router's end of the connection the request came on (host, port).
     peer: tuple[str, int] | None = None
+    #: Every header line as received, repeated names included.
+    items: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -61,7 +63,14 @@ class FakeScheduler:
         body = await request.read()
         peer = request.transport.get_extra_info("peername") if request.transport else None
         self.seen.append(
-            Seen(request.path, request.method, dict(request.headers), body, tuple(peer) if peer else None)
+            Seen(
+                request.path,
+                request.method,
+                dict(request.headers),
+                body,
+                tuple(peer) if peer else None,
+                list(request.headers.items()),
+            )
         )
         if self.on_request is not None:
             self.on_request()
@@ -216,9 +225,14 @@ def table_doc(
     namespace: str | None = "llm",
     uid: str | None = None,
     standing: bool = False,
+    default_shadow: float = 0,
+    shadow: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml."""
-    return {
+    """A routing-table document in wire form (camelCase), shaped like examples/grayrelease.yaml.
+
+    ``default_shadow`` is the default cell's shadow share; ``shadow`` the table's shadow
+    settings (camelCase, over the API's defaults), needed for any cell to mirror."""
+    doc = {
         "models": models or [],
         "schema": "tinct.io/routing/v1",
         "release": release,
@@ -248,9 +262,73 @@ def table_doc(
             },
             "stickyKey": {"header": "X-Session-Id"},
         },
-        "cells": [*(cells or []), {"match": {}, "weight": default_weight}],
+        "cells": [*(cells or []), {"match": {}, "weight": default_weight, "shadow": default_shadow}],
         "fallback": fallback or {"consecutiveFailures": 3, "latencyMs": 800, "cooldownSeconds": 30},
     }
+    if shadow is not None:
+        doc["shadow"] = {
+            "stableModelVersion": "llama3-8b-1-4-0",
+            "candidateModelVersion": "llama3-8b-2-0-0",
+            **shadow,
+        }
+    return doc
+
+
+@dataclass
+class PairReceiver:
+    """Stands in for ``tinct comparer``'s ``POST /v1/pairs``: a real aiohttp server on
+    127.0.0.1 that checks the bearer token (401 without it when ``token`` is set) and keeps
+    every pair it is sent (parsed), and every batch's size."""
+
+    token: str | None = None
+    #: Parse and keep the pairs; False: count them only (``received``), as a benchmark does.
+    keep: bool = True
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    received: int = 0
+    #: Requests refused for their token.
+    unauthorized: int = 0
+    url: str = ""
+    _runner: web.AppRunner | None = None
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            self.unauthorized += 1
+            return web.json_response({"error": "a bearer token is needed"}, status=401)
+        assert request.content_type == "application/x-ndjson", request.content_type
+        body = await request.read()
+        if not self.keep:
+            self.received += body.count(b"\n")
+            return web.json_response({"accepted": body.count(b"\n"), "refused": 0}, status=202)
+        lines = [line for line in body.split(b"\n") if line.strip()]
+        self.pairs.extend(json.loads(line) for line in lines)
+        self.received += len(lines)
+        self.batches.append(len(lines))
+        self._arrived.set()
+        return web.json_response({"accepted": len(lines), "refused": 0}, status=202)
+
+    async def wait_for(self, n: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """The pairs once at least ``n`` arrived."""
+        async with asyncio.timeout(timeout):
+            while len(self.pairs) < n:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.pairs
+
+    async def start(self, port: int = 0) -> PairReceiver:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/pairs", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
 
 def table(stable: str, candidate: str, **kw: Any) -> RoutingTable:

@@ -1,0 +1,92 @@
+"""The upstream keep-alive pool of a real ``tinct router`` process is bounded: a burst of
+concurrent requests opens as many backend connections as it needs, but once it is over the
+router keeps at most ``--upstream-keepalive`` of them idle per backend, and none longer than
+``--upstream-idle-timeout``. Connections are counted from the kernel's table of the
+backend's sockets (/proc/net/tcp), as an operator would count them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+
+from tinct_testing.router_fakes import FakeScheduler, router_process, table_doc
+
+WAIT = 30.0  # bound on one wait; never a measured figure
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+_ESTABLISHED = "01"
+
+
+def _established_to(port: int) -> int:
+    """Established TCP connections whose local end is 127.0.0.1:``port`` (the backend's side)."""
+    n = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state = fields[1], fields[3]
+        if state == _ESTABLISHED and int(local.split(":")[1], 16) == port:
+            n += 1
+    return n
+
+
+async def _until(what: str, check: object, *, wait: float = WAIT) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while not check():  # type: ignore[operator]
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def _burst(base: str, backend: FakeScheduler, n: int) -> None:
+    """``n`` requests held by the backend at once, then all answered."""
+    backend.reset("stall")
+    backend.release_stall.clear()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
+        async def one() -> int:
+            async with http.post(f"{base}/v1/chat/completions", json=CHAT) as r:
+                await r.read()
+                return r.status
+
+        tasks = [asyncio.create_task(one()) for _ in range(n)]
+        await _until(f"{n} requests at the backend", lambda: len(backend.seen) == n)
+        backend.release_stall.set()
+        assert await asyncio.gather(*tasks) == [200] * n
+
+
+async def _backend(tmp_path: Path) -> tuple[FakeScheduler, int, str]:
+    """A backend, its port, and a table file sending everything to it."""
+    backend = await FakeScheduler("v1").start()
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(table_doc(backend.url, backend.url.replace("127.0.0.1", "localhost"))))
+    return backend, int(backend.url.rsplit(":", 1)[1]), str(table)
+
+
+async def test_a_burst_leaves_no_more_idle_backend_connections_than_the_cap(tmp_path: Path) -> None:
+    backend, port, table = await _backend(tmp_path)
+    try:
+        async with router_process(table, "--upstream-keepalive", "3") as router:
+            await _burst(router.base, backend, 12)
+            # Twelve were open at once; nine are closed as they come back, three stay.
+            await _until("the pool keeps three", lambda: _established_to(port) == 3)
+            # The three are reused: another burst of three opens nothing new.
+            await _burst(router.base, backend, 3)
+            peers = {s.peer for s in backend.seen}
+            assert len(peers) == 3
+            assert _established_to(port) == 3
+    finally:
+        await backend.stop()
+
+
+async def test_idle_backend_connections_close_after_the_idle_timeout(tmp_path: Path) -> None:
+    backend, port, table = await _backend(tmp_path)
+    try:
+        async with router_process(table, "--upstream-idle-timeout", "0.5") as router:
+            await _burst(router.base, backend, 4)
+            assert _established_to(port) == 4
+            await _until("idle connections closed", lambda: _established_to(port) == 0)
+            # A new request after that opens a connection again and is answered.
+            await _burst(router.base, backend, 1)
+    finally:
+        await backend.stop()
