@@ -736,7 +736,9 @@ def _shadow_case(
     finally:
         receiver.stop()
     return {
-        **{f"shadow_router_{k}": round(runs["router"][k], 3) for k in ("rps", "p50", "p99")},
+        "shadow_router_rps": round(runs["router"]["rps"], 1),
+        "shadow_router_p50_ms": round(runs["router"]["p50"], 3),
+        "shadow_router_p99_ms": round(runs["router"]["p99"], 3),
         "shadow_live_rps": round(runs["shadow_live"]["rps"], 1),
         "shadow_live_p50_ms": round(runs["shadow_live"]["p50"], 3),
         "shadow_live_p99_ms": round(runs["shadow_live"]["p99"], 3),
