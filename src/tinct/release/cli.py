@@ -85,29 +85,43 @@ def _list(api: Any, ns: str, args: argparse.Namespace) -> int:
     return 0
 
 
+#: Times a request is written again after the release changed under it (409 Conflict): the
+#: operator writes its status every round, and each write makes the read stale.
+REQUEST_TRIES = 5
+
+
 def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
+    from kubernetes.client.exceptions import ApiException
+
     from tinct.api.v1alpha1.action import ACTION_ANNOTATION, action_value, handled
 
-    obj = _get(api, ns, name)
-    status = obj.get("status") or {}
-    current = (obj["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
-    if current and not handled(current, status):
-        print(
-            f"tinct release: grayrelease {ns}/{name}: the earlier request {current} is not handled yet; "
-            "wait for it (or for the operator to run) before giving another",
-            file=sys.stderr,
-        )
-        return 1
-    value = action_value(verb, int(status.get("attempt") or 1), uuid.uuid4().hex[:8])
-    body: dict[str, Any] = {
-        "metadata": {
-            "annotations": {ACTION_ANNOTATION: value},
-            "resourceVersion": obj["metadata"]["resourceVersion"],
+    for tries_left in reversed(range(REQUEST_TRIES)):
+        # The checks and the attempt number come from the version the write is guarded by.
+        obj = _get(api, ns, name)
+        status = obj.get("status") or {}
+        current = (obj["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        if current and not handled(current, status):
+            print(
+                f"tinct release: grayrelease {ns}/{name}: the earlier request {current} is not handled yet; "
+                "wait for it (or for the operator to run) before giving another",
+                file=sys.stderr,
+            )
+            return 1
+        value = action_value(verb, int(status.get("attempt") or 1), uuid.uuid4().hex[:8])
+        body: dict[str, Any] = {
+            "metadata": {
+                "annotations": {ACTION_ANNOTATION: value},
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+            }
         }
-    }
-    if verb == "resume":
-        body["spec"] = {"paused": False}
-    _patch(api, ns, name, body)
+        if verb == "resume":
+            body["spec"] = {"paused": False}
+        try:
+            _patch(api, ns, name, body)
+            break
+        except ApiException as exc:
+            if exc.status != 409 or not tries_left:
+                raise
     print(f"grayrelease {ns}/{name}: requested {verb} ({ACTION_ANNOTATION}={value})")
     if wait <= 0:
         return 0
