@@ -80,6 +80,16 @@ def test_one_disagreeing_cell_fails_the_gate_and_is_named() -> None:
     assert s.adjusted > 90
 
 
+def test_a_release_failing_before_any_cell_has_its_pairs_names_the_worst_cell() -> None:
+    r, s = judge(GATE, samples(A={"same": 12}, B={"different": 12}), CELLS, ["cell-a", "cell-b"])
+    assert {c.cell: c.verdict for c in s.cells} == {"cell-a": "Inconclusive", "cell-b": "Inconclusive"}
+    assert r.verdict == "Fail"
+    assert (
+        r.message == "50% < 90% (24 pairs, noise floor n/a over 0); worst: cell cell-b agrees 0% (12 pairs)"
+    )
+    assert s.worst_cell == "cell-b"
+
+
 def test_few_pairs_are_inconclusive_and_skipped_pairs_count_for_neither() -> None:
     r, s = judge(GATE, samples(A={"same": 10, "skipped": 40}), CELLS, ["cell-a", "cell-b"])
     assert (r.verdict, r.message) == ("Inconclusive", "10 pairs compared < minPairs 20")

@@ -204,6 +204,8 @@ def judge(
         verdict = "Fail"
     elif overall == "Fail":
         msg, verdict = f"{_pct(whole.adjusted)} < {m.min:g}% ({counts})", "Fail"
+        if worst is not None:  # no cell has minPairs yet: the one that agrees least is named
+            msg += f"; worst: cell {worst.cell} agrees {_pct(worst.adjusted)} ({worst.pairs:.0f} pairs)"
     elif overall == "Inconclusive":
         msg, verdict = f"{whole.pairs:.0f} pairs compared < minPairs {min_pairs}", "Inconclusive"
     else:
