@@ -3,8 +3,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 # Parallel test workers (pytest-xdist). The control-plane tests mostly wait on the API server,
-# so three share two cores well; each worker starts its own control plane. 0: one process.
-TEST_WORKERS ?= 3
+# so three share two cores; each worker starts its own control plane. 0 (the default): one
+# process, until every test passes under workers too.
+TEST_WORKERS ?= 0
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 .PHONY: help bootstrap test unit k8s e2e lint format crds demo dev bench clean
