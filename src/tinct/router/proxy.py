@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
@@ -51,6 +50,7 @@ from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
     ClientBodyError,
     Response,
+    Sink,
     UpstreamConnectError,
     UpstreamError,
     UpstreamIdleError,
@@ -352,7 +352,7 @@ class Proxy:
             conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
             ex.ttfb = time.perf_counter() - since
             conn.source = resp
-            sink: Callable[[bytes], None]
+            sink: Sink
             if meter is None:
                 sink = conn.write
             else:
