@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from tinct.api.names import label_value
 from tinct.api.v1alpha1.common import Model
 from tinct.api.v1alpha1.grayrelease import (
     CELL_RULES,
@@ -254,11 +255,6 @@ def configmap_name(namespace: str, release_name: str) -> str:
     return f"{name[:236]}-{digest}"
 
 
-def _label_value(text: str) -> str:
-    """``text`` cut to a valid label value (63 characters, alphanumeric at both ends)."""
-    return text[:63].rstrip("-_.")
-
-
 def routing_configmap(
     table: RoutingTable,
     *,
@@ -280,8 +276,8 @@ def routing_configmap(
         "name": configmap_name(table.namespace or "default", table.release),
         "labels": {
             TABLE_LABEL: "true",
-            RELEASE_LABEL: _label_value(table.release),
-            RELEASE_NAMESPACE_LABEL: _label_value(table.namespace or "default"),
+            RELEASE_LABEL: label_value(table.release),
+            RELEASE_NAMESPACE_LABEL: label_value(table.namespace or "default"),
             "app.kubernetes.io/managed-by": "tinct",
         },
         "annotations": {VERSION_ANNOTATION: str(table.version)},
