@@ -50,7 +50,9 @@ stops cleanly leaves the peering object at once; one that dies is taken over fro
 last keep-alive is ``TINCT_PEERING_LIFETIME`` seconds old.
 
 kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
-``status.kopf``: the CRD schemas are structural and the API server would prune it.
+``status.kopf``: the CRD schemas are structural and the API server would prune it. Its diff
+base there is a digest per stanza, not a copy of the object, and neither is written past the
+API server's limit on annotations (:mod:`tinct.operator.bookkeeping`).
 """
 
 from __future__ import annotations
@@ -281,8 +283,10 @@ class OperatorConfig:
 
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Apply tinct's choices to kopf's settings (called from the startup handler)."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    from tinct.operator.bookkeeping import DigestDiffBaseStorage, GuardedProgressStorage
+
+    settings.persistence.progress_storage = GuardedProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.persistence.finalizer = FINALIZER

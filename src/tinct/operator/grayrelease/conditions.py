@@ -1,8 +1,8 @@
 """What a decided status says to people in its conditions; pure.
 
 Two kinds: the conditions of what the round observed (:func:`observed`) — the preconditions
-(``ModelVersionsReady``, ``BackendsAvailable``, ``AnalysisReady``), ``NotificationsReady``
-and ``RouteAvailable`` — and the summary of where the release stands (:func:`summary`) —
+(``ModelVersionsReady``, ``BackendsAvailable``, ``AnalysisReady``), ``NotificationsReady``,
+``RouteAvailable`` and ``Bookkeeping`` — and the summary of where the release stands (:func:`summary`) —
 ``Ready``, ``Progressing`` and ``Degraded``, as ``kubectl wait`` and dashboards read them.
 The conditions the rules themselves set (``CapacityReady``, ``AnalysisPassing``) are set where
 the rule is, in :mod:`~tinct.operator.grayrelease.decide`.
@@ -48,6 +48,7 @@ def observed(r: Round) -> None:
             inputs.now,
         )
     _route(r, inputs.conflict, gen)
+    _bookkeeping(r, inputs.bookkeeping, gen)
 
 
 def _preconditions(
@@ -97,6 +98,15 @@ def _route(r: Round, conflict: str | None, gen: int | None) -> None:
     r.condition("RouteAvailable", "False", "ModelConflict", conflict, gen)
     if old is None or old.status != "False" or old.message != conflict:
         r.emit(Transition("ModelConflict", conflict, warning=True, record=False))
+
+
+def _bookkeeping(r: Round, refused: str | None, gen: int | None) -> None:
+    """``Bookkeeping=False`` while kopf's bookkeeping cannot be written; True once it can again
+    (absent while it never failed)."""
+    if refused is not None:
+        r.condition("Bookkeeping", "False", "AnnotationsTooLarge", refused, gen)
+    elif any(c.type == "Bookkeeping" for c in r.old.conditions):
+        r.condition("Bookkeeping", "True", "Written", "kopf's bookkeeping is written again", gen)
 
 
 def summary(r: Round, gen: int | None) -> None:

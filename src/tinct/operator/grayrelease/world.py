@@ -23,6 +23,7 @@ import kopf
 from tinct.api.routing import configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus
+from tinct.operator.bookkeeping import REFUSED
 from tinct.operator.grayrelease import analysis as analysis_
 from tinct.operator.grayrelease import prometheus
 from tinct.operator.grayrelease.decision import Capacity, Inputs
@@ -214,6 +215,7 @@ async def gather(
         routers=routers,
         unknown_notifiers=rt.notify.unknown(gr) if rt.notify is not None else [n.name for n in spec.notify],
         conflict=conflict.message if conflict is not None else None,
+        bookkeeping=REFUSED.get(gr.metadata.uid or ""),
     )
 
 
