@@ -2,7 +2,7 @@
 
 Each path is a receiver with its own behaviour: ``/ok/*`` answers 200, ``/flaky/*`` answers
 503 to its first ``flaky`` requests and 200 after, ``/gone/*`` answers 410, ``/hang/*`` never
-answers (until the server stops).
+answers (until the server stops) while ``hang`` is true, and answers 200 once it is set false.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Received:
 class Receiver:
     port: int
     flaky: int = 2
+    #: ``/hang/*`` never answers while true.
+    hang: bool = True
     received: list[Received] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -47,7 +49,7 @@ class Receiver:
         with self._lock:
             self.attempts[path] = self.attempts.get(path, 0) + 1
             n = self.attempts[path]
-        if path.startswith("/hang/"):
+        if path.startswith("/hang/") and self.hang:
             await asyncio.sleep(3600)
         if path.startswith("/flaky/") and n <= self.flaky:
             return web.Response(status=503)

@@ -174,6 +174,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--notify-backoff",
         help="seconds before the first retry of a post, doubling after each (TINCT_NOTIFY_BACKOFF, 1)",
     )
+    p.add_argument(
+        "--notify-break-after",
+        help="failed posts in a row after which a webhook's circuit breaker opens: its notifications "
+        "are dropped (and counted) until one is tried again (TINCT_NOTIFY_BREAK_AFTER, 3)",
+    )
+    p.add_argument(
+        "--notify-retry-after",
+        help="seconds an open circuit breaker waits before one post is tried again "
+        "(TINCT_NOTIFY_RETRY_AFTER, 30)",
+    )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator)

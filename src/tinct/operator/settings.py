@@ -34,6 +34,9 @@ variable                       meaning                                          
 ``TINCT_NOTIFY_TIMEOUT``       seconds one webhook post may take                  ``5``
 ``TINCT_NOTIFY_ATTEMPTS``      posts of one notification before giving up         ``6``
 ``TINCT_NOTIFY_BACKOFF``       seconds before the first retry (then doubling)     ``1``
+``TINCT_NOTIFY_BREAK_AFTER``   failed posts in a row that open a webhook's        ``3``
+                               circuit breaker (its notifications are dropped)
+``TINCT_NOTIFY_RETRY_AFTER``   seconds an open breaker waits before one post      ``30``
 =============================  =================================================  ===========================
 
 **Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:
@@ -247,6 +250,8 @@ class OperatorConfig:
     notify_timeout: float = _env("TINCT_NOTIFY_TIMEOUT", _timeout, 5.0)
     notify_attempts: int = _env("TINCT_NOTIFY_ATTEMPTS", _at_least_one, 6)
     notify_backoff: float = _env("TINCT_NOTIFY_BACKOFF", _backoff, 1.0)
+    notify_break_after: int = _env("TINCT_NOTIFY_BREAK_AFTER", _at_least_one, 3)
+    notify_retry_after: float = _env("TINCT_NOTIFY_RETRY_AFTER", _timeout, 30.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:

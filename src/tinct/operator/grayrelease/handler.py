@@ -61,6 +61,8 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
         timeout=config.notify_timeout,
         attempts=config.notify_attempts,
         backoff=config.notify_backoff,
+        break_after=config.notify_break_after,
+        retry_after=config.notify_retry_after,
     )
     memo[RUNTIME] = rt
     if config.metrics_port:
