@@ -138,7 +138,7 @@ def main() -> int:
         prom = Prometheus(build.ensure_prometheus(), work / "prometheus").start()
         say(
             f"tinct operator --namespace {NS} --table-namespace {NS} --prometheus-url {prom.url} "
-            f"--lineage-root {lineage} --artifact-root {models}"
+            f"--lineage-root {lineage} --artifact-root {models} --allow-backend 127.0.0.1"
         )
         with (
             contextlib.closing(prom),
@@ -156,6 +156,9 @@ def main() -> int:
                     str(lineage),
                     "--artifact-root",
                     str(models),
+                    # The emulated engines listen on loopback, outside any namespace.
+                    "--allow-backend",
+                    "127.0.0.1",
                 ],
                 work / "operator.log",
                 env,
@@ -249,6 +252,8 @@ def router_process(port: int, release: str, log: Path, env: dict[str, str]) -> A
             str(port),
             "--trust-role-from",
             "127.0.0.1/32",
+            "--allow-backend",
+            "127.0.0.1",
         ],
         log,
         env,

@@ -28,6 +28,8 @@ from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, configmap_name
 from tinct.lineage.sql import query
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
+#: Where the tests' schedulers listen: a backend tables may name only by the allow-list.
+LOOPBACK = "127.0.0.1"
 
 
 def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> None:
@@ -225,6 +227,8 @@ def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
     Its routing tables go to ``ns`` unless ``TINCT_TABLE_NAMESPACE`` says otherwise."""
     env.setdefault("TINCT_ARTIFACT_ROOTS", str(root.parent))
     env.setdefault("TINCT_TABLE_NAMESPACE", ns)
+    # The tests' schedulers listen on loopback, outside any namespace: allowed by name.
+    env.setdefault("TINCT_ALLOW_BACKENDS", LOOPBACK)
     with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_RELEASE_TICK="0.5", **env):
         with KopfRunner(["run", *MODULES, "--standalone", "--namespace", ns], timeout=60) as runner:
             yield runner

@@ -120,6 +120,9 @@ def router(namespace: str, log: Path, release: str | None = None) -> Iterator[Ro
         str(port),
         "--trust-role-from",
         "127.0.0.1/32",
+        # The tests' schedulers listen on loopback: tables may name it by the allow-list.
+        "--allow-backend",
+        "127.0.0.1",
     ]
     if release:
         argv += ["--selector", f"tinct.io/routing-table=true,tinct.io/release={release}"]

@@ -94,6 +94,8 @@ def _operator_process(
         "TINCT_PROGRESS_INTERVAL": "0.5",
         # What the chart's artifactRoots set: file:// artifacts are read only below these.
         "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
+        # What the chart's allowBackends set: the tests' schedulers listen on loopback.
+        "TINCT_ALLOW_BACKENDS": "127.0.0.1",
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -218,7 +220,7 @@ async def test_namespaced_identities_do_their_job_and_nothing_else(
 
     # The router: follows routing tables in its namespace, reports a bad one with an Event.
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=rt_kc)
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=rt_kc, allow_backends=("127.0.0.1/32",))
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -386,6 +388,7 @@ def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     argv = [sys.executable, "-m", "tinct.cli", "router", "--watch", f"--namespace={namespace}"]
+    argv += ["--allow-backend=127.0.0.1"]  # the chart's allowBackends: the tests' schedulers
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*argv, "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT

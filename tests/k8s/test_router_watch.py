@@ -17,6 +17,8 @@ from tinct.router.config import RouterConfig
 from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
+#: The fake schedulers listen on loopback, which tables may name only by the allow-list.
+LOOPBACK = ("127.0.0.1/32",)
 
 
 async def eventually(check: Callable[[], Any], what: str) -> None:
@@ -44,7 +46,9 @@ async def test_configmap_updates_change_routing_and_invalid_tables_are_rejected(
     cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
+    cfg = RouterConfig(
+        watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig, allow_backends=LOOPBACK
+    )
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         apply(cluster, namespace, routing_configmap(table(v1.url, v2.url, version=1, default_weight=0)))
@@ -89,7 +93,9 @@ async def test_router_is_ready_without_tables_once_it_listed_none_and_answers_50
 ) -> None:
     """A fresh install has no release yet: its routers must still become Ready (helm --wait)."""
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
+    cfg = RouterConfig(
+        watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig, allow_backends=LOOPBACK
+    )
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         await eventually(lambda: holder.synced, "the first listing of routing tables")
@@ -132,7 +138,7 @@ async def test_router_with_least_privilege_service_account(
     ]
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
     kubeconfig = cluster.service_account_kubeconfig(namespace, "router")
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
+    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig, allow_backends=LOOPBACK)
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         rejections: list[str] = []
@@ -171,7 +177,9 @@ async def test_one_router_follows_every_release_and_the_older_table_keeps_a_cont
     cluster: Any, namespace: str, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     v1, v2 = backends
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig)
+    cfg = RouterConfig(
+        watch=True, namespace=namespace, kubeconfig=cluster.kubeconfig, allow_backends=LOOPBACK
+    )
     async with running_router(None, cfg) as (base, app), aiohttp.ClientSession() as http:
         holder = app.state.holder
         # "zeta" is created first and sorts last: only its age can make it win.

@@ -78,6 +78,8 @@ async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(
             str(mport),
             "--workers",
             "2",
+            "--allow-backend",
+            "127.0.0.1",
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,

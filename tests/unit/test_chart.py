@@ -524,3 +524,23 @@ def test_every_value_is_commented() -> None:
         else:
             assert commented, f"values.yaml:{number} has no comment: {line!r}"
         previous = stripped
+
+
+def test_allowed_backends_reach_the_operator_and_the_routers_alike(helm: Helm) -> None:
+    from tinct.operator.settings import OperatorConfig
+
+    allowed = ["api.example.com", "*.shared.svc.cluster.local", "10.20.0.0/16"]
+    docs = template(helm, {"allowBackends": allowed, "clusterDomain": "corp.internal"})
+    for name in ("t-tinct-operator", "t-tinct-router"):
+        args = container(one(docs, "Deployment", name))["args"]
+        assert [a for a in args if a.startswith("--allow-backend")] == [
+            f"--allow-backend={a}" for a in allowed
+        ]
+        assert "--cluster-domain=corp.internal" in args
+    config = OperatorConfig().with_flags({"allow_backends": allowed})
+    assert config.backends.refusal("http://x.shared.svc.cluster.local:80", "llm") is None
+    defaults = template(helm, {})
+    for name in ("t-tinct-operator", "t-tinct-router"):
+        args = container(one(defaults, "Deployment", name))["args"]
+        assert not [a for a in args if a.startswith("--allow-backend")], "by default: each namespace's own"
+        assert "--cluster-domain=cluster.local" in args

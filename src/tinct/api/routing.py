@@ -150,7 +150,7 @@ def parse_table(document: str | bytes, source: str = "table") -> RoutingTable:
 
 
 def _endpoint(backend: Backend, namespace: str, cluster_domain: str) -> Endpoint:
-    host = f"{backend.service}.{namespace}.svc.{cluster_domain}" if cluster_domain else backend.service
+    host = f"{backend.service}.{namespace}.svc" + (f".{cluster_domain}" if cluster_domain else "")
     return Endpoint(
         url=f"http://{host}:{backend.port}",
         scheduler_version=backend.scheduler_version,
@@ -204,7 +204,9 @@ def routing_table_from(
             (``status.weights``, which the decision takes from :func:`cell_weights`); default:
             :func:`cell_weights` of ``state`` and ``step``. A cell missing from it gets 0.
         standing: the table is the standing route of a deleted release.
-        cluster_domain: DNS suffix of Services; empty to use the bare Service name.
+        cluster_domain: DNS suffix of Services; empty: ``<service>.<namespace>.svc``, for the
+            resolver's search path to complete (never the bare Service name, which would
+            resolve in the router's namespace).
         models: the ``model`` of the release's ModelVersions, the table's model names when
             the GrayRelease lists none.
     """

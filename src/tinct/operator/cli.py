@@ -184,6 +184,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="seconds an open circuit breaker waits before one post is tried again "
         "(TINCT_NOTIFY_RETRY_AFTER, 30)",
     )
+    p.add_argument(
+        "--allow-backend",
+        dest="allow_backends",
+        metavar="HOST|CIDR",
+        action="append",
+        help="a host (api.example.com, *.shared.svc.cluster.local) or address range a release's "
+        "backend url may name besides its own namespace's Services (repeatable; "
+        "TINCT_ALLOW_BACKENDS, ','-separated). Give the routers the same",
+    )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator)

@@ -21,6 +21,9 @@ variable                       meaning                                          
 ``TINCT_METRICS_PORT``         port of the operator's Prometheus metrics          ``0`` (not served)
 ``TINCT_RELEASE_TICK``         seconds between GrayRelease precondition checks    ``5``
 ``TINCT_CLUSTER_DOMAIN``       DNS suffix of Services in routing tables           ``cluster.local``
+``TINCT_ALLOW_BACKENDS``       hosts (``*.example.com``) and address ranges a     unset (a release's own
+                               release's backend URL may name besides its own     namespace's Services only)
+                               namespace's Services, ``,``-separated
 ``TINCT_PEERING_PRIORITY``     this replica's peering priority (highest acts)     from the start time
 ``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
 ``TINCT_TABLE_NAMESPACE``      namespace of the routing tables (only the          the operator's own (Pod
@@ -44,6 +47,11 @@ the default one (``TINCT_PROMETHEUS_URL``), or one named here (``TINCT_PROMETHEU
 the release names by ``spec.analysis.prometheus.name`` or by its URL; see
 :func:`tinct.operator.grayrelease.prometheus.resolve`. A URL is ``http(s)://host[:port][/path]``:
 no credentials (they would show in every message naming the URL), query or fragment.
+
+**Backends.** A release's backends are its own namespace's Services; a ``url`` elsewhere
+(another namespace's Service, loopback, an outside host) is refused unless
+``TINCT_ALLOW_BACKENDS`` names it (:class:`~tinct.api.backends.BackendPolicy`); give the
+routers the same list.
 
 **Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
 replicas started with the same arguments must not share one: unless
@@ -72,6 +80,7 @@ from typing import Any
 import kopf
 from yarl import URL
 
+from tinct.api.backends import BackendPolicy, parse_allowed
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
 from tinct.lineage.root import DEFAULT_ROOT, lineage_root
@@ -250,6 +259,8 @@ class OperatorConfig:
     notify_timeout: float = _env("TINCT_NOTIFY_TIMEOUT", _timeout, 5.0)
     notify_attempts: int = _env("TINCT_NOTIFY_ATTEMPTS", _at_least_one, 6)
     notify_backoff: float = _env("TINCT_NOTIFY_BACKOFF", _backoff, 1.0)
+    #: Backends a release may name besides its namespace's Services (host patterns, ranges).
+    allow_backends: tuple[str, ...] = _env("TINCT_ALLOW_BACKENDS", parse_allowed, ())
     notify_break_after: int = _env("TINCT_NOTIFY_BREAK_AFTER", _at_least_one, 3)
     notify_retry_after: float = _env("TINCT_NOTIFY_RETRY_AFTER", _timeout, 30.0)
 
@@ -268,6 +279,11 @@ class OperatorConfig:
                     shown = variable if f.metadata.get("secret") else f"{variable}={raw!r}"
                     raise ValueError(f"{shown}: {exc}") from exc
         return cls(**values)
+
+    @property
+    def backends(self) -> BackendPolicy:
+        """Which backends a release may name (:mod:`tinct.api.backends`)."""
+        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
     def with_flags(self, flags: Mapping[str, Any]) -> OperatorConfig:
         """This config with each field named in ``flags`` replaced, unless its value is None."""

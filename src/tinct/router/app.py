@@ -153,6 +153,7 @@ class Router:
                     kubeconfig=cfg.kubeconfig,
                     context=cfg.context,
                     post_events=cfg.post_events,
+                    backends=cfg.backends,
                 )
             )
         self._server = HttpServer(

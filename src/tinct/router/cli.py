@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from tinct.api.backends import parse_allowed
 from tinct.router.config import RouterConfig
 
 __all__ = ["config_from_args", "register"]
@@ -37,6 +38,8 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
         context=args.context,
         trust_role_from=tuple(args.trust_role_from),
+        allow_backends=parse_allowed(args.allow_backend),
+        cluster_domain=args.cluster_domain,
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
@@ -73,6 +76,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return 2
     try:
         RoleTrust(args.trust_role_from)
+        parse_allowed(args.allow_backend)
         from tinct.router.app import parse_resolve
 
         parse_resolve(args.resolve or ())
@@ -215,6 +219,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="believe the dye role header only from these peers, e.g. the gateway's range "
         "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
         "every caller gets the default role",
+    )
+    p.add_argument(
+        "--allow-backend",
+        metavar="HOST|CIDR",
+        action="append",
+        default=[x for x in os.environ.get("TINCT_ALLOW_BACKENDS", "").split(",") if x],
+        help="with --watch: a host (api.example.com, *.shared.svc.cluster.local) or address range a "
+        "table's backend may be besides its release's namespace's Services; a table naming "
+        "anything else is refused (repeatable; env TINCT_ALLOW_BACKENDS, comma-separated; give "
+        "the operator the same)",
+    )
+    p.add_argument(
+        "--cluster-domain",
+        default=os.environ.get("TINCT_CLUSTER_DOMAIN") or _D.cluster_domain,
+        help="with --watch: the cluster's DNS domain, of <service>.<namespace>.svc.<domain> "
+        "(env TINCT_CLUSTER_DOMAIN; default: %(default)s)",
     )
     p.add_argument(
         "--no-token-metrics",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tinct.api.backends import BackendPolicy
 from tinct.api.routing import TABLE_LABEL
 from tinct.router.metrics import RouterMetrics
 from tinct.router.table import TableHolder
@@ -69,6 +70,11 @@ class RouterConfig:
     resolve: tuple[str, ...] = ()
     #: Peer addresses/CIDRs whose role header is believed; nobody's by default.
     trust_role_from: tuple[str, ...] = ()
+    #: Backends a watched table may name besides its release's namespace's Services (host
+    #: patterns and address ranges, :mod:`tinct.api.backends`); the operator's list.
+    allow_backends: tuple[str, ...] = ()
+    #: The cluster's DNS domain: ``<service>.<namespace>.svc.<cluster_domain>`` is a Service.
+    cluster_domain: str = "cluster.local"
     #: Worker processes accepting on ``port`` (``SO_REUSEPORT``); 1: this process serves alone.
     workers: int = 1
     #: Listen with ``SO_REUSEPORT``, sharing ``port`` with the other workers of one router.
@@ -81,6 +87,11 @@ class RouterConfig:
     #: Measure classified answers as they pass: time to first token, inter-token latency,
     #: output tokens, API contract violations (:mod:`tinct.router.tokens`).
     measure_tokens: bool = True
+
+    @property
+    def backends(self) -> BackendPolicy:
+        """Which backends a table from the cluster may name."""
+        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
 
 @dataclass

@@ -33,6 +33,7 @@ __all__ = [
     "leave_route",
     "post_events",
     "record_history",
+    "refused_backends",
     "retire_standing",
     "so_current",
 ]
@@ -70,9 +71,23 @@ async def apply_scaling(
             rt.remember(key, m)
 
 
+def refused_backends(rt: Runtime, table: RoutingTable) -> list[str]:
+    """The sides of ``table`` whose URL the operator's backend policy refuses."""
+    if rt.config is None:
+        return []
+    sides = [("stable", table.stable.url), ("candidate", table.candidate.url)]
+    refused: list[str] = rt.config.backends.refusals(sides, table.namespace or "default")
+    return refused
+
+
 async def apply_table(rt: Runtime, table: RoutingTable) -> None:
-    """Apply ``table`` unless the cluster has it, or a newer version the next round plans past."""
+    """Apply ``table`` unless the cluster has it, or a newer version the next round plans past.
+    A table naming a backend the policy refuses is never applied: the one in force stays."""
     name = configmap_name(table.namespace or "default", table.release)
+    refused = refused_backends(rt, table)
+    if refused:
+        log.info("routing table %s not applied: %s", name, "; ".join(refused))
+        return
     found_version, found_digest = rt.found(name)
     if found_version >= table.version and found_digest == content_digest(table):
         return
@@ -176,6 +191,10 @@ async def leave_route(rt: Runtime, gr: GrayRelease, logger: _Logger) -> None:
     if st is None or (st.routing is None and not found_version):
         return  # it never routed anything
     table = standing_table(gr, st, found_version=found_version, cluster_domain=rt.cluster_domain)
+    refused = refused_backends(rt, table)
+    if refused:
+        logger.warning("%s/%s deleted: no standing route, its backends are refused: %s", ns, name, refused)
+        return
     got = rt.tables.get(cm) if rt.tables is not None else None
     if got is not None and got.standing and found_digest == content_digest(table):
         return

@@ -101,11 +101,15 @@ async def reconcile(
     if (ns, gr.metadata.name) in rt.deleting:
         return Outcome(decision, st, rv, recorded)
 
-    # Act on what was recorded.
-    await act.apply_table(rt, table)
+    # Act on what was recorded; a table naming a backend outside the release's reach is not
+    # applied (the precondition BackendNotAllowed says why): the table in force stays.
+    reachable = rt.config is None or not view.backend_problems(gr, rt.config.backends)
+    if reachable:
+        await act.apply_table(rt, table)
     if gr.spec.autoscaling is not None:
         await act.apply_scaling(rt, ns, view.scaling(gr, st, now), view.hpas, view.scaled_objects)
-    await act.retire_standing(rt, gr, table)
+    if reachable:
+        await act.retire_standing(rt, gr, table)
 
     if st.history:
         rv = await _history(gr, rt, st, lineage, rv)

@@ -20,14 +20,15 @@ from typing import Any
 
 import kopf
 
+from tinct.api.backends import BackendPolicy
 from tinct.api.routing import configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
-from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus
+from tinct.api.v1alpha1.grayrelease import AnalysisResult, Backend, GrayRelease, GrayReleaseStatus
 from tinct.operator.bookkeeping import REFUSED
 from tinct.operator.grayrelease import analysis as analysis_
 from tinct.operator.grayrelease import prometheus
 from tinct.operator.grayrelease.decision import Capacity, Inputs
-from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
+from tinct.operator.grayrelease.preconditions import Claim, Problem, Side, model_conflict, preconditions
 from tinct.operator.grayrelease.runtime import Runtime
 from tinct.operator.grayrelease.scaling import KedaEnv, Plan, plan_autoscaling
 from tinct.operator.grayrelease.tables import cells_by_tag, desired_table, release_models, target_digest
@@ -56,10 +57,43 @@ class View:
     scaled_objects: list[dict[str, Any]] = field(default_factory=list)
     #: What ``spec.autoscaling.keda`` needs to be planned (gathered by the round)
     keda: KedaEnv | None = None
+    #: Service name -> the host an ExternalName Service of the release's sides points to
+    external: dict[str, str] = field(default_factory=dict)
 
     def scaling(self, gr: GrayRelease, status: GrayReleaseStatus, now: datetime) -> Plan:
         """The scalers ``status`` calls for (see :func:`~tinct.operator.grayrelease.scaling.plan_autoscaling`)."""
         return plan_autoscaling(gr, status, self.hpas, now, self.scaled_objects, self.keda)
+
+    def backend_problems(self, gr: GrayRelease, policy: BackendPolicy) -> list[Problem]:
+        """The sides whose backend lies outside the release's namespace and the allow-list:
+        a ``url`` elsewhere, or a Service of type ExternalName pointing elsewhere. No table
+        naming them is written."""
+        ns = gr.metadata.namespace or "default"
+        out = []
+        sides: tuple[tuple[Side, Backend], ...] = (
+            ("stable", gr.spec.stable),
+            ("candidate", gr.spec.candidate),
+        )
+        for side, backend in sides:
+            target, what = backend.url, f"spec.{side}.url"
+            external = self.external.get(backend.service)
+            if target is None and external is not None:
+                target, what = (
+                    f"http://{external}:{backend.port}",
+                    f"Service {backend.service} (ExternalName)",
+                )
+            why = policy.refusal(target, ns) if target is not None else None
+            if why is not None:
+                out.append(
+                    Problem(
+                        "BackendsAvailable",
+                        "BackendNotAllowed",
+                        f"{side} backend {what}: {why}",
+                        fatal=backend.url is not None,
+                        side=side,
+                    )
+                )
+        return out
 
     def problems(self, gr: GrayRelease, config: Any = None) -> list[Problem]:
         out = preconditions(
@@ -70,6 +104,8 @@ class View:
             self.interfaces,
             self.service_ports,
         )
+        if config is not None:
+            out.extend(self.backend_problems(gr, config.backends))
         if gr.spec.analysis is not None and gr.spec.analysis.metrics and config is not None:
             try:
                 prometheus.resolve(gr.spec.analysis.prometheus, config)
@@ -98,9 +134,9 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
     ns, spec = gr.metadata.namespace or "default", gr.spec
     sides = (spec.stable, spec.candidate)
     mvs = indices.get("tinct_modelversions")
-    services: dict[str, tuple[int, ...]] = (
-        dict(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else {}
-    )
+    found = indices["tinct_services"].get(ns, ()) if "tinct_services" in indices else ()
+    services: dict[str, tuple[int, ...]] = {name: ports for name, ports, _ in found}
+    external = {name: host for name, _, host in found if host}
     deps = indices.get("tinct_deployments")
     hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
     sos = indices.get("tinct_scaledobjects")
@@ -111,6 +147,7 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
         deployments={b.deployment: _one(deps, (ns, b.deployment)) for b in sides if b.deployment},
         hpas=hpas,
         scaled_objects=list(sos.get(ns, ())) if sos is not None else [],
+        external={b.service: external[b.service] for b in sides if b.service in external},
     )
 
 
@@ -258,8 +295,10 @@ def tinct_modelversions(
 
 @kopf.index("v1", "services")
 def tinct_services(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> Any:
+    """(name, ports, the host an ExternalName Service points to or None) by namespace."""
     ports = tuple(p["port"] for p in spec.get("ports") or [] if isinstance(p.get("port"), int))
-    return {namespace: (name, ports)}
+    external = spec.get("externalName") if spec.get("type") == "ExternalName" else None
+    return {namespace: (name, ports, str(external) if external else None)}
 
 
 @kopf.index("apps", "v1", "deployments")
