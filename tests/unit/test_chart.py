@@ -526,17 +526,22 @@ def test_every_value_is_commented() -> None:
         previous = stripped
 
 
-def test_allowed_backends_reach_the_operator_and_the_routers_alike(helm: Helm) -> None:
+def test_allowed_backends_and_model_owners_reach_the_operator_and_the_routers_alike(helm: Helm) -> None:
     from tinct.operator.settings import OperatorConfig
 
     allowed = ["api.example.com", "*.shared.svc.cluster.local", "10.20.0.0/16"]
-    docs = template(helm, {"allowBackends": allowed, "clusterDomain": "corp.internal"})
+    owners = {"llama3-8b": "llm", "coder-7b": "code"}
+    docs = template(helm, {"allowBackends": allowed, "clusterDomain": "corp.internal", "modelOwners": owners})
     for name in ("t-tinct-operator", "t-tinct-router"):
         args = container(one(docs, "Deployment", name))["args"]
         assert [a for a in args if a.startswith("--allow-backend")] == [
             f"--allow-backend={a}" for a in allowed
         ]
         assert "--cluster-domain=corp.internal" in args
+        assert [a for a in args if a.startswith("--model-owner")] == [
+            "--model-owner=coder-7b=code",
+            "--model-owner=llama3-8b=llm",
+        ]
     config = OperatorConfig().with_flags({"allow_backends": allowed})
     assert config.backends.refusal("http://x.shared.svc.cluster.local:80", "llm") is None
     defaults = template(helm, {})

@@ -482,17 +482,19 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
     # No table of its own yet, or a newer one: it loses.
     for created in (None, 200.0):
         problem = model_conflict(
-            "uid-1", "tinct-routing-llm.chat-2", created, ["llama3-8b"], [older, other_model]
+            "uid-1", "llm", "tinct-routing-llm.chat-2", created, ["llama3-8b"], [older, other_model]
         )
         assert problem is not None
         assert problem.message == (
-            "model llama3-8b is served by GrayRelease llm/chat, an older release: routers serving both "
-            "tables follow that one until it is deleted; give this one other models (spec.models), or "
-            "routers of its own"
+            "model llama3-8b is served by GrayRelease llm/chat, an older release: routers follow "
+            "that one until it is deleted; give this one other models (spec.models)"
         )
     # Its own table is the older one, or the models differ: no conflict.
-    assert model_conflict("uid-1", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None
-    assert model_conflict("uid-1", "tinct-routing-llm.chat-2", None, ["mistral"], [older]) is None
+    assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None
+    assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", None, ["mistral"], [older]) is None
+    # A standing route of its own namespace gives way to it.
+    standing = Claim("tinct-routing-llm.chat", 100.0, "llm", "chat", "uid-old", ("llama3-8b",), standing=True)
+    assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", None, ["llama3-8b"], [standing]) is None
     # Said on the release that loses (condition, message, one Warning Event); not acted on:
     # routers that select one release's table each serve both.
     gr = release()
@@ -505,3 +507,56 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
     assert "ModelConflict" not in [t.reason for t in again.transitions], "said once"
     free = round_(gr, T0 + MINUTE)
     assert cond(free.status, "RouteAvailable") == ("True", "ModelFree")
+
+
+def test_a_model_belongs_to_the_namespace_that_routed_it_first_live_or_standing() -> None:
+    theirs = Claim("tinct-routing-b.chat", 100.0, "b", "chat", "uid-b", ("llama3-8b",))
+    left = Claim("tinct-routing-b.chat", 100.0, "b", "chat", "uid-b", ("llama3-8b",), standing=True)
+    for claim, what in (
+        (theirs, "GrayRelease b/chat"),
+        (left, "the standing route of its deleted GrayRelease b/chat"),
+    ):
+        # Newer, or with no table yet: a release of another namespace never gets it.
+        for created in (None, 200.0):
+            problem = model_conflict("uid-a", "a", "tinct-routing-a.chat", created, ["llama3-8b"], [claim])
+            assert problem is not None
+            assert (problem.condition, problem.reason, problem.side) == (
+                "RouteAvailable",
+                "ModelConflict",
+                "release",
+            )
+            assert problem.message.startswith(
+                f"model llama3-8b belongs to namespace b, which routed it first ({what}): routers never "
+                "give it to a release of another namespace"
+            )
+        # Its own table is older: the model is its namespace's.
+        assert model_conflict("uid-a", "a", "tinct-routing-a.chat", 50.0, ["llama3-8b"], [claim]) is None
+    # A cluster administrator's mapping decides whoever routed first.
+    owners = {"llama3-8b": "a"}
+    assert model_conflict("uid-a", "a", "tinct-routing-a.chat", None, ["llama3-8b"], [left], owners) is None
+    elsewhere = model_conflict("uid-b", "b", "tinct-routing-b.next", None, ["llama3-8b"], [], owners)
+    assert elsewhere is not None
+    assert elsewhere.message.startswith(
+        "model llama3-8b belongs to namespace a (the operator's --model-owner)"
+    )
+
+
+def test_the_routers_follow_the_same_owner() -> None:
+    from tinct.api.ownership import holders, parse_model_owners
+
+    b = Claim("cm-b", 100.0, "b", "chat", "u-b", ("m", "n"), standing=True)
+    a = Claim("cm-a", 200.0, "a", "chat", "u-a", ("m", "o"))
+    b2 = Claim("cm-b2", 300.0, "b", "next", "u-b2", ("n",))
+    got = holders([a, b, b2], {})
+    assert (got["m"], got["n"], got["o"]) == (b, b2, a)
+    assert "m" not in holders([a, b], {"m": "c"}), "reserved for a namespace that names it nowhere"
+    assert holders([a, b], {"m": "a"})["m"] == a
+    assert parse_model_owners("llama3-8b=team-a, org/m=x=b") == (("llama3-8b", "team-a"), ("org/m=x", "b"))
+    for bad, why in (
+        ("m", "is not MODEL=NAMESPACE"),
+        ("=a", "is not MODEL=NAMESPACE"),
+        ("m=Team", "'Team' is not a namespace name"),
+        ("m=a,m=b", "model 'm' is given two namespaces"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_model_owners(bad)

@@ -193,6 +193,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "backend url may name besides its own namespace's Services (repeatable; "
         "TINCT_ALLOW_BACKENDS, ','-separated). Give the routers the same",
     )
+    p.add_argument(
+        "--model-owner",
+        dest="model_owners",
+        metavar="MODEL=NAMESPACE",
+        action="append",
+        help="the namespace whose releases alone may serve MODEL on the shared routers, whichever "
+        "routed it first (repeatable; TINCT_MODEL_OWNERS, ','-separated). Give the routers the same",
+    )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.set_defaults(func=_cmd_operator)

@@ -24,6 +24,8 @@ variable                       meaning                                          
 ``TINCT_ALLOW_BACKENDS``       hosts (``*.example.com``) and address ranges a     unset (a release's own
                                release's backend URL may name besides its own     namespace's Services only)
                                namespace's Services, ``,``-separated
+``TINCT_MODEL_OWNERS``         ``MODEL=NAMESPACE,...``: the namespace a model     unset (the namespace that
+                               belongs to on the shared routers                   first routed it)
 ``TINCT_PEERING_PRIORITY``     this replica's peering priority (highest acts)     from the start time
 ``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
 ``TINCT_TABLE_NAMESPACE``      namespace of the routing tables (only the          the operator's own (Pod
@@ -81,6 +83,7 @@ import kopf
 from yarl import URL
 
 from tinct.api.backends import BackendPolicy, parse_allowed
+from tinct.api.ownership import parse_model_owners
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
 from tinct.lineage.root import DEFAULT_ROOT, lineage_root
@@ -261,6 +264,8 @@ class OperatorConfig:
     notify_backoff: float = _env("TINCT_NOTIFY_BACKOFF", _backoff, 1.0)
     #: Backends a release may name besides its namespace's Services (host patterns, ranges).
     allow_backends: tuple[str, ...] = _env("TINCT_ALLOW_BACKENDS", parse_allowed, ())
+    #: (model, namespace): the namespace a model belongs to, whichever routed it first.
+    model_owners: tuple[tuple[str, str], ...] = _env("TINCT_MODEL_OWNERS", parse_model_owners, ())
     notify_break_after: int = _env("TINCT_NOTIFY_BREAK_AFTER", _at_least_one, 3)
     notify_retry_after: float = _env("TINCT_NOTIFY_RETRY_AFTER", _timeout, 30.0)
 

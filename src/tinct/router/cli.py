@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tinct.api.backends import parse_allowed
+from tinct.api.ownership import parse_model_owners
 from tinct.router.config import RouterConfig
 
 __all__ = ["config_from_args", "register"]
@@ -40,6 +41,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         trust_role_from=tuple(args.trust_role_from),
         allow_backends=parse_allowed(args.allow_backend),
         cluster_domain=args.cluster_domain,
+        model_owners=tuple(args.model_owner),
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
@@ -77,6 +79,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
     try:
         RoleTrust(args.trust_role_from)
         parse_allowed(args.allow_backend)
+        parse_model_owners(args.model_owner)
         from tinct.router.app import parse_resolve
 
         parse_resolve(args.resolve or ())
@@ -229,6 +232,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "table's backend may be besides its release's namespace's Services; a table naming "
         "anything else is refused (repeatable; env TINCT_ALLOW_BACKENDS, comma-separated; give "
         "the operator the same)",
+    )
+    p.add_argument(
+        "--model-owner",
+        metavar="MODEL=NAMESPACE",
+        action="append",
+        default=[x for x in os.environ.get("TINCT_MODEL_OWNERS", "").split(",") if x],
+        help="the namespace whose tables alone serve MODEL, whichever routed it first (repeatable; "
+        "env TINCT_MODEL_OWNERS, comma-separated; give the operator the same). Default: a model "
+        "belongs to the namespace that first routed it",
     )
     p.add_argument(
         "--cluster-domain",

@@ -11,17 +11,19 @@ swap itself is one assignment on the loop.
 
 Several ConfigMaps may match the selector (e.g. cluster-wide): one router serves them all,
 each table the OpenAI ``model`` names it lists (:class:`~tinct.router.table.TableHolder`).
-Two tables claiming one model: a live table wins over a standing one, else the older
-ConfigMap (by creation time) keeps it, and the other gets a Warning Event ``ModelConflict``.
+Two tables claiming one model: the model belongs to the namespace that first routed it (or
+that ``--model-owner`` gives it), where a live table wins over a standing one and the older
+ConfigMap (by creation time) keeps it (:mod:`tinct.api.ownership`); the other gets a Warning
+Event ``ModelConflict``.
 A table is rejected (log line, counter, and a Warning Event ``InvalidRoutingTable`` on the
 ConfigMap when RBAC lets the router create events) when it is invalid, when its version
 goes back (or its content changes under a version seen before) for its release, when
 the ConfigMap holding it is not the one named for its release
 (:func:`~tinct.api.routing.configmap_name`): a copy of a release's table under another
 name never routes, or when a backend it names is outside its release's namespace and the
-router's ``--allow-backend`` list (:class:`~tinct.api.backends.BackendPolicy`). The ConfigMap's last valid table stays. A deleted ConfigMap's
-table leaves force, except the last one, which stays: a router without a table could only
-answer 503.
+router's ``--allow-backend`` list (:class:`~tinct.api.backends.BackendPolicy`). The
+ConfigMap's last valid table stays. A deleted ConfigMap's table leaves force, except the
+last one, which stays: a router without a table could only answer 503.
 """
 
 from __future__ import annotations
@@ -109,8 +111,9 @@ class ConfigMapWatch:
         self.tables[key] = table
         if lost:
             message = (
-                f"models {', '.join(lost)} are already served by another routing table (a live "
-                "one, or an older one); this table does not serve them"
+                f"models {', '.join(lost)} are served by another routing table (of the namespace "
+                "that first routed them or a cluster administrator gave them, a live one before "
+                "a standing one, an older one before a newer); this table does not serve them"
             )
             _log.warning("routing table %s: %s", key, message)
             if cm is not None:

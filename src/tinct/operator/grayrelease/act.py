@@ -99,13 +99,16 @@ async def apply_table(rt: Runtime, table: RoutingTable) -> None:
 
 
 async def retire_standing(rt: Runtime, gr: GrayRelease, table: RoutingTable) -> None:
-    """Delete standing routes of deleted releases whose models this live table now serves."""
+    """Delete standing routes of deleted releases of this namespace whose models this live
+    table now serves; a standing route of another namespace is retired only by its own."""
     if rt.tables is None or not table.models:
         return
     mine = set(table.models)
     for name, found in list(rt.tables.tables.items()):
         t = found.table
         if t is None or not t.standing or t.uid == gr.metadata.uid or not t.models:
+            continue
+        if (t.namespace or "default") != (table.namespace or "default"):
             continue
         if set(t.models) <= mine:
             log.info(

@@ -257,20 +257,33 @@ async def gather(
 
 
 def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
-    """ModelConflict when an older live table of another release claims this release's models."""
+    """ModelConflict when the routers give a model of this release to another table: one of
+    another namespace (that routed it first, or that a cluster administrator gave it) or an
+    older live one of this namespace (:mod:`tinct.api.ownership`)."""
     if rt.tables is None:
         return None
-    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    ns = gr.metadata.namespace or "default"
+    name = configmap_name(ns, gr.metadata.name)
     old = gr.status or GrayReleaseStatus()
     recorded = old.routing.models if old.routing is not None else []
     models = list(gr.spec.models) or release_models(gr, view.modelversions, recorded)
     claims = [
-        Claim(f.name, f.created, f.table.namespace or "", f.table.release, f.table.uid, tuple(f.table.models))
+        Claim(
+            f.name,
+            f.created,
+            f.table.namespace or "",
+            f.table.release,
+            f.table.uid,
+            tuple(f.table.models),
+            f.table.standing,
+        )
         for f in list(rt.tables.tables.values())
-        if f.table is not None and not f.table.standing and f.name != name
+        if f.table is not None and f.name != name
     ]
     mine = rt.tables.get(name)
-    return model_conflict(gr.metadata.uid, name, mine.created if mine is not None else None, models, claims)
+    created = mine.created if mine is not None else None
+    owners = dict(rt.config.model_owners) if rt.config is not None else {}
+    return model_conflict(gr.metadata.uid, ns, name, created, models, claims, owners)
 
 
 # Watch caches of what a release depends on: rounds read these instead of the API server.
