@@ -61,12 +61,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _NODE_BUILD.start()
 
 
+#: The key every operator of the session seals GrayRelease statuses with, as the chart's
+#: Secret gives one to every replica: a replica taking over, or an operator restarted,
+#: verifies what the one before wrote.
+STATUS_KEY = "tinct-tests-status-key"
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A running control plane; ``KUBECONFIG`` points at its admin kubeconfig meanwhile."""
     # The CRDs go in before the controller-manager starts, so garbage collection of objects
     # owned by tinct's resources works from the first test.
-    with cluster_from_env(preapply=[CRDS]) as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
+    with (
+        cluster_from_env(preapply=[CRDS]) as c,
+        patched_environ(KUBECONFIG=str(c.kubeconfig), TINCT_STATUS_KEY=STATUS_KEY),
+    ):
         yield c
 
 

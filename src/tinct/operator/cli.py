@@ -44,6 +44,11 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     version = preflight()
     print(f"tinct operator: {choose()}: API server {version}", file=sys.stderr)
     _check_prometheus(config)
+    try:
+        config.seal_key()
+    except ValueError as exc:
+        print(f"tinct operator: {exc}", file=sys.stderr)
+        return 2
     if config.peering:
         from tinct.operator.peering import PeeringError, ensure_peering
 
@@ -200,6 +205,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         help="the namespace whose releases alone may serve MODEL on the shared routers, whichever "
         "routed it first (repeatable; TINCT_MODEL_OWNERS, ','-separated). Give the routers the same",
+    )
+    p.add_argument(
+        "--status-key-file",
+        metavar="FILE",
+        help="file holding the key GrayRelease statuses are sealed with; give every replica the "
+        "same (TINCT_STATUS_KEY_FILE; TINCT_STATUS_KEY holds the key itself). Default: a key of "
+        "this process alone",
     )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")

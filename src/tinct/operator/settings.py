@@ -26,6 +26,8 @@ variable                       meaning                                          
                                namespace's Services, ``,``-separated
 ``TINCT_MODEL_OWNERS``         ``MODEL=NAMESPACE,...``: the namespace a model     unset (the namespace that
                                belongs to on the shared routers                   first routed it)
+``TINCT_STATUS_KEY_FILE``      a file holding the key GrayRelease statuses are    unset (a key of the
+                               sealed with (``TINCT_STATUS_KEY``: the key itself) process: see below)
 ``TINCT_PEERING_PRIORITY``     this replica's peering priority (highest acts)     from the start time
 ``TINCT_PEERING_LIFETIME``     seconds a silent peer counts as alive              ``60``
 ``TINCT_TABLE_NAMESPACE``      namespace of the routing tables (only the          the operator's own (Pod
@@ -54,6 +56,12 @@ no credentials (they would show in every message naming the URL), query or fragm
 (another namespace's Service, loopback, an outside host) is refused unless
 ``TINCT_ALLOW_BACKENDS`` names it (:class:`~tinct.api.backends.BackendPolicy`); give the
 routers the same list.
+
+**Status key.** The operator seals every GrayRelease status it writes with this key and acts
+only on statuses that verify (:mod:`tinct.operator.grayrelease.seal`); every replica needs
+the same key (the chart generates a Secret once and mounts it). Without one, each process
+makes its own: after a restart only a status equal to the operator's record of it is
+trusted, and one written just before a restart is taken back to that record.
 
 **Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
 replicas started with the same arguments must not share one: unless
@@ -266,6 +274,12 @@ class OperatorConfig:
     allow_backends: tuple[str, ...] = _env("TINCT_ALLOW_BACKENDS", parse_allowed, ())
     #: (model, namespace): the namespace a model belongs to, whichever routed it first.
     model_owners: tuple[tuple[str, str], ...] = _env("TINCT_MODEL_OWNERS", parse_model_owners, ())
+    #: A file holding the key statuses are sealed with (the chart mounts a Secret's key).
+    status_key_file: str | None = _env("TINCT_STATUS_KEY_FILE", str, None)
+    #: The key itself, when not in a file.
+    status_key: str | None = field(
+        default=None, repr=False, metadata={"env": "TINCT_STATUS_KEY", "parse": str, "secret": True}
+    )
     notify_break_after: int = _env("TINCT_NOTIFY_BREAK_AFTER", _at_least_one, 3)
     notify_retry_after: float = _env("TINCT_NOTIFY_RETRY_AFTER", _timeout, 30.0)
 
@@ -284,6 +298,23 @@ class OperatorConfig:
                     shown = variable if f.metadata.get("secret") else f"{variable}={raw!r}"
                     raise ValueError(f"{shown}: {exc}") from exc
         return cls(**values)
+
+    def seal_key(self) -> bytes | None:
+        """The key GrayRelease statuses are sealed with, if one is configured.
+
+        Raises:
+            ValueError: the key file cannot be read, or is empty.
+        """
+        if self.status_key_file:
+            try:
+                with open(self.status_key_file, "rb") as fh:
+                    key = fh.read().strip()
+            except OSError as exc:
+                raise ValueError(f"TINCT_STATUS_KEY_FILE {self.status_key_file}: {exc.strerror}") from None
+            if not key:
+                raise ValueError(f"TINCT_STATUS_KEY_FILE {self.status_key_file} is empty")
+            return key
+        return self.status_key.encode() if self.status_key else None
 
     @property
     def backends(self) -> BackendPolicy:

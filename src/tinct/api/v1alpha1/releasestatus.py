@@ -167,7 +167,8 @@ class HistoryEntry(Model):
 
 
 class GrayReleaseStatus(Model):
-    """The GrayRelease as the operator decided and recorded it; written by the operator only."""
+    """The GrayRelease as the operator decided and recorded it; written by the operator only,
+    and sealed by it (a status it cannot verify is restored, never acted on)."""
 
     phase: GrayReleasePhase = Field(
         default="Pending",
@@ -200,8 +201,8 @@ class GrayReleaseStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready (promoted), Progressing, Degraded, ModelVersionsReady, BackendsAvailable, "
-        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, and the HPAs'; each reason has "
-        "a section in docs/troubleshooting.md.",
+        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, StatusVerified, Bookkeeping, and "
+        "the HPAs'; each reason has a section in docs/troubleshooting.md.",
     )
     inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
     step_started_at: datetime | None = Field(
@@ -257,4 +258,17 @@ class GrayReleaseStatus(Model):
     progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
     candidate_weight: float = Field(
         default=0, ge=0, le=100, description="The largest candidate weight of any cell in force."
+    )
+    sequence: int = Field(
+        default=0,
+        ge=0,
+        description="Statuses the operator has written for this release; one older than the last "
+        "it recorded is not acted on.",
+    )
+    seal: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The operator's seal over this status and the release's uid (HMAC-SHA256 with "
+        "a key only the operator holds): a status that does not verify is not acted on but "
+        "restored, and reported (StatusVerified=False, StatusTampered).",
     )

@@ -21,8 +21,9 @@ from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
 from tinct.operator.grayrelease.decision import Decision
-from tinct.operator.grayrelease.runtime import Runtime, so_key
+from tinct.operator.grayrelease.runtime import Runtime, key_of, so_key
 from tinct.operator.grayrelease.scaling import Plan
+from tinct.operator.grayrelease.seal import Record
 from tinct.operator.grayrelease.tables import content_digest, standing_table, table_manifest
 
 __all__ = [
@@ -80,22 +81,25 @@ def refused_backends(rt: Runtime, table: RoutingTable) -> list[str]:
     return refused
 
 
-async def apply_table(rt: Runtime, table: RoutingTable) -> None:
-    """Apply ``table`` unless the cluster has it, or a newer version the next round plans past.
+async def apply_table(rt: Runtime, table: RoutingTable, record: Record | None = None) -> None:
+    """Apply ``table``, and ``record`` (the operator's record of the release's last status)
+    beside it, unless the cluster has both, or a newer version the next round plans past.
     A table naming a backend the policy refuses is never applied: the one in force stays."""
     name = configmap_name(table.namespace or "default", table.release)
     refused = refused_backends(rt, table)
     if refused:
         log.info("routing table %s not applied: %s", name, "; ".join(refused))
         return
+    found = rt.tables.get(name) if rt.tables is not None else None
     found_version, found_digest = rt.found(name)
-    if found_version >= table.version and found_digest == content_digest(table):
+    kept = found is not None and found.record == record
+    if found_version >= table.version and found_digest == content_digest(table) and kept:
         return
     if found_version > table.version:
         return  # the next round plans a version above it
-    await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace))
+    await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace, record))
     if rt.tables is not None:
-        rt.tables.put(name, table)
+        rt.tables.put(name, table, record)
 
 
 async def retire_standing(rt: Runtime, gr: GrayRelease, table: RoutingTable) -> None:
@@ -177,19 +181,28 @@ def so_current(
     return any(o["metadata"]["name"] == name and _contains(o.get("spec"), want) for o in scaled_objects)
 
 
-async def leave_route(rt: Runtime, gr: GrayRelease, logger: _Logger) -> None:
-    """Before the deleted ``gr`` goes, give its model its standing route (or remove the route,
-    with ``spec.routeOnDelete: Remove``)."""
+async def leave_route(rt: Runtime, body: kopf.Body, logger: _Logger) -> None:
+    """Before the deleted release of ``body`` goes, give its model its standing route (or remove
+    the route, with ``spec.routeOnDelete: Remove``): the outcome of the status the operator
+    stands by, never of one someone else wrote."""
+    gr, tampered = rt.trusted(key_of(body), body)
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     cm = configmap_name(ns, name)
+    if tampered:
+        logger.warning("%s/%s deleted; %s", ns, name, tampered)
     if gr.spec.route_on_delete == "Remove":
         await rt.run(rt.kube.delete_configmap, rt.table_namespace, cm)
         if rt.tables is not None:
             rt.tables.forget(cm)
         logger.info("route of %s/%s removed (spec.routeOnDelete: Remove)", ns, name)
         return
-    mine = rt.written.get((ns, name))
-    st = mine.status if mine is not None and mine.uid == gr.metadata.uid else gr.status
+    mine, st = rt.written.get((ns, name)), gr.status
+    if (
+        mine is not None
+        and mine.uid == gr.metadata.uid
+        and (st is None or mine.status.sequence > st.sequence)
+    ):
+        st = mine.status  # written by this process, not yet delivered by the watch
     found_version, found_digest = rt.found(cm)
     if st is None or (st.routing is None and not found_version):
         return  # it never routed anything

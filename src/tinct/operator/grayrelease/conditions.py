@@ -2,7 +2,7 @@
 
 Two kinds: the conditions of what the round observed (:func:`observed`) — the preconditions
 (``ModelVersionsReady``, ``BackendsAvailable``, ``AnalysisReady``), ``NotificationsReady``,
-``RouteAvailable`` and ``Bookkeeping`` — and the summary of where the release stands (:func:`summary`) —
+``RouteAvailable``, ``Bookkeeping`` and, after a tamper, ``StatusVerified`` — and the summary of where the release stands (:func:`summary`) —
 ``Ready``, ``Progressing`` and ``Degraded``, as ``kubectl wait`` and dashboards read them.
 The conditions the rules themselves set (``CapacityReady``, ``AnalysisPassing``) are set where
 the rule is, in :mod:`~tinct.operator.grayrelease.decide`.
@@ -49,6 +49,9 @@ def observed(r: Round) -> None:
         )
     _route(r, inputs.conflict, gen)
     _bookkeeping(r, inputs.bookkeeping, gen)
+    if inputs.tampered is not None:
+        r.condition("StatusVerified", "False", "StatusTampered", inputs.tampered, gen)
+        r.emit(Transition("StatusTampered", inputs.tampered, warning=True, record=False))
 
 
 def _preconditions(
@@ -145,3 +148,10 @@ def summary(r: Round, gen: int | None) -> None:
         ("Degraded", degraded),
     ):
         r.condition(type_, status, why, message, gen)
+    verified = next((c for c in r.old.conditions if c.type == "StatusVerified"), None)
+    moved = r.inputs.tampered is None and any(t.record for t in r.out)
+    if moved and verified is not None and verified.status == "False":
+        # The release moved on by the operator's own decisions: its status is its record again.
+        r.condition(
+            "StatusVerified", "True", "Sealed", "every status since the tamper is the operator's", gen
+        )

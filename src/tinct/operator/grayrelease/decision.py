@@ -51,6 +51,9 @@ class Inputs:
     #: Why kopf's bookkeeping could not be written on the release (its annotations are too
     #: large); None: it was written (:mod:`tinct.operator.bookkeeping`).
     bookkeeping: str | None = None
+    #: Why the status on the server was not the operator's own (someone else wrote it) and
+    #: what the round went on from instead (:mod:`~tinct.operator.grayrelease.seal`).
+    tampered: str | None = None
 
 
 @dataclass(frozen=True)

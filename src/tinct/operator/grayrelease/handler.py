@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +33,7 @@ from tinct.operator.grayrelease.kube import ConflictError, TableWatch
 from tinct.operator.grayrelease.metrics import serve
 from tinct.operator.grayrelease.notify import Dispatcher
 from tinct.operator.grayrelease.reconcile import Outcome, reconcile
-from tinct.operator.grayrelease.runtime import RUNTIME, Key, Runtime, Start, key_of, parse, runtime
+from tinct.operator.grayrelease.runtime import RUNTIME, Key, Runtime, Start, key_of, runtime
 from tinct.operator.grayrelease.timing import next_wakeup
 from tinct.operator.grayrelease.world import view_of
 
@@ -51,6 +52,7 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
         cluster_domain=config.cluster_domain,
         table_namespace=config.table_namespace,
         config=config,
+        key=_status_key(config),
     )
     rt.tables = TableWatch(config.table_namespace, rt.kube._api)
     rt.tables.start()
@@ -67,6 +69,19 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
     memo[RUNTIME] = rt
     if config.metrics_port:
         serve(rt.metrics, config.metrics_port)
+
+
+def _status_key(config: Any) -> bytes:
+    """The key statuses are sealed with: the configured one, else one of this process alone."""
+    key: bytes | None = config.seal_key()
+    if key:
+        return key
+    logging.getLogger(__name__).warning(
+        "no status key configured (TINCT_STATUS_KEY_FILE, the chart's Secret): statuses are sealed "
+        "with a key of this process alone; after a restart only a status equal to the operator's "
+        "record of it is trusted, and one written just before the restart is restored from that record"
+    )
+    return os.urandom(32)
 
 
 @kopf.on.cleanup()
@@ -103,6 +118,7 @@ async def drive_release(
                     base=start.base,
                     actions=lambda gr=current: rt.actions_for(key, body, gr.status),  # type: ignore[misc]
                     pending=start.pending,
+                    tampered=start.tampered,
                 )
                 failures = 0
                 delay = _done(rt, key, body, start, out, logger)
@@ -148,9 +164,8 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
 async def _release_deleted(body: kopf.Body, memo: Any, logger: _Logger, **_: Any) -> None:
     """Before the release goes, its model gets its standing route (or loses it, if asked)."""
     rt = runtime(memo)
-    gr = parse(body)
     rt.deleting.add(key_of(body))
-    await act.leave_route(rt, gr, logger)
+    await act.leave_route(rt, body, logger)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

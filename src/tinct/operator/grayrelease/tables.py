@@ -38,6 +38,7 @@ from tinct.api.routing import (
 )
 from tinct.api.v1alpha1.dye import cell_key
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, RoutingRef
+from tinct.operator.grayrelease.seal import RECORD_ANNOTATION, Record
 from tinct.router.table import CompiledTable
 
 __all__ = [
@@ -159,9 +160,13 @@ def plan(
     return want.model_copy(update={"version": version})
 
 
-def table_manifest(table: RoutingTable, table_namespace: str) -> dict[str, Any]:
-    """The ConfigMap of ``table`` in the table namespace, for server-side apply."""
-    return routing_configmap(table, namespace=table_namespace)
+def table_manifest(table: RoutingTable, table_namespace: str, record: Record | None = None) -> dict[str, Any]:
+    """The ConfigMap of ``table`` in the table namespace, for server-side apply; with the
+    operator's ``record`` of the release's last status in an annotation."""
+    manifest = routing_configmap(table, namespace=table_namespace)
+    if record is not None:
+        manifest["metadata"]["annotations"][RECORD_ANNOTATION] = record.to_json()
+    return manifest
 
 
 def standing_table(

@@ -226,7 +226,12 @@ async def _interfaces(gr: GrayRelease, rt: Runtime, view: View) -> None:
 
 
 async def gather(
-    gr: GrayRelease, rt: Runtime, view: View, actions: Callable[[], Sequence[str]], now: datetime
+    gr: GrayRelease,
+    rt: Runtime,
+    view: View,
+    actions: Callable[[], Sequence[str]],
+    now: datetime,
+    tampered: str | None = None,
 ) -> Inputs:
     """What the round needs to decide (see the module doc)."""
     spec = gr.spec
@@ -253,6 +258,7 @@ async def gather(
         unknown_notifiers=rt.notify.unknown(gr) if rt.notify is not None else [n.name for n in spec.notify],
         conflict=conflict.message if conflict is not None else None,
         bookkeeping=REFUSED.get(gr.metadata.uid or ""),
+        tampered=tampered,
     )
 
 
