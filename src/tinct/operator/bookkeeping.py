@@ -111,3 +111,12 @@ class GuardedProgressStorage(kopf.AnnotationsProgressStorage):
             super(GuardedProgressStorage, self).store(key=key, record=record, body=body, patch=p)
 
         _guarded(body, patch, write, "handler progress")
+
+    def touch(self, *, body: kopf.Body, patch: kopf.Patch, value: str | None) -> None:
+        def write(p: kopf.Patch) -> None:
+            super(GuardedProgressStorage, self).touch(body=body, patch=p, value=value)
+
+        if value is None:
+            write(patch)  # removes kopf's dummy: only ever smaller
+        else:
+            _guarded(body, patch, write, "wake-up mark")
