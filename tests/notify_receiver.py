@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    #: When it arrived (epoch seconds).
+    at: float = field(default_factory=time.time)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from tinct.operator.grayrelease.decision import Capacity, Inputs
 from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
 from tinct.operator.grayrelease.round import Round
 from tinct.operator.grayrelease.shares import needed, weights_for
+from tinct.operator.grayrelease.tables import claims_of
 from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation, next_wakeup
 
 MINUTE = timedelta(minutes=1)
@@ -541,6 +542,28 @@ def test_a_model_belongs_to_the_namespace_that_routed_it_first_live_or_standing(
     )
 
 
+def test_a_release_carries_its_namespaces_claim_over() -> None:
+    from types import SimpleNamespace
+
+    from router_fakes import table
+
+    def found(name: str, created: float, ns: str, models: list[str], **kw: object) -> object:
+        t = table("http://a:1", "http://b:2", namespace=ns, models=models, release=name)
+        return SimpleNamespace(name=f"cm-{name}", created=created, table=t.model_copy(update=kw))
+
+    tables = [
+        found("owner", 100.0, "b", ["m", "n"], standing=True),
+        found("other", 50.0, "a", ["m"]),
+        found("next", 300.0, "b", ["m"]),
+    ]
+    assert claims_of("b", "cm-next", ["m", "x"], tables) == {"m": 100.0}  # type: ignore[arg-type]
+    assert claims_of("b", "cm-new", ["n"], tables) == {"n": 100.0}, "no table of its own yet"  # type: ignore[arg-type]
+    assert claims_of("b", "cm-owner", ["m"], tables) == {}, "nothing earlier than its own"  # type: ignore[arg-type]
+    # Once carried over it stays, after the table it came from is gone.
+    kept = [found("next", 300.0, "b", ["m"], claimed={"m": 100.0})]
+    assert claims_of("b", "cm-next", ["m"], kept) == {"m": 100.0}  # type: ignore[arg-type]
+
+
 def test_the_routers_follow_the_same_owner() -> None:
     from tinct.api.ownership import holders, parse_model_owners
 
@@ -549,6 +572,11 @@ def test_the_routers_follow_the_same_owner() -> None:
     b2 = Claim("cm-b2", 300.0, "b", "next", "u-b2", ("n",))
     got = holders([a, b, b2], {})
     assert (got["m"], got["n"], got["o"]) == (b, b2, a)
+    # b's next release of "m" carries b's claim over: b keeps "m" once the standing route goes.
+    b3 = Claim("cm-b3", 300.0, "b", "next", "u-b3", ("m",), claimed={"m": 100.0})
+    assert holders([a, b, b3], {})["m"] == b3
+    assert holders([a, b3], {})["m"] == b3, "the standing route retired, the claim stays"
+    assert holders([a, Claim("cm-b4", 300.0, "b", "next", "u-b4", ("m",))], {})["m"] == a
     assert "m" not in holders([a, b], {"m": "c"}), "reserved for a namespace that names it nowhere"
     assert holders([a, b], {"m": "a"})["m"] == a
     assert parse_model_owners("llama3-8b=team-a, org/m=x=b") == (("llama3-8b", "team-a"), ("org/m=x", "b"))

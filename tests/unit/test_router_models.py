@@ -107,6 +107,14 @@ def test_a_model_stays_with_the_namespace_that_routed_it_first() -> None:
     got = holder.for_model("m")
     assert got is not None
     assert (got.namespace, got.release) == ("team-b", "next")
+    # The standing route retired, team-b keeps its place by the claim its next table carries.
+    holder.remove("configmap tinct/b")
+    holder.remove("configmap tinct/b2")
+    carried = nxt.model_copy(update={"claimed": {"m": 100.0}, "version": 2})
+    holder.put("configmap tinct/b2", carried, created=300.0)
+    got = holder.for_model("m")
+    assert got is not None
+    assert got.namespace == "team-b"
     # A cluster administrator's mapping outranks who came first.
     mapped = TableHolder(owners={"m": "team-a"})
     mapped.put("configmap tinct/b", left, created=100.0)

@@ -3,10 +3,13 @@
 Every routing table names the OpenAI ``model`` values it serves, and one router fleet serves
 the tables of every namespace. A model name belongs to one namespace: the one a cluster
 administrator mapped it to (``--model-owner MODEL=NAMESPACE``, the chart's ``modelOwners``),
-else the namespace that first routed it — the namespace of the oldest table naming it, live
-or standing (the route a deleted release leaves), by creation time then name. A table of
-another namespace never gets it, however new or live, so a tenant cannot take another's
-model by naming it, nor by waiting for its release to be deleted.
+else the namespace that first routed it — the namespace of the table with the earliest
+claim on it, live or standing (the route a deleted release leaves). A table's claim on a
+model is when its ConfigMap was created, or earlier when the table carries it over
+(``claimed``) from a table of its namespace it took the model over from: the next release of
+a model keeps its namespace's place. A table of another namespace never gets it, however new
+or live, so a tenant cannot take another's model by naming it, nor by waiting for its
+release to be deleted.
 
 Within the owning namespace, a live table takes the model from a standing one (the next
 release of a model takes over from the last one's outcome), and of two live tables the older
@@ -44,6 +47,9 @@ class Route(Protocol):
     @property
     def models(self) -> Sequence[str]: ...
 
+    def since(self, model: str) -> float:
+        """Its claim on ``model``: when its namespace began routing it (epoch seconds)."""
+
 
 R = TypeVar("R", bound=Route)
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -51,11 +57,13 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 def owning_namespaces(routes: Iterable[Route], owners: Mapping[str, str]) -> dict[str, str]:
     """Model -> the namespace it belongs to, for every model ``routes`` name."""
-    out: dict[str, str] = {}
-    for r in sorted(routes, key=lambda r: (r.created, r.key)):
+    first: dict[str, tuple[float, str, str]] = {}
+    for r in routes:
         for m in r.models:
-            out.setdefault(m, owners.get(m, r.namespace))
-    return out
+            claim = (r.since(m), r.key, r.namespace)
+            if m not in first or claim < first[m]:
+                first[m] = claim
+    return {m: owners.get(m, ns) for m, (_, _, ns) in first.items()}
 
 
 def holders(routes: Sequence[R], owners: Mapping[str, str]) -> dict[str, R]:

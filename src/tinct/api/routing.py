@@ -111,6 +111,14 @@ class RoutingTable(Model):
         max_length=32,
         description="OpenAI model names whose requests this table routes; empty: any model.",
     )
+    claimed: dict[ModelName, float] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Model -> when the release's namespace began routing it (epoch seconds), carried "
+        "over from the table of that namespace it took the model over from; the ConfigMap's "
+        "creation time for a model not listed. A model belongs to the namespace with the "
+        "earliest claim (tinct.api.ownership).",
+    )
     dye: Dye
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)
     fallback: Fallback = Field(default_factory=Fallback)
@@ -188,6 +196,7 @@ def routing_table_from(
     standing: bool = False,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
+    claimed: Mapping[str, float] | None = None,
 ) -> RoutingTable:
     """The table the routers get for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
 
@@ -209,6 +218,7 @@ def routing_table_from(
             resolve in the router's namespace).
         models: the ``model`` of the release's ModelVersions, the table's model names when
             the GrayRelease lists none.
+        claimed: earlier claims on its models the table carries over (:mod:`tinct.api.ownership`).
     """
     spec = release.spec
     namespace = release.metadata.namespace or "default"
@@ -226,6 +236,7 @@ def routing_table_from(
             "stable": _endpoint(spec.stable, namespace, cluster_domain),
             "candidate": _endpoint(spec.candidate, namespace, cluster_domain),
             "models": list(spec.models) or sorted(set(models)),
+            "claimed": dict(claimed or {}),
             "dye": spec.dye,
             "cells": [
                 RoutingCell(match=c.match, weight=weights.get(cell_key(c.match), 0.0)) for c in spec.cells

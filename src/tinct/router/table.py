@@ -150,6 +150,9 @@ class _Route:
     def models(self) -> list[str]:
         return self.table.table.models
 
+    def since(self, model: str) -> float:
+        return min(self.table.table.claimed.get(model, self.created), self.created)
+
 
 class TableRefusedError(RoutingTableError):
     """A valid table the holder will not put in force (it goes back in version, or changes

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from tinct.api.v1alpha1.action import SEEN_ACTIONS
+from tinct.api.v1alpha1.action import SEEN_ACTIONS, VALUE_LIMIT
 from tinct.api.v1alpha1.common import Condition, Model
 
 __all__ = [
@@ -48,6 +48,8 @@ def readable(value: float | None) -> float | None:
 
 
 Readable = Annotated[float, AfterValidator(lambda v: readable(v))]
+#: A ``tinct.io/action`` value as status records it (a longer one is cut with a digest).
+ActionValue = Annotated[str, Field(max_length=VALUE_LIMIT)]
 
 
 class MetricResult(Model):
@@ -145,7 +147,7 @@ ActionResult = Literal["Done", "Refused"]
 class ActionRecord(Model):
     """What became of the last tinct.io/action request."""
 
-    value: str = Field(max_length=256, description="The request, as <verb>@a<attempt>-<nonce>.")
+    value: ActionValue = Field(description="The request, as <verb>@a<attempt>-<nonce>.")
     result: ActionResult = Field(description="Done, or Refused (message says why).")
     message: str = Field(default="", max_length=1024, description="What was done, or why not.")
     time: datetime | None = Field(default=None, description="When it was handled.")
@@ -211,7 +213,7 @@ class GrayReleaseStatus(Model):
     pause_reason: str | None = Field(
         default=None, description="Why the operator paused the release; `tinct release resume` clears it."
     )
-    acknowledged_action: str | None = Field(
+    acknowledged_action: ActionValue | None = Field(
         default=None, description="The last tinct.io/action annotation value carried out."
     )
     transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
@@ -232,7 +234,7 @@ class GrayReleaseStatus(Model):
         default=0, ge=0, description="Counts the starts of this release (a retry or restart is a new one)."
     )
     last_action: ActionRecord | None = None
-    seen_actions: list[str] = Field(
+    seen_actions: list[ActionValue] = Field(
         default_factory=list,
         max_length=SEEN_ACTIONS,
         description="tinct.io/action values already handled; seen again, they are refused.",

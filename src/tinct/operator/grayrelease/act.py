@@ -206,12 +206,15 @@ async def leave_route(rt: Runtime, body: kopf.Body, logger: _Logger) -> None:
     found_version, found_digest = rt.found(cm)
     if st is None or (st.routing is None and not found_version):
         return  # it never routed anything
-    table = standing_table(gr, st, found_version=found_version, cluster_domain=rt.cluster_domain)
+    got = rt.tables.get(cm) if rt.tables is not None else None
+    claimed = got.table.claimed if got is not None and got.table is not None else None
+    table = standing_table(
+        gr, st, found_version=found_version, cluster_domain=rt.cluster_domain, claimed=claimed
+    )
     refused = refused_backends(rt, table)
     if refused:
         logger.warning("%s/%s deleted: no standing route, its backends are refused: %s", ns, name, refused)
         return
-    got = rt.tables.get(cm) if rt.tables is not None else None
     if got is not None and got.standing and found_digest == content_digest(table):
         return
     await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tinct.api.ownership import holders
@@ -165,10 +165,15 @@ class Claim:
     uid: str | None
     models: tuple[str, ...]
     standing: bool = False
+    #: Model -> an earlier claim the table carries over (:mod:`tinct.api.ownership`).
+    claimed: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         return self.config_map
+
+    def since(self, model: str) -> float:
+        return min(self.claimed.get(model, self.created), self.created)
 
 
 def model_conflict(
@@ -179,13 +184,16 @@ def model_conflict(
     models: Sequence[str],
     claims: Sequence[Claim],
     owners: Mapping[str, str] | None = None,
+    claimed: Mapping[str, float] | None = None,
 ) -> Problem | None:
     """The model this release's table cannot have, by the routers' rule
     (:mod:`tinct.api.ownership`): it belongs to another namespace (one ``owners`` gives it, or
     the one that first routed it, live or standing), or an older live release of this
-    namespace serves it. ``created`` is None while this release has no table yet.
+    namespace serves it. ``created`` is None while this release has no table yet; ``claimed``
+    the earlier claims its table carries over.
     """
-    mine = Claim(config_map, created if created is not None else math.inf, namespace, "", uid, tuple(models))
+    at = created if created is not None else math.inf
+    mine = Claim(config_map, at, namespace, "", uid, tuple(models), claimed=dict(claimed or {}))
     others = [c for c in claims if c.uid != uid and c.config_map != config_map]
     owners = owners or {}
     served = holders([*others, mine], owners)

@@ -34,7 +34,7 @@ from tinct.operator.grayrelease.decision import Decision
 from tinct.operator.grayrelease.kube import ConflictError
 from tinct.operator.grayrelease.runtime import Pending, Runtime
 from tinct.operator.grayrelease.seal import Record, sealed
-from tinct.operator.grayrelease.tables import plan, release_models
+from tinct.operator.grayrelease.tables import claims_of, plan, release_models
 from tinct.operator.grayrelease.world import View, gather, keda_env
 
 __all__ = ["Outcome", "reconcile"]
@@ -58,16 +58,20 @@ def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: 
     """Plan the table and the scalers the decided status calls for into it (pure, recorded with it)."""
     st = decision.status
     old = gr.status or GrayReleaseStatus()
-    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    ns = gr.metadata.namespace or "default"
+    name = configmap_name(ns, gr.metadata.name)
     found_version, _ = rt.found(name)
     recorded_models = old.routing.models if old.routing is not None else []
+    models = release_models(gr, view.modelversions, recorded_models)
+    found = list(rt.tables.tables.values()) if rt.tables is not None else []
     table = plan(
         gr,
         st,
         table_namespace=rt.table_namespace,
         found_version=found_version,
         cluster_domain=rt.cluster_domain,
-        models=release_models(gr, view.modelversions, recorded_models),
+        models=models,
+        claimed=claims_of(ns, name, list(gr.spec.models) or models, found),
     )
     if gr.spec.autoscaling is not None:
         scaling = view.scaling(gr, st, now)

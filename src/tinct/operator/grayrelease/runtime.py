@@ -31,7 +31,7 @@ import kopf
 from pydantic import ValidationError
 
 from tinct.api.routing import RoutingTable, configmap_name
-from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS
+from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS, bounded
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.grayrelease.decision import Decision
 from tinct.operator.grayrelease.kube import ReleaseKube, TableWatch
@@ -262,7 +262,8 @@ class Runtime:
 
     def actions_for(self, key: Key, body: kopf.Body, status: GrayReleaseStatus | None) -> list[str]:
         """The action values to consider now: those the watch delivered, then the current one."""
-        current = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        given = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        current = bounded(str(given)) if given else None
         done = set(status.seen_actions) if status is not None else set()
         acked = status.acknowledged_action if status is not None else None
         values = [v for v in self.actions.get(key, []) if v not in done and v != current]
@@ -276,7 +277,8 @@ class Runtime:
         """Queue the action value the watch delivered with ``body``, unless status has seen it;
         the value, if any."""
         status = body.get("status") or {}
-        annotation = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        given = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        annotation = bounded(str(given)) if given else None
         if annotation and annotation not in (status.get("seenActions") or []):
             queued = self.actions.setdefault(key, [])
             if annotation not in queued:

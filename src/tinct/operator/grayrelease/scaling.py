@@ -93,6 +93,8 @@ SCALE_DOWN_DELAY = 30.0
 _MAX_SO_NAME = LABEL_VALUE
 #: An HPA's name is a DNS subdomain.
 _MAX_HPA_NAME = 253
+#: Characters of a side's query that ``status.autoscaling[].query`` shows.
+QUERY_SHOWN = 8192
 
 
 def hpa_name(release: str, side: str) -> str:
@@ -109,6 +111,14 @@ def scaled_object_name(release: str, side: str) -> str:
 def keda_hpa_name(scaled_object: str) -> str:
     """The HPA KEDA keeps for a ScaledObject it scales (its default name)."""
     return f"keda-hpa-{scaled_object}"
+
+
+def _shown(query: str | None) -> str | None:
+    """``query`` as status shows it: cut to what the field holds (labels at their longest make
+    a longer one; the ScaledObject gets it whole)."""
+    if query is None or len(query) <= QUERY_SHOWN:
+        return query
+    return query[: QUERY_SHOWN - 3] + "..."
 
 
 # --- the bounds -----------------------------------------------------------------------------
@@ -329,7 +339,7 @@ def plan_autoscaling(
             side=side,
             hpa=keda_hpa_name(so) if use_keda else name,
             scaled_object=so if use_keda else None,
-            query=queries.get(side),
+            query=_shown(queries.get(side)),
             min_replicas=lo,
             max_replicas=hi,
         )

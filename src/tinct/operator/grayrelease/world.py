@@ -31,7 +31,13 @@ from tinct.operator.grayrelease.decision import Capacity, Inputs
 from tinct.operator.grayrelease.preconditions import Claim, Problem, Side, model_conflict, preconditions
 from tinct.operator.grayrelease.runtime import Runtime
 from tinct.operator.grayrelease.scaling import KedaEnv, Plan, plan_autoscaling
-from tinct.operator.grayrelease.tables import cells_by_tag, desired_table, release_models, target_digest
+from tinct.operator.grayrelease.tables import (
+    cells_by_tag,
+    claims_of,
+    desired_table,
+    release_models,
+    target_digest,
+)
 from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation
 
 __all__ = ["View", "gather", "keda_env", "view_of"]
@@ -273,6 +279,7 @@ def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
     old = gr.status or GrayReleaseStatus()
     recorded = old.routing.models if old.routing is not None else []
     models = list(gr.spec.models) or release_models(gr, view.modelversions, recorded)
+    found = list(rt.tables.tables.values())
     claims = [
         Claim(
             f.name,
@@ -282,14 +289,16 @@ def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
             f.table.uid,
             tuple(f.table.models),
             f.table.standing,
+            f.table.claimed,
         )
-        for f in list(rt.tables.tables.values())
+        for f in found
         if f.table is not None and f.name != name
     ]
     mine = rt.tables.get(name)
     created = mine.created if mine is not None else None
     owners = dict(rt.config.model_owners) if rt.config is not None else {}
-    return model_conflict(gr.metadata.uid, ns, name, created, models, claims, owners)
+    claimed = claims_of(ns, name, models, found)
+    return model_conflict(gr.metadata.uid, ns, name, created, models, claims, owners, claimed)
 
 
 # Watch caches of what a release depends on: rounds read these instead of the API server.
