@@ -47,7 +47,7 @@ from controlplane.helm import Helm
 from engines import Engines
 from lineage_artifacts import make_onnx
 from notify_receiver import Receiver, receiver
-from release_cluster import Versions, deployment, events, example, get, modelversion, service, table
+from release_cluster import Versions, deployment, events, example, get, modelversion, service, table, wait
 from router_fakes import table as table_doc
 from tinct.api.names import label_value
 from tinct.api.routing import DATA_KEY, configmap_name, routing_configmap
@@ -56,22 +56,10 @@ from tinct.router.watch import CONFLICT_REASON, EVENT_REASON
 
 pytestmark = pytest.mark.usefixtures("crds")
 
-WAIT = 120.0  # an upper bound, never a measured figure
 #: The key of the only cell of the releases here (``match: {}``).
 CELL = "len:*+role:*+latency:*"
 #: A GrayRelease name of 253 characters, the API's limit.
 LONGEST = "l" + "o" * 250 + "ng"
-
-
-def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
 
 
 @dataclass
@@ -99,7 +87,7 @@ class Tenant:
         return st
 
     def wait(self, name: str, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-        st: dict[str, Any] = _wait(
+        st: dict[str, Any] = wait(
             f"{self.ns}/{name}: {what}", lambda: (s := self.status(name)) and pred(s) and s
         )
         return st
@@ -108,7 +96,8 @@ class Tenant:
 @dataclass
 class Fleet:
     """The chart installed in ``chart_ns`` (where the routing tables live), its operator and
-    router running as processes with the chart's identities, and the tenants."""
+    router running as processes with the chart's identities, and the tenants, each with the
+    Services and ModelVersions its releases name (:func:`_objects`)."""
 
     cluster: Cluster
     chart_ns: str
@@ -123,19 +112,37 @@ def _condition(status: dict[str, Any], type_: str) -> tuple[str, str, str]:
     return (c["status"], c["reason"], c["message"]) if c else ("", "", "")
 
 
-def _tenant(cluster: Cluster, ns: str) -> Path:
-    """ServiceAccount ``tenant`` of ``ns``, bound to Kubernetes' ``edit`` there; its kubeconfig."""
-    docs = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant", "namespace": ns}},
+def _account(
+    cluster: Cluster, ns: str, name: str, role: str, rules: list[dict[str, Any]] | None = None
+) -> None:
+    """ServiceAccount ``name`` of ``ns`` bound there to the ClusterRole ``role``, or with ``rules``
+    to a Role of that name."""
+    kind = "Role" if rules is not None else "ClusterRole"
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": "tenant-edit", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-            "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}],
+            "metadata": {"name": name, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
         },
     ]
+    if rules is not None:
+        docs.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": role, "namespace": ns},
+                "rules": rules,
+            }
+        )
     cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+
+
+def _tenant(cluster: Cluster, ns: str) -> Path:
+    """ServiceAccount ``tenant`` of ``ns``, bound to Kubernetes' ``edit`` there; its kubeconfig."""
+    _account(cluster, ns, "tenant", "edit")
     who = f"--as=system:serviceaccount:{ns}:tenant"
 
     def can(*what: str) -> bool:
@@ -143,7 +150,7 @@ def _tenant(cluster: Cluster, ns: str) -> Path:
         return out == "yes"
 
     # The chart's tenant role reaches `edit` through aggregation: wait for it, and no /status.
-    _wait("the chart's tenant role aggregated into edit", lambda: can("create", "grayreleases.tinct.io"))
+    wait("the chart's tenant role aggregated into edit", lambda: can("create", "grayreleases.tinct.io"))
     assert not can("patch", "grayreleases.tinct.io", "--subresource=status")
     return cluster.service_account_kubeconfig(ns, "tenant")
 
@@ -200,6 +207,7 @@ def _fleet(
             engines = Engines((f"{t}-v1", f"{t}-v2"))
             stack.callback(engines.stop)
             fleet.tenants[t] = Tenant(cluster, ns, _tenant(cluster, ns), engines)
+            _objects(fleet.tenants[t], tmp)
         # The key the chart generated, as its Pod mounts it.
         encoded = cluster.kubectl(
             "get", "secret", f"{rel}-tinct-status-key", "-n", chart_ns, "-o", "jsonpath={.data.key}"
@@ -239,7 +247,7 @@ def _fleet(
                 "KUBECONFIG": str(cluster.service_account_kubeconfig(chart_ns, f"{rel}-tinct-router")),
             }
             proc = stack.enter_context(_process(argv, rt_env, rt_log))
-            _wait("the router ready", lambda: _ready(metrics, proc, rt_log))
+            wait("the router ready", lambda: _ready(metrics, proc, rt_log))
         yield fleet
     for log in fleet.logs:
         text = log.read_text()
@@ -302,23 +310,13 @@ def _tampers(cluster: Cluster, ns: str) -> list[str]:
 
 def _wildcard(cluster: Cluster, ns: str) -> Path:
     """A tenant whose Role grants the tinct.io group's resources with a wildcard, as many do."""
-    docs = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "wild", "namespace": ns}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "tinct-everything", "namespace": ns},
-            "rules": [{"apiGroups": ["tinct.io"], "resources": ["*"], "verbs": ["*"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "wild", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tinct-everything"},
-            "subjects": [{"kind": "ServiceAccount", "name": "wild", "namespace": ns}],
-        },
-    ]
-    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+    _account(
+        cluster,
+        ns,
+        "wild",
+        "tinct-everything",
+        [{"apiGroups": ["tinct.io"], "resources": ["*"], "verbs": ["*"]}],
+    )
     return cluster.service_account_kubeconfig(ns, "wild")
 
 
@@ -327,10 +325,9 @@ def test_a_forged_or_replayed_status_never_changes_a_routing_table(
 ) -> None:
     with _fleet(cluster, helm, namespace, tmp_path, ("a",)) as fleet:
         a = fleet.tenants["a"]
-        _objects(a, tmp_path)
         a.apply(_release("chat", ["m-status"], [20, 100]))
         sealed = a.wait("chat", lambda s: s.get("phase") == "Progressing", "step 1/2 at 20 %")
-        _wait("the router serving m-status", lambda: _ask(fleet.router_port, "m-status", "x")[0] == 200)
+        wait("the router serving m-status", lambda: _ask(fleet.router_port, "m-status", "x")[0] == 200)
         with Versions(cluster, namespace, "configmap", configmap_name(a.ns, "chat")) as tables:
             # The chart's tenant role has no /status.
             denied = a.kubectl(
@@ -362,7 +359,7 @@ def test_a_forged_or_replayed_status_never_changes_a_routing_table(
             # The tenant aborts (its right): everything to stable, for good.
             a.kubectl("annotate", "gr", "chat", "tinct.io/action=abort@a1-x")
             rolled = a.wait("chat", lambda s: s.get("phase") == "RolledBack", "RolledBack")
-            _wait(
+            wait(
                 "the table at 0",
                 lambda: (t := table(cluster, a.ns, "chat", namespace)) and t[1]["cells"][0]["weight"] == 0,
             )
@@ -377,8 +374,8 @@ def test_a_forged_or_replayed_status_never_changes_a_routing_table(
                 )
                 return done.returncode == 0
 
-            _wait("the old status written back", replay)
-            _wait("the replay noticed", lambda: any("replayed" in m for m in _tampers(cluster, a.ns)))
+            wait("the old status written back", replay)
+            wait("the replay noticed", lambda: any("replayed" in m for m in _tampers(cluster, a.ns)))
             back = a.wait("chat", lambda s: s.get("phase") == "RolledBack", "the replayed status restored")
             time.sleep(3)
             said = _tampers(cluster, a.ns)
@@ -412,20 +409,18 @@ def test_a_release_of_another_namespace_never_takes_a_model_live_or_standing(
 ) -> None:
     with _fleet(cluster, helm, namespace, tmp_path, ("a", "b")) as fleet:
         a, b = fleet.tenants["a"], fleet.tenants["b"]
-        _objects(a, tmp_path)
-        _objects(b, tmp_path)
         port = fleet.router_port
         b.apply(_release("owner", ["m-shared"], [0, 100]))
         b.wait("owner", lambda s: s.get("phase") == "Progressing", "Progressing")
         b.kubectl("annotate", "gr", "owner", "tinct.io/action=promote@a1-p")
         b.wait("owner", lambda s: s.get("phase") == "Promoted", "Promoted")
-        _wait("b's candidate answering m-shared", lambda: _ask(port, "m-shared", "x") == (200, "b-v2"))
+        wait("b's candidate answering m-shared", lambda: _ask(port, "m-shared", "x") == (200, "b-v2"))
         # Tenant a names b's model, at 100 % from its first step.
         a.apply(_release("taker", ["m-shared"], [100]))
         live = a.wait(
             "taker", lambda s: _condition(s, "RouteAvailable")[1] == "ModelConflict", "ModelConflict"
         )
-        _wait("a's table written", lambda: table(cluster, a.ns, "taker", namespace))
+        wait("a's table written", lambda: table(cluster, a.ns, "taker", namespace))
         time.sleep(2)  # the router has both tables
         while_live = [_ask(port, "m-shared", f"l-{i}") for i in range(50)]
         # Tenant b deletes its release: its route is kept, standing.
@@ -437,8 +432,8 @@ def test_a_release_of_another_namespace_never_takes_a_model_live_or_standing(
         conflicts = [e for e in events(cluster, namespace, "ConfigMap") if e["reason"] == CONFLICT_REASON]
         # A release of b's own namespace takes it over: the standing route goes.
         b.apply(_release("next", ["m-shared"], [0, 100]))
-        _wait("b's standing route retired", lambda: table(cluster, b.ns, "owner", namespace) is None)
-        _wait("b's next release answering m-shared", lambda: _ask(port, "m-shared", "y") == (200, "b-v1"))
+        wait("b's standing route retired", lambda: table(cluster, b.ns, "owner", namespace) is None)
+        wait("b's next release answering m-shared", lambda: _ask(port, "m-shared", "y") == (200, "b-v1"))
         taken_over = a.status("taker")
         a_received = a.engines.received(a.engines.v1) + a.engines.received(a.engines.v2)
     assert _condition(live, "RouteAvailable")[:2] == ("False", "ModelConflict")
@@ -464,8 +459,6 @@ def test_a_release_cannot_send_traffic_outside_its_namespace(
 ) -> None:
     with _fleet(cluster, helm, namespace, tmp_path, ("a", "b")) as fleet:
         a, b = fleet.tenants["a"], fleet.tenants["b"]
-        _objects(a, tmp_path)
-        _objects(b, tmp_path)
         theirs = f"http://sched-v1.{b.ns}.svc.cluster.local:8000"
         loopback = f"http://127.0.0.1:{b.engines.v2.port}"  # in a cluster: the router Pod's own
         borrow = _release("borrow", ["m-borrow"], [100])
@@ -474,7 +467,7 @@ def test_a_release_cannot_send_traffic_outside_its_namespace(
         loop["spec"]["stable"]["url"] = loopback
         # Its own Services it may name: this one routes.
         a.apply(borrow, loop, _release("mine", ["m-a"], [100]))
-        _wait("a's own release answering", lambda: _ask(fleet.router_port, "m-a", "x") == (200, "a-v2"))
+        wait("a's own release answering", lambda: _ask(fleet.router_port, "m-a", "x") == (200, "a-v2"))
         refused = {
             name: a.wait(name, lambda s: s.get("phase") == "Failed", "Failed") for name in ("borrow", "loop")
         }
@@ -496,7 +489,7 @@ def test_a_release_cannot_send_traffic_outside_its_namespace(
                 and e["involvedObject"]["name"] == configmap_name(a.ns, "forged")
             ]
 
-        refusal = _wait("the router's refusal of the forged table", rejected)
+        refusal = wait("the router's refusal of the forged table", rejected)
         forged_answer = _ask(fleet.router_port, "m-forged", "x")
         b_received = b.engines.received(b.engines.v1) + b.engines.received(b.engines.v2)
     for name, url, side in (("borrow", theirs, "candidate"), ("loop", loopback, "stable")):
@@ -636,7 +629,6 @@ def test_big_releases_are_deleted_cleanly_and_long_names_keep_one_hpa_per_side(
 ) -> None:
     with _fleet(cluster, helm, namespace, tmp_path, ("a",), router=False) as fleet:
         a = fleet.tenants["a"]
-        _objects(a, tmp_path)
         a.apply(deployment("sched-v1"), deployment("sched-v2"))
         big = _largest(a.ns)
         size = len(json.dumps(big["spec"], separators=(",", ":")))
@@ -685,7 +677,7 @@ def test_big_releases_are_deleted_cleanly_and_long_names_keep_one_hpa_per_side(
             out = json.loads(cluster.kubectl("get", "hpa", "-n", a.ns, "-l", mine, "-o", "json").stdout)
             return {(h["metadata"]["name"], h["spec"]["scaleTargetRef"]["name"]) for h in out["items"]}
 
-        _wait("an HPA per side", lambda: len(hpas()) == 2)
+        wait("an HPA per side", lambda: len(hpas()) == 2)
         seen = set()
         for _ in range(25):  # five seconds: ten ticks of the release
             seen |= hpas()
@@ -734,8 +726,6 @@ def test_a_dead_webhook_does_not_delay_another_releases_notifications(
             TINCT_NOTIFIERS=hooks, TINCT_NOTIFY_TIMEOUT="2", TINCT_NOTIFY_RETRY_AFTER="5",
         ) as fleet:  # fmt: skip
             a, b = fleet.tenants["a"], fleet.tenants["b"]
-            _objects(a, tmp_path)
-            _objects(b, tmp_path)
             steps = [10.0 * i for i in range(1, 11)]
             # Tenant a's release names a receiver that accepts and never answers; b's a live one.
             a.apply(_release("noisy", ["m-a"], steps, interval="2s", notify=[{"name": "dead"}]))
@@ -744,11 +734,11 @@ def test_a_dead_webhook_does_not_delay_another_releases_notifications(
             quiet = b.wait("quiet", lambda s: s.get("phase") == "Promoted", "b Promoted")
             noisy = a.wait("noisy", lambda s: s.get("phase") == "Promoted", "a Promoted")
             uid = (get(cluster, b.ns, "grayrelease", "quiet") or {})["metadata"]["uid"]
-            _wait(
+            wait(
                 "every transition of b's release delivered",
                 lambda: len(_delivered(rec, uid)) == quiet["transitions"],
             )
-            dropped = _wait(
+            dropped = wait(
                 "a's notifications dropped by the open breaker",
                 lambda: (
                     (m := _notify_metrics(fleet.operator_metrics))
@@ -762,7 +752,7 @@ def test_a_dead_webhook_does_not_delay_another_releases_notifications(
             rec.hang = False
             time.sleep(6)
             a.apply(_release("again", ["m-a2"], [0, 100], notify=[{"name": "dead"}]))
-            _wait("the revived receiver notified", lambda: rec.at("/hang/dead"))
+            wait("the revived receiver notified", lambda: rec.at("/hang/dead"))
             revived = _notify_metrics(fleet.operator_metrics)
     delivered = _delivered(rec, uid)
     assert sorted(delivered) == list(range(quiet["transitions"]))

@@ -107,6 +107,11 @@ def _cmd_router(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listed(variable: str) -> list[str]:
+    """The ``,``-separated items of an environment variable: a repeatable flag's default."""
+    return [x for x in os.environ.get(variable, "").split(",") if x]
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -218,7 +223,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--trust-role-from",
         metavar="CIDR",
         action="append",
-        default=[x for x in os.environ.get("TINCT_ROUTER_TRUST_ROLE_FROM", "").split(",") if x],
+        default=_listed("TINCT_ROUTER_TRUST_ROLE_FROM"),
         help="believe the dye role header only from these peers, e.g. the gateway's range "
         "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
         "every caller gets the default role",
@@ -227,7 +232,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--allow-backend",
         metavar="HOST|CIDR",
         action="append",
-        default=[x for x in os.environ.get("TINCT_ALLOW_BACKENDS", "").split(",") if x],
+        default=_listed("TINCT_ALLOW_BACKENDS"),
         help="with --watch: a host (api.example.com, *.shared.svc.cluster.local) or address range a "
         "table's backend may be besides its release's namespace's Services; a table naming "
         "anything else is refused (repeatable; env TINCT_ALLOW_BACKENDS, comma-separated; give "
@@ -237,7 +242,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--model-owner",
         metavar="MODEL=NAMESPACE",
         action="append",
-        default=[x for x in os.environ.get("TINCT_MODEL_OWNERS", "").split(",") if x],
+        default=_listed("TINCT_MODEL_OWNERS"),
         help="the namespace whose tables alone serve MODEL, whichever routed it first (repeatable; "
         "env TINCT_MODEL_OWNERS, comma-separated; give the operator the same). Default: a model "
         "belongs to the namespace that first routed it",
