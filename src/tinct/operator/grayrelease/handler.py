@@ -170,8 +170,9 @@ async def _release_deleted(body: kopf.Body, memo: Any, logger: _Logger, **_: Any
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    """Spec or annotation changes reach the daemon now, not at its next tick; every action
-    value the watch delivers is queued, so two given between rounds are both seen."""
+    """Spec or annotation changes, and a status the operator did not write last, reach the
+    daemon now, not at its next tick; every action value the watch delivers is queued, so two
+    given between rounds are both seen."""
     rt = runtime(memo)
     key = key_of(body)
     if type == "DELETED":
@@ -180,7 +181,10 @@ def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> 
     status = body.get("status") or {}
     annotation = rt.queue_action(key, body)
     stale = status.get("observedGeneration") != body["metadata"].get("generation")
-    if stale or (annotation and annotation != status.get("acknowledgedAction")):
+    # A status other than the one this process wrote last: someone else's, to be checked now.
+    mine = rt.written.get(key)
+    other = mine is not None and status != mine.status.wire()
+    if stale or other or (annotation and annotation != status.get("acknowledgedAction")):
         rt.wake(key)
 
 
