@@ -487,8 +487,9 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
         )
         assert problem is not None
         assert problem.message == (
-            "model llama3-8b is served by GrayRelease llm/chat, an older release: routers follow "
-            "that one until it is deleted; give this one other models (spec.models)"
+            "model llama3-8b is served by GrayRelease llm/chat, an older release: routers serving both "
+            "tables follow that one until it is deleted; give this one other models (spec.models), or "
+            "routers of its own"
         )
     # Its own table is the older one, or the models differ: no conflict.
     assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None

@@ -212,8 +212,8 @@ def _taken(model: str, namespace: str, holder: Claim | None, owners: Mapping[str
     if holder is not None and holder.namespace == namespace:
         return (
             f"model {model} is served by GrayRelease {holder.namespace}/{holder.release}, an older "
-            "release: routers follow that one until it is deleted; give this one other models "
-            "(spec.models)"
+            "release: routers serving both tables follow that one until it is deleted; give this one "
+            "other models (spec.models), or routers of its own"
         )
     if holder is None:
         why = f"model {model} belongs to namespace {owners.get(model)} (the operator's --model-owner)"
