@@ -164,3 +164,26 @@ def test_the_round_after_a_tamper_says_so_once_the_release_moves_on_it_is_verifi
     assert later.status is not None
     cond = next(c for c in later.status.conditions if c.type == "StatusVerified")
     assert (cond.status, cond.reason) == ("True", "Sealed")
+
+
+def test_an_older_view_of_its_own_writes_is_no_tamper_a_replay_is() -> None:
+    gr = _progressing()
+    first = sealed(KEY, "uid-1", gr.status.model_copy(deep=True), 5)  # type: ignore[union-attr]
+    second = sealed(KEY, "uid-1", first.model_copy(update={"history": []}), 6)
+    rt = _runtime(Record.of("uid-1", second))
+    rt.written[("llm", "chat")] = Written("uid-1", "9", "11", second, ("9", "10", "11"))
+    # The watch still has the round's first write (rv 10) when the next round starts.
+    lagging = _body(gr, _as_stored(first).wire()) | {}
+    lagging["metadata"]["resourceVersion"] = "10"
+    assert not rt.foreign(("llm", "chat"), lagging)
+    start = rt.begin(("llm", "chat"), lagging, asyncio.Event())  # type: ignore[arg-type]
+    assert start.tampered is None
+    assert (start.release.status, start.base) == (second, "11")
+    # The same status written back by someone else later (rv 12): a replay.
+    replayed = _body(gr, _as_stored(first).wire())
+    replayed["metadata"]["resourceVersion"] = "12"
+    assert rt.foreign(("llm", "chat"), replayed)
+    start = rt.begin(("llm", "chat"), replayed, asyncio.Event())  # type: ignore[arg-type]
+    assert start.tampered is not None
+    assert "replayed" in start.tampered
+    assert (start.release.status, start.base) == (second, "12")

@@ -138,7 +138,7 @@ def _done(rt: Runtime, key: Key, body: kopf.Body, start: Start, out: Outcome, lo
     current = start.release.model_copy(update={"status": out.status})
     if out.resource_version != start.base:
         # Until the watch delivers a newer object, this status is the one to start from.
-        rt.remember_written(key, start, out.resource_version, out.status)
+        rt.remember_written(key, start, out.resource_version, out.status, out.rvs)
     rt.forget_actions(key, out.status)
     act.post_events(body, out.decision)
     if rt.notify is not None and out.recorded:
@@ -181,9 +181,7 @@ def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> 
     status = body.get("status") or {}
     annotation = rt.queue_action(key, body)
     stale = status.get("observedGeneration") != body["metadata"].get("generation")
-    # A status other than the one this process wrote last: someone else's, to be checked now.
-    mine = rt.written.get(key)
-    other = mine is not None and status != mine.status.wire()
+    other = rt.foreign(key, body)  # someone else's status: restored now, not at the next tick
     if stale or other or (annotation and annotation != status.get("acknowledgedAction")):
         rt.wake(key)
 

@@ -52,6 +52,8 @@ class Outcome:
     resource_version: str | None
     #: The transitions this round recorded in status (to notify of).
     recorded: list[HistoryEntry] = field(default_factory=list)
+    #: The resourceVersions of the release each of the round's writes produced.
+    rvs: list[str] = field(default_factory=list)
 
 
 def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
@@ -109,8 +111,9 @@ async def reconcile(
     st = decision.status
     rv = await _record(gr, rt, base, decision, table, force=tampered is not None)
     recorded = [h for h in st.history if h.seq >= old.transitions]
+    rvs = [rv] if rv and rv != base else []
     if (ns, gr.metadata.name) in rt.deleting:
-        return Outcome(decision, st, rv, recorded)
+        return Outcome(decision, st, rv, recorded, rvs)
 
     # Act on what was recorded; a table naming a backend outside the release's reach is not
     # applied (the precondition BackendNotAllowed says why): the table in force stays. The
@@ -126,9 +129,10 @@ async def reconcile(
 
     if st.history:
         rv, st = await _history(gr, rt, st, lineage, rv)
+        rvs += [rv] if rv and rv not in rvs and rv != base else []
         if reachable:
             await act.apply_table(rt, table, Record.of(uid, st))
-    return Outcome(decision, st, rv, recorded)
+    return Outcome(decision, st, rv, recorded, rvs)
 
 
 async def _record(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -57,6 +57,8 @@ __all__ = [
 
 #: Seconds a child we applied is taken as present before the watch cache shows it.
 APPLY_GRACE = 10.0
+#: resourceVersions of its own writes the process remembers per release.
+_RVS = 32
 #: Seconds an answer to "does the cluster serve KEDA's ScaledObjects?" is reused.
 KEDA_CHECK_SECONDS = 30.0
 #: The root memo's key of the process's :class:`Runtime`.
@@ -91,6 +93,9 @@ class Written:
     base: str | None
     after: str | None
     status: GrayReleaseStatus
+    #: resourceVersions of the release this process wrote or started from, up to ``after``:
+    #: an object the watch delivers at one of them is an older view of its own writes.
+    rvs: tuple[str, ...] = ()
 
 
 @dataclass
@@ -206,7 +211,7 @@ class Runtime:
         self.wakers[key] = (wake, frozenset(refs))
         base = body_rv
         mine = self.written.get(key)
-        if mine is not None and mine.uid == uid and mine.base == body_rv:
+        if mine is not None and mine.uid == uid and (mine.base == body_rv or body_rv in mine.rvs):
             # The watch has not delivered our last write yet: that status is the newer one.
             gr = gr.model_copy(update={"status": mine.status})
             base, tampered = mine.after, None
@@ -215,6 +220,26 @@ class Runtime:
             pending = None
         wake.clear()
         return Start(gr, base, body_rv, pending, tampered)
+
+    def foreign(self, key: Key, body: kopf.Body | Mapping[str, Any]) -> bool:
+        """Whether the status the watch delivered is plainly not one the operator wrote: its
+        seal does not verify, or it is older than the one this process wrote last (the round
+        checks it fully, :meth:`trusted`)."""
+        raw = body.get("status")
+        if not raw:
+            return False
+        try:
+            status = GrayReleaseStatus.model_validate(raw)
+        except ValidationError:
+            return True
+        uid = str(body["metadata"].get("uid") or "")
+        mine = self.written.get(key)
+        if mine is not None and mine.uid == uid:
+            if body["metadata"].get("resourceVersion") in mine.rvs:
+                return False  # an older view of its own writes
+            if status.sequence < mine.status.sequence:
+                return True
+        return verdict(self.key, uid, status) is not None
 
     def trusted(self, key: Key, body: kopf.Body | Mapping[str, Any]) -> tuple[GrayRelease, str | None]:
         """The release with the status the operator stands by: the one delivered, if it wrote
@@ -256,9 +281,16 @@ class Runtime:
             update={"status": restored}
         ), f"the status was not the operator's: {why}; it went on from {source}"
 
-    def remember_written(self, key: Key, start: Start, after: str | None, status: GrayReleaseStatus) -> None:
-        """``status`` was written at resourceVersion ``after`` by the round that ``start`` began."""
-        self.written[key] = Written(start.release.metadata.uid, start.body_rv, after, status)
+    def remember_written(
+        self, key: Key, start: Start, after: str | None, status: GrayReleaseStatus, rvs: Sequence[str] = ()
+    ) -> None:
+        """``status`` was written at resourceVersion ``after`` (through ``rvs``) by the round that
+        ``start`` began."""
+        uid = start.release.metadata.uid
+        before = self.written.get(key)
+        earlier = before.rvs if before is not None and before.uid == uid else ()
+        seen = tuple(dict.fromkeys(rv for rv in (*earlier, start.body_rv, *rvs) if rv))
+        self.written[key] = Written(uid, start.body_rv, after, status, seen[-_RVS:])
 
     def actions_for(self, key: Key, body: kopf.Body, status: GrayReleaseStatus | None) -> list[str]:
         """The action values to consider now: those the watch delivered, then the current one."""
