@@ -94,6 +94,8 @@ def _operator_process(
         "TINCT_PROGRESS_INTERVAL": "0.5",
         # What the chart's artifactRoots set: file:// artifacts are read only below these.
         "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
+        # What the chart's allowBackends set: the tests' schedulers listen on loopback.
+        "TINCT_ALLOW_BACKENDS": "127.0.0.1",
     }
     argv = [*TINCT, "operator", f"--peering={peering}", f"--lineage-root={lineage}", *args]
     with spawned(argv, log, env, grace=30) as proc:
@@ -319,7 +321,9 @@ def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int
     """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    with spawned(router_argv(port, "--watch", f"--namespace={namespace}"), log, env, grace=30):
+    # --allow-backend: the chart's allowBackends, for the tests' schedulers on loopback.
+    argv = router_argv(port, "--watch", f"--namespace={namespace}", "--allow-backend=127.0.0.1")
+    with spawned(argv, log, env, grace=30):
         yield port
 
 
