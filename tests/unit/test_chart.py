@@ -678,6 +678,11 @@ def test_allowed_backends_and_model_owners_reach_the_operator_and_the_routers_al
             "--model-owner=coder-7b=code",
             "--model-owner=llama3-8b=llm",
         ]
+    comparer = container(one(docs, "Deployment", "t-tinct-operator"), "comparer")["args"]
+    assert [a for a in comparer if a.startswith(("--allow-backend", "--cluster-domain"))] == [
+        "--cluster-domain=corp.internal",
+        *(f"--allow-backend={a}" for a in allowed),
+    ], "the comparer follows the tables the routers follow"
     config = OperatorConfig().with_flags({"allow_backends": allowed})
     assert config.backends.refusal("http://x.shared.svc.cluster.local:80", "llm") is None
     defaults = template(helm, {})

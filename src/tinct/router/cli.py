@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from tinct.api.backends import parse_allowed
+from tinct.api.backends import BackendPolicy, parse_allowed
 from tinct.api.ownership import parse_model_owners
 from tinct.router.config import RouterConfig
 
@@ -113,6 +113,27 @@ def _cmd_router(args: argparse.Namespace) -> int:
 def _listed(variable: str) -> list[str]:
     """The ``,``-separated items of an environment variable: a repeatable flag's default."""
     return [x for x in os.environ.get(variable, "").split(",") if x]
+
+
+def add_backend_flags(p: argparse.ArgumentParser, *, same: str) -> None:
+    """``--allow-backend`` and ``--cluster-domain``: the backends a watched table may name
+    (:class:`~tinct.api.backends.BackendPolicy`); ``same``: who is to be given the same."""
+    p.add_argument(
+        "--allow-backend",
+        metavar="HOST|CIDR",
+        action="append",
+        default=_listed("TINCT_ALLOW_BACKENDS"),
+        help="with --watch: a host (api.example.com, *.shared.svc.cluster.local) or address range a "
+        "table's backend may be besides its release's namespace's Services; a table naming "
+        f"anything else is refused (repeatable; env TINCT_ALLOW_BACKENDS, comma-separated; give {same} "
+        "the same)",
+    )
+    p.add_argument(
+        "--cluster-domain",
+        default=os.environ.get("TINCT_CLUSTER_DOMAIN") or BackendPolicy().cluster_domain,
+        help="with --watch: the cluster's DNS domain, of <service>.<namespace>.svc.<domain> "
+        "(env TINCT_CLUSTER_DOMAIN; default: %(default)s)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -242,16 +263,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "under it (repeatable; env TINCT_ROUTER_PASS_THROUGH_PREFIX, comma-separated). "
         f"Default: {' '.join(_D.pass_through_prefixes)}",
     )
-    p.add_argument(
-        "--allow-backend",
-        metavar="HOST|CIDR",
-        action="append",
-        default=_listed("TINCT_ALLOW_BACKENDS"),
-        help="with --watch: a host (api.example.com, *.shared.svc.cluster.local) or address range a "
-        "table's backend may be besides its release's namespace's Services; a table naming "
-        "anything else is refused (repeatable; env TINCT_ALLOW_BACKENDS, comma-separated; give "
-        "the operator the same)",
-    )
+    add_backend_flags(p, same="the operator")
     p.add_argument(
         "--model-owner",
         metavar="MODEL=NAMESPACE",
@@ -260,12 +272,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the namespace whose tables alone serve MODEL, whichever routed it first (repeatable; "
         "env TINCT_MODEL_OWNERS, comma-separated; give the operator the same). Default: a model "
         "belongs to the namespace that first routed it",
-    )
-    p.add_argument(
-        "--cluster-domain",
-        default=os.environ.get("TINCT_CLUSTER_DOMAIN") or _D.cluster_domain,
-        help="with --watch: the cluster's DNS domain, of <service>.<namespace>.svc.<domain> "
-        "(env TINCT_CLUSTER_DOMAIN; default: %(default)s)",
     )
     p.add_argument(
         "--no-token-metrics",
