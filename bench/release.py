@@ -181,6 +181,8 @@ def main() -> int:
                 "TINCT_ARTIFACT_ROOTS": str(work),
                 "TINCT_TABLE_NAMESPACE": NS,
                 "TINCT_PROMETHEUS_URL": prom.url,
+                # The emulated engines listen on loopback: tables may name it by the allow-list.
+                "TINCT_ALLOW_BACKENDS": "127.0.0.1",
                 # 100 releases' analyses on a busy two-core machine can take Prometheus past
                 # the 5 s default; the bench measures the operator and routers, not that.
                 "TINCT_PROMETHEUS_TIMEOUT": os.environ.get("TINCT_PROMETHEUS_TIMEOUT", "20"),

@@ -114,7 +114,7 @@ def main() -> int:
         prom = Prometheus(build.ensure_prometheus(), work / "prometheus").start()
         say(
             f"tinct operator --namespace {NS} --table-namespace {NS} --prometheus-url {prom.url} "
-            f"--lineage-root {lineage} --artifact-root {models}"
+            f"--lineage-root {lineage} --artifact-root {models} --allow-backend 127.0.0.1"
         )
         with (
             contextlib.closing(prom),
@@ -132,6 +132,9 @@ def main() -> int:
                     str(lineage),
                     "--artifact-root",
                     str(models),
+                    # The emulated engines listen on loopback, outside any namespace.
+                    "--allow-backend",
+                    "127.0.0.1",
                 ],
                 work / "operator.log",
                 env,

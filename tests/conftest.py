@@ -38,6 +38,7 @@ from tinct_testing.controlplane.node import Node, NodeParts, ensure_parts
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.lineage_artifacts import S3, moto_process, s3_client
 from tinct_testing.paths import CRD_NAMES, CRDS
+from tinct_testing.release_cluster import STATUS_KEY
 from tinct_testing.router_fakes import FakeScheduler
 
 
@@ -90,7 +91,10 @@ def cluster() -> Iterator[Cluster]:
     """A running control plane; ``KUBECONFIG`` points at its admin kubeconfig meanwhile."""
     # The CRDs go in before the controller-manager starts, so garbage collection of objects
     # owned by tinct's resources works from the first test.
-    with cluster_from_env(preapply=[CRDS]) as c, patched_environ(KUBECONFIG=str(c.kubeconfig)):
+    with (
+        cluster_from_env(preapply=[CRDS]) as c,
+        patched_environ(KUBECONFIG=str(c.kubeconfig), TINCT_STATUS_KEY=STATUS_KEY),
+    ):
         yield c
 
 

@@ -94,6 +94,8 @@ def _operator_process(
         "TINCT_PROGRESS_INTERVAL": "0.5",
         # What the chart's artifactRoots set: file:// artifacts are read only below these.
         "TINCT_ARTIFACT_ROOTS": str(lineage.parent),
+        # What the chart's allowBackends set: the tests' schedulers listen on loopback.
+        "TINCT_ALLOW_BACKENDS": "127.0.0.1",
     }
     argv = [*TINCT, "operator", f"--peering={peering}", f"--lineage-root={lineage}", *args]
     with spawned(argv, log, env, grace=30) as proc:
@@ -319,7 +321,9 @@ def _router_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[int
     """``tinct router --watch`` as the chart runs it, acting as the chart's router ServiceAccount."""
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    with spawned(router_argv(port, "--watch", f"--namespace={namespace}"), log, env, grace=30):
+    # --allow-backend: the chart's allowBackends, for the tests' schedulers on loopback.
+    argv = router_argv(port, "--watch", f"--namespace={namespace}", "--allow-backend=127.0.0.1")
+    with spawned(argv, log, env, grace=30):
         yield port
 
 
@@ -341,6 +345,10 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
     from tinct_testing.release_cluster import apply, example, modelversion, service, wait_release
 
     rel, tenant = f"ts-{namespace[-6:]}", other_namespace
+    # A model of this test alone: the operator is cluster-wide, so it also finishes the
+    # deletion of releases earlier tests left in deleted namespaces, and their standing
+    # routes own the example's llama3-8b (a model belongs to the namespace that routed it first).
+    model = f"llama3-8b-{rel}"
     _install(helm, rel, namespace)
     op_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-operator")
     rt_kc = cluster.service_account_kubeconfig(namespace, f"{rel}-tinct-router")
@@ -374,6 +382,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
             )
             doc["metadata"]["name"] = name
             doc["spec"].pop("autoscaling")
+            doc["spec"]["models"] = [model]
             for side, mv, url in (
                 ("stable", "llama3-8b-1-4-0", real.v1.url),
                 ("candidate", "llama3-8b-1-5-0", real.v2.url),
@@ -382,7 +391,7 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
                 doc["spec"][side].update(modelVersion=mv, url=url)
             return doc
 
-        forge("chat", "llama3-8b", 1_000_000)  # before the release exists
+        forge("chat", model, 1_000_000)  # before the release exists
         forge("free", "mistral-7b", 1)  # a model no release serves
         with (
             _operator_process(
@@ -393,18 +402,18 @@ def test_a_tenant_who_writes_configmaps_cannot_move_traffic(
             apply(cluster, tenant, release("chat"))
             wait_release(cluster, tenant, lambda s: s.get("phase") == "Progressing", "Progressing")
             eventually(
-                lambda: _answer(port, "llama3-8b")[0] == 200,
+                lambda: _answer(port, model)[0] == 200,
                 timeout=WAIT,
-                what="the router to serve llama3-8b",
+                what=f"the router to serve {model}",
                 explain=lambda: _tail(rlog),
             )
-            forge("chat", "llama3-8b", 2_000_000)  # while the release serves it
+            forge("chat", model, 2_000_000)  # while the release serves it
             time.sleep(3)  # time a router that believed the forgery would need to follow it
-            answers = {m: {_answer(port, m) for _ in range(20)} for m in ("llama3-8b", "mistral-7b")}
+            answers = {m: {_answer(port, m) for _ in range(20)} for m in (model, "mistral-7b")}
     finally:
         real.stop()
         evil.stop()
-    assert answers["llama3-8b"] == {(200, "real-v1")}, "step 1/2 sends nothing to the candidate"
+    assert answers[model] == {(200, "real-v1")}, "step 1/2 sends nothing to the candidate"
     assert answers["mistral-7b"] == {(404, "model_not_found")}
     assert (evil.v1.state.received, evil.v2.state.received) == (0, 0)
     # Where the tables live, the tenant cannot write; neither chart identity reaches the tenant's ConfigMaps.

@@ -28,6 +28,7 @@ from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
 from tinct_testing.release_cluster import (
+    LOOPBACK,
     MODULES,
     apply,
     backends,
@@ -362,7 +363,11 @@ def test_releases_named_alike_in_two_namespaces_never_judge_each_others_traffic(
         with router(namespace, tmp_path / "router.log") as r:
             prom = prometheus()
             prom.set_targets([f"127.0.0.1:{r.port}"])
-            env = {"TINCT_TABLE_NAMESPACE": namespace, "TINCT_PROMETHEUS_URL": prom.url}
+            env = {
+                "TINCT_TABLE_NAMESPACE": namespace,
+                "TINCT_PROMETHEUS_URL": prom.url,
+                "TINCT_ALLOW_BACKENDS": LOOPBACK,
+            }
             with patched_environ(TINCT_LINEAGE_ROOT=str(tmp_path / "lineage"), TINCT_RELEASE_TICK="0.5",
                                  TINCT_ARTIFACT_ROOTS=str(tmp_path), **env):  # fmt: skip
                 args = ["run", *MODULES, "--standalone", "--namespace", namespace, "--namespace", other]

@@ -27,11 +27,14 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
 from tinct.api.routing import DATA_KEY, configmap_name
+from tinct.api.v1alpha1.grayrelease import GrayReleaseStatus
+from tinct.operator.grayrelease.seal import sealed
 from tinct_testing.commands import tinct, tinct_ok
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
     PROMOTED_PATH,
+    STATUS_KEY,
     Versions,
     apply,
     backends,
@@ -164,29 +167,28 @@ def test_a_newer_status_on_the_server_wins_over_the_operators_memory(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    with started(cluster, ns, tmp_path, example(analysis={**NO_METRICS, "interval": "3s"}), step=1) as run:
-        st = run.status
-        # Someone else (a replica that took over, a person) records a rollback, keeping the
-        # transition count the operator last wrote: its memory is no newer than this.
-        patch = {
-            "status": {
-                "phase": "RolledBack",
-                "weights": dict.fromkeys(st["weights"], 0),
-                "candidateWeight": 0,
-                "message": "rolled back elsewhere",
-            }
-        }
-        cluster.kubectl(
-            "patch",
-            "grayrelease",
-            "chat",
-            "-n",
-            ns,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(patch),
-        )
+    with started(cluster, ns, tmp_path, example(analysis={**NO_METRICS, "interval": "3s"}), step=1):
+
+        def replica_rolls_back() -> bool:
+            """Another replica of the operator (the same key) records a rollback, keeping the
+            transition count this one last wrote: its memory is no newer than this."""
+            obj = get(cluster, ns, "grayrelease", "chat")
+            assert obj is not None
+            st = GrayReleaseStatus.model_validate(obj["status"])
+            rolled = st.model_copy(
+                update={
+                    "phase": "RolledBack",
+                    "weights": dict.fromkeys(st.weights, 0.0),
+                    "candidate_weight": 0.0,
+                    "message": "rolled back elsewhere",
+                }
+            )
+            sealed(STATUS_KEY.encode(), obj["metadata"]["uid"], rolled, st.sequence + 1)
+            body = json.dumps({**obj, "status": rolled.wire()})
+            done = cluster.kubectl("replace", "--subresource=status", "-f", "-", input=body, check=False)
+            return done.returncode == 0  # else the operator wrote meanwhile: again
+
+        eventually(replica_rolls_back, timeout=WAIT, what="a replica's rollback recorded")
         eventually(lambda: weights(cluster, ns) == [0, 0, 0], timeout=WAIT, what="the table at 0")
         time.sleep(7)  # two intervals: a stale memory would step it on
         after = release_status(cluster, ns)

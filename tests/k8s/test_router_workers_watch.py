@@ -67,7 +67,7 @@ async def test_every_worker_follows_the_configmaps_and_events_are_posted_once(
         argv = router_argv(port, "--watch", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig))
         proc = await asyncio.create_subprocess_exec(
             *argv,
-            *("--metrics-port", str(mport), "--workers", "2"),
+            *("--metrics-port", str(mport), "--workers", "2", "--allow-backend", "127.0.0.1"),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,

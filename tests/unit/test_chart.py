@@ -28,7 +28,7 @@ OPERATOR_NAMESPACED = {
     ("tinct.io", "modelversions"): {"get", "list", "watch", "patch"},
     ("tinct.io", "grayreleases"): {"get", "list", "watch", "patch"},
     ("tinct.io", "modelversions/status"): {"get", "patch"},
-    ("tinct.io", "grayreleases/status"): {"get", "patch"},
+    ("tinct.io", "grayreleases/status"): {"get", "update"},
     ("tinct.io", "modelversions/finalizers"): {"update"},
     ("tinct.io", "grayreleases/finalizers"): {"update"},
     ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -46,6 +46,15 @@ OPERATOR_CLUSTER = {
     **DISCOVERY,
 }
 ROUTER = {("", "configmaps"): {"get", "list", "watch"}, ("", "events"): {"create"}}
+#: What tenants get, aggregated into Kubernetes' view and edit/admin: never a /status.
+TENANT_VIEW = {
+    ("tinct.io", "modelversions"): {"get", "list", "watch"},
+    ("tinct.io", "grayreleases"): {"get", "list", "watch"},
+}
+TENANT_EDIT = {
+    ("tinct.io", r): {"create", "update", "patch", "delete", "deletecollection"}
+    for r in ("modelversions", "grayreleases")
+}
 #: The routing tables, in the chart's namespace only: no identity reaches a ConfigMap elsewhere.
 TABLES = {("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"}}
 
@@ -74,6 +83,8 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "Role",
             "Role",
@@ -84,6 +95,7 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
             "HorizontalPodAutoscaler",
             "PersistentVolumeClaim",
             "PodDisruptionBudget",
+            "Secret",
             "Secret",
             "Service",
             "Service",
@@ -138,14 +150,14 @@ def test_defaults_render_operator_router_and_cluster_rbac(helm: Helm) -> None:
 
 def test_namespaced_mode_binds_roles_in_each_watched_namespace_only(helm: Helm) -> None:
     docs = template(helm, NAMESPACED)
-    (discovery,) = by_kind(docs, "ClusterRole")
+    (discovery,) = [d for d in by_kind(docs, "ClusterRole") if not _tenant(d)]
     assert discovery["metadata"]["name"] == "t-tinct-operator-discovery"
     assert _grants(discovery) == DISCOVERY, "cluster-wide: only reading CRDs and the namespace list"
     (binding,) = by_kind(docs, "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "t-tinct-operator", "namespace": "tinct"}
     ]
-    strict = template(helm, {**NAMESPACED, "rbac.clusterDiscovery": False})
+    strict = template(helm, {**NAMESPACED, "rbac.clusterDiscovery": False, "rbac.tenantRoles": False})
     assert not by_kind(strict, "ClusterRole")
     assert not by_kind(strict, "ClusterRoleBinding")
     roles = by_kind(docs, "Role")
@@ -187,10 +199,58 @@ def test_keda_scaledobjects_can_be_left_out(helm: Helm, values: dict[str, Any]) 
         )
 
 
+def _tenant(role: dict[str, Any]) -> bool:
+    """A role for tenants, aggregated into the built-in ones (bound to no identity of the chart)."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in role["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
+def test_tenants_get_view_and_edit_without_status(helm: Helm, values: dict[str, Any]) -> None:
+    docs = template(helm, values)
+    tenant = {d["metadata"]["name"]: d for d in by_kind(docs, "ClusterRole") if _tenant(d)}
+    assert sorted(tenant) == ["t-tinct-edit", "t-tinct-view"]
+    assert _grants(tenant["t-tinct-view"]) == TENANT_VIEW
+    assert _grants(tenant["t-tinct-edit"]) == TENANT_EDIT
+    labels = {n: {k for k, v in r["metadata"]["labels"].items() if v == "true"} for n, r in tenant.items()}
+    assert labels == {
+        "t-tinct-view": {"rbac.authorization.k8s.io/aggregate-to-view"},
+        "t-tinct-edit": {
+            "rbac.authorization.k8s.io/aggregate-to-edit",
+            "rbac.authorization.k8s.io/aggregate-to-admin",
+        },
+    }
+    bound = {b["roleRef"]["name"] for b in docs if b["kind"] in ("RoleBinding", "ClusterRoleBinding")}
+    assert not bound & set(tenant), "the chart binds them to no one: Kubernetes' view/edit/admin carry them"
+    assert not [
+        d for d in by_kind(template(helm, {**values, "rbac.tenantRoles": False}), "ClusterRole") if _tenant(d)
+    ]
+
+
+def test_the_status_key_is_generated_once_and_mounted_into_the_operator(helm: Helm) -> None:
+    docs = template(helm)
+    secret = one(docs, "Secret", "t-tinct-status-key")
+    assert set(secret["data"]) == {"key"}
+    op = one(docs, "Deployment", "t-tinct-operator")
+    c = container(op)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["TINCT_STATUS_KEY_FILE"] == "/etc/tinct/status-key/key"
+    assert {"name": "status-key", "mountPath": "/etc/tinct/status-key", "readOnly": True} in c["volumeMounts"]
+    vols = {v["name"]: v for v in op["spec"]["template"]["spec"]["volumes"]}
+    assert vols["status-key"]["secret"]["secretName"] == "t-tinct-status-key"
+    # An existing Secret instead: none generated.
+    theirs = template(helm, {"operator.statusKey.existingSecret": "shared-key"})
+    assert [d["metadata"]["name"] for d in by_kind(theirs, "Secret")] == ["t-tinct-comparer-token"]
+    vols = {
+        v["name"]: v
+        for v in one(theirs, "Deployment", "t-tinct-operator")["spec"]["template"]["spec"]["volumes"]
+    }
+    assert vols["status-key"]["secret"]["secretName"] == "shared-key"
+
+
 @pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaced"])
 def test_no_wildcard_anywhere_in_rbac(helm: Helm, values: dict[str, Any]) -> None:
     docs = template(helm, values)
-    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole") and not _tenant(d)]
     assert roles
     for role in roles:
         for rule in role["rules"]:
@@ -633,7 +693,7 @@ def test_the_comparer_runs_beside_the_operator_with_its_token_service_and_judges
 
 def test_the_comparer_can_use_a_given_token_secret_or_be_left_out(helm: Helm) -> None:
     docs = template(helm, {"comparer": {"tokenSecret": {"name": "mine", "key": "k"}}})
-    assert not by_kind(docs, "Secret")
+    assert [d["metadata"]["name"] for d in by_kind(docs, "Secret")] == ["t-tinct-status-key"]
     spec = one(docs, "Deployment", "t-tinct-operator")["spec"]["template"]["spec"]
     token = next(v for v in spec["volumes"] if v["name"] == "comparer-token")
     assert token["secret"] == {"secretName": "mine", "items": [{"key": "k", "path": "token"}]}
@@ -641,3 +701,33 @@ def test_the_comparer_can_use_a_given_token_secret_or_be_left_out(helm: Helm) ->
     operator = one(docs, "Deployment", "t-tinct-operator")
     assert [c["name"] for c in operator["spec"]["template"]["spec"]["containers"]] == ["operator"]
     assert not [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == "t-tinct-comparer"]
+
+
+def test_allowed_backends_and_model_owners_reach_the_operator_and_the_routers_alike(helm: Helm) -> None:
+    from tinct.operator.settings import OperatorConfig
+
+    allowed = ["api.example.com", "*.shared.svc.cluster.local", "10.20.0.0/16"]
+    owners = {"llama3-8b": "llm", "coder-7b": "code"}
+    docs = template(helm, {"allowBackends": allowed, "clusterDomain": "corp.internal", "modelOwners": owners})
+    for name in ("t-tinct-operator", "t-tinct-router"):
+        args = container(one(docs, "Deployment", name))["args"]
+        assert [a for a in args if a.startswith("--allow-backend")] == [
+            f"--allow-backend={a}" for a in allowed
+        ]
+        assert "--cluster-domain=corp.internal" in args
+        assert [a for a in args if a.startswith("--model-owner")] == [
+            "--model-owner=coder-7b=code",
+            "--model-owner=llama3-8b=llm",
+        ]
+    comparer = container(one(docs, "Deployment", "t-tinct-operator"), "comparer")["args"]
+    assert [a for a in comparer if a.startswith(("--allow-backend", "--cluster-domain"))] == [
+        "--cluster-domain=corp.internal",
+        *(f"--allow-backend={a}" for a in allowed),
+    ], "the comparer follows the tables the routers follow"
+    config = OperatorConfig().with_flags({"allow_backends": allowed})
+    assert config.backends.refusal("http://x.shared.svc.cluster.local:80", "llm") is None
+    defaults = template(helm, {})
+    for name in ("t-tinct-operator", "t-tinct-router"):
+        args = container(one(defaults, "Deployment", name))["args"]
+        assert not [a for a in args if a.startswith("--allow-backend")], "by default: each namespace's own"
+        assert "--cluster-domain=cluster.local" in args

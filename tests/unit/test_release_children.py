@@ -137,7 +137,10 @@ def test_backend_url_overrides_the_service_address() -> None:
     gr.spec.candidate.url = "http://127.0.0.1:18080"
     assert gr.status is not None
     table = desired_table(gr, gr.status, 1, cluster_domain="")
-    assert (table.stable.url, table.candidate.url) == ("http://sched-v1:8000", "http://127.0.0.1:18080")
+    assert (table.stable.url, table.candidate.url) == (
+        "http://sched-v1.llm.svc:8000",
+        "http://127.0.0.1:18080",
+    )
 
 
 def test_cells_by_tag_uses_the_routers_most_specific_match() -> None:

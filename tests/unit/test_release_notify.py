@@ -3,6 +3,7 @@ receiver (retries with backoff, refusals, a receiver that never answers), and th
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import timedelta
@@ -118,7 +119,8 @@ async def _deliver(rec: Receiver) -> None:
         {},
     )
     metrics = ReleaseMetrics(CollectorRegistry())
-    d = Dispatcher(notifiers, metrics, timeout=1.0, attempts=4, backoff=0.05)
+    # No breaker here (a dead webhook's is below): each notification gets its attempts.
+    d = Dispatcher(notifiers, metrics, timeout=1.0, attempts=4, backoff=0.05, break_after=100)
     names = ["hook", "chat", "flaky", "gone", "stuck", "nobody"]
     gr = release(notify=[{"name": n} for n in names[:2]] + [{"name": n} for n in names[2:]])
     assert d.unknown(gr) == ["nobody"]
@@ -167,3 +169,65 @@ async def _deliver(rec: Receiver) -> None:
         assert rec.attempts["/hang/json"] == 2 * 4
     finally:
         await d.close()
+
+
+async def test_a_dead_webhook_costs_three_attempts_then_drops_until_it_answers_again() -> None:
+    with receiver() as rec:
+        notifiers = parse_notifiers(f"dead=json:{rec.url('/hang/dead')},live=json:{rec.url('/ok/live')}", {})
+        metrics = ReleaseMetrics(CollectorRegistry())
+        d = Dispatcher(
+            notifiers, metrics, timeout=0.3, attempts=6, backoff=0.05, break_after=3, retry_after=1.0
+        )
+        gr = step(release(notify=[{"name": "dead"}, {"name": "live"}]), T0)
+        assert gr.status is not None
+        many = gr.status.history * 40
+        try:
+            assert d.post(gr, many) == 80
+            await eventually_async(
+                lambda: len(rec.at("/ok/live")) == 40,
+                timeout=30,
+                interval=0.05,
+                what="the live webhook's forty",
+            )
+            await eventually_async(
+                lambda: _count(metrics, "dead", "dropped") == 40,
+                timeout=30,
+                interval=0.05,
+                what="the dead webhook's forty dropped",
+            )
+
+            def sample(name: str) -> float | None:
+                return metrics.registry.get_sample_value(name, {"notifier": "dead"})
+
+            # Three attempts in a row failed: the breaker opened; the rest were dropped unsent.
+            assert rec.attempts["/hang/dead"] == 3
+            assert _count(metrics, "dead", "failed") == 0
+            assert (sample("tinct_release_notifier_open"), sample("tinct_release_notifier_opened_total")) == (
+                1.0,
+                1.0,
+            )
+            # Still dead after its wait: one attempt, and open again without another opening counted.
+            await asyncio.sleep(1.1)
+            d.post(gr, gr.status.history)
+            await eventually_async(
+                lambda: _count(metrics, "dead", "dropped") == 41,
+                timeout=30,
+                interval=0.05,
+                what="the probe dropped",
+            )
+            assert rec.attempts["/hang/dead"] == 4
+            assert sample("tinct_release_notifier_opened_total") == 1.0
+            # It answers again: after the wait, the next notification is delivered and the breaker closes.
+            rec.hang = False
+            await asyncio.sleep(1.1)
+            d.post(gr, gr.status.history)
+            await eventually_async(
+                lambda: _count(metrics, "dead", "sent") == 1,
+                timeout=30,
+                interval=0.05,
+                what="delivered again",
+            )
+            assert sample("tinct_release_notifier_open") == 0.0
+            assert [r.body["reason"] for r in rec.at("/hang/dead")] == ["Started"]
+        finally:
+            await d.close()

@@ -292,3 +292,31 @@ def test_a_scaledobject_with_fields_keda_defaulted_counts_as_applied() -> None:
     assert not so_current(want, [older], None)
     assert so_current(want, [older], want), "just applied: the watch has not caught up yet"
     assert not so_current(want, [], None)
+
+
+def test_labels_at_their_longest_make_a_query_status_shows_cut_and_keda_gets_whole() -> None:
+    labels = {f"k{s}{i:03d}".ljust(128, "x"): "v" * 256 for s in "s" for i in range(16)}
+    other = {f"k{s}{i:03d}".ljust(128, "x"): "w" * 256 for s in "c" for i in range(16)}
+    gr = keda_release({"stable": {"labels": labels}, "candidate": {"labels": other}})
+    assert gr.status is not None
+    plan = plan_autoscaling(gr, gr.status, [], T0, [], KEDA)
+    shown = [s.query for s in plan.status]
+    whole = [so["spec"]["triggers"][0]["metadata"]["query"] for so in plan.scaled_objects]
+    assert all(len(q or "") <= 8192 for q in shown)
+    assert max(len(q) for q in whole) > 8192, "the case this guards"
+    assert all(q is not None and w.startswith(q[:-3]) for q, w in zip(shown, whole, strict=True))
+
+
+def test_an_action_value_of_any_size_is_one_request_recorded_cut() -> None:
+    from tinct.api.v1alpha1.action import bounded
+    from tinct.api.v1alpha1.grayrelease import GrayReleaseStatus
+
+    huge = "abort@a1-" + "x" * 200_000
+    gr = step(step(release(), T0), T0 + timedelta(seconds=1), actions=[bounded(huge)])
+    assert gr.status is not None
+    assert gr.status.last_action is not None
+    assert (gr.status.last_action.result, gr.status.phase) == ("Done", "RolledBack")
+    assert len(gr.status.last_action.value) <= 256
+    assert gr.status.last_action.value == bounded(huge) != bounded(huge + "y")
+    assert gr.status.seen_actions[-1] == bounded(huge)
+    GrayReleaseStatus.model_validate(gr.status.wire())  # it can be written

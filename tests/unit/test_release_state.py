@@ -13,6 +13,7 @@ from tinct.operator.grayrelease.decision import Capacity, Inputs
 from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
 from tinct.operator.grayrelease.round import Round
 from tinct.operator.grayrelease.shares import needed, shadows_for, share_at, weights_for
+from tinct.operator.grayrelease.tables import claims_of
 from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation, next_wakeup
 from tinct_testing.release_helpers import (
     DEFAULT,
@@ -493,7 +494,7 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
     # No table of its own yet, or a newer one: it loses.
     for created in (None, 200.0):
         problem = model_conflict(
-            "uid-1", "tinct-routing-llm.chat-2", created, ["llama3-8b"], [older, other_model]
+            "uid-1", "llm", "tinct-routing-llm.chat-2", created, ["llama3-8b"], [older, other_model]
         )
         assert problem is not None
         assert problem.message == (
@@ -502,8 +503,11 @@ def test_the_release_that_loses_a_model_to_an_older_one_says_model_conflict() ->
             "routers of its own"
         )
     # Its own table is the older one, or the models differ: no conflict.
-    assert model_conflict("uid-1", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None
-    assert model_conflict("uid-1", "tinct-routing-llm.chat-2", None, ["mistral"], [older]) is None
+    assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", 50.0, ["llama3-8b"], [older]) is None
+    assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", None, ["mistral"], [older]) is None
+    # A standing route of its own namespace gives way to it.
+    standing = Claim("tinct-routing-llm.chat", 100.0, "llm", "chat", "uid-old", ("llama3-8b",), standing=True)
+    assert model_conflict("uid-1", "llm", "tinct-routing-llm.chat-2", None, ["llama3-8b"], [standing]) is None
     # Said on the release that loses (condition, message, one Warning Event); not acted on:
     # routers that select one release's table each serve both.
     gr = release()
@@ -529,3 +533,83 @@ def test_a_dark_step_records_its_shadow_shares_and_needs_replicas_for_them() -> 
     assert share_at(gr.spec, 0) == 20  # the mirrors of the dark cell need the candidate's replicas
     assert share_at(gr.spec, 1) == 60  # 20 % live, half of the other 80 % mirrored
     assert set(shadows_for(gr.spec, s, withdrawn=True).values()) == {0}
+
+
+def test_a_model_belongs_to_the_namespace_that_routed_it_first_live_or_standing() -> None:
+    theirs = Claim("tinct-routing-b.chat", 100.0, "b", "chat", "uid-b", ("llama3-8b",))
+    left = Claim("tinct-routing-b.chat", 100.0, "b", "chat", "uid-b", ("llama3-8b",), standing=True)
+    for claim, what in (
+        (theirs, "GrayRelease b/chat"),
+        (left, "the standing route of its deleted GrayRelease b/chat"),
+    ):
+        # Newer, or with no table yet: a release of another namespace never gets it.
+        for created in (None, 200.0):
+            problem = model_conflict("uid-a", "a", "tinct-routing-a.chat", created, ["llama3-8b"], [claim])
+            assert problem is not None
+            assert (problem.condition, problem.reason, problem.side) == (
+                "RouteAvailable",
+                "ModelConflict",
+                "release",
+            )
+            assert problem.message.startswith(
+                f"model llama3-8b belongs to namespace b, which routed it first ({what}): routers never "
+                "give it to a release of another namespace"
+            )
+        # Its own table is older: the model is its namespace's.
+        assert model_conflict("uid-a", "a", "tinct-routing-a.chat", 50.0, ["llama3-8b"], [claim]) is None
+    # A cluster administrator's mapping decides whoever routed first.
+    owners = {"llama3-8b": "a"}
+    assert model_conflict("uid-a", "a", "tinct-routing-a.chat", None, ["llama3-8b"], [left], owners) is None
+    elsewhere = model_conflict("uid-b", "b", "tinct-routing-b.next", None, ["llama3-8b"], [], owners)
+    assert elsewhere is not None
+    assert elsewhere.message.startswith(
+        "model llama3-8b belongs to namespace a (the operator's --model-owner)"
+    )
+
+
+def test_a_release_carries_its_namespaces_claim_over() -> None:
+    from types import SimpleNamespace
+
+    from tinct_testing.router_fakes import table
+
+    def found(name: str, created: float, ns: str, models: list[str], **kw: object) -> object:
+        t = table("http://a:1", "http://b:2", namespace=ns, models=models, release=name)
+        return SimpleNamespace(name=f"cm-{name}", created=created, table=t.model_copy(update=kw))
+
+    tables = [
+        found("owner", 100.0, "b", ["m", "n"], standing=True),
+        found("other", 50.0, "a", ["m"]),
+        found("next", 300.0, "b", ["m"]),
+    ]
+    assert claims_of("b", "cm-next", ["m", "x"], tables) == {"m": 100.0}  # type: ignore[arg-type]
+    assert claims_of("b", "cm-new", ["n"], tables) == {"n": 100.0}, "no table of its own yet"  # type: ignore[arg-type]
+    assert claims_of("b", "cm-owner", ["m"], tables) == {}, "nothing earlier than its own"  # type: ignore[arg-type]
+    # Once carried over it stays, after the table it came from is gone.
+    kept = [found("next", 300.0, "b", ["m"], claimed={"m": 100.0})]
+    assert claims_of("b", "cm-next", ["m"], kept) == {"m": 100.0}  # type: ignore[arg-type]
+
+
+def test_the_routers_follow_the_same_owner() -> None:
+    from tinct.api.ownership import holders, parse_model_owners
+
+    b = Claim("cm-b", 100.0, "b", "chat", "u-b", ("m", "n"), standing=True)
+    a = Claim("cm-a", 200.0, "a", "chat", "u-a", ("m", "o"))
+    b2 = Claim("cm-b2", 300.0, "b", "next", "u-b2", ("n",))
+    got = holders([a, b, b2], {})
+    assert (got["m"], got["n"], got["o"]) == (b, b2, a)
+    # b's next release of "m" carries b's claim over: b keeps "m" once the standing route goes.
+    b3 = Claim("cm-b3", 300.0, "b", "next", "u-b3", ("m",), claimed={"m": 100.0})
+    assert holders([a, b, b3], {})["m"] == b3
+    assert holders([a, b3], {})["m"] == b3, "the standing route retired, the claim stays"
+    assert holders([a, Claim("cm-b4", 300.0, "b", "next", "u-b4", ("m",))], {})["m"] == a
+    assert "m" not in holders([a, b], {"m": "c"}), "reserved for a namespace that names it nowhere"
+    assert holders([a, b], {"m": "a"})["m"] == a
+    assert parse_model_owners("llama3-8b=team-a, org/m=x=b") == (("llama3-8b", "team-a"), ("org/m=x", "b"))
+    for bad, why in (
+        ("m", "is not MODEL=NAMESPACE"),
+        ("=a", "is not MODEL=NAMESPACE"),
+        ("m=Team", "'Team' is not a namespace name"),
+        ("m=a,m=b", "model 'm' is given two namespaces"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_model_owners(bad)

@@ -83,6 +83,47 @@ async def test_two_tables_claiming_one_model_the_older_keeps_it(v1: FakeSchedule
     assert for_m.release == "chat-2"
 
 
+def test_a_model_stays_with_the_namespace_that_routed_it_first() -> None:
+    ab = ("http://a:1", "http://b:2")
+    left = RoutingTable.model_validate(
+        table_doc(*ab, namespace="team-b", release="chat", uid="u-b", models=["m"], standing=True)
+    )
+    live = RoutingTable.model_validate(
+        table_doc(*ab, namespace="team-a", release="chat", uid="u-a", models=["m"])
+    )
+    holder = TableHolder()
+    holder.put("configmap tinct/b", left, created=100.0)
+    _, lost = holder.put("configmap tinct/a", live, created=200.0)
+    # A live table of another namespace does not take a standing route's model.
+    assert lost == ["m"]
+    got = holder.for_model("m")
+    assert got is not None
+    assert (got.namespace, got.table.standing) == ("team-b", True)
+    # A live table of the owning namespace does.
+    nxt = RoutingTable.model_validate(
+        table_doc(*ab, namespace="team-b", release="next", uid="u-b2", models=["m"])
+    )
+    holder.put("configmap tinct/b2", nxt, created=300.0)
+    got = holder.for_model("m")
+    assert got is not None
+    assert (got.namespace, got.release) == ("team-b", "next")
+    # The standing route retired, team-b keeps its place by the claim its next table carries.
+    holder.remove("configmap tinct/b")
+    holder.remove("configmap tinct/b2")
+    carried = nxt.model_copy(update={"claimed": {"m": 100.0}, "version": 2})
+    holder.put("configmap tinct/b2", carried, created=300.0)
+    got = holder.for_model("m")
+    assert got is not None
+    assert got.namespace == "team-b"
+    # A cluster administrator's mapping outranks who came first.
+    mapped = TableHolder(owners={"m": "team-a"})
+    mapped.put("configmap tinct/b", left, created=100.0)
+    mapped.put("configmap tinct/a", live, created=200.0)
+    got = mapped.for_model("m")
+    assert got is not None
+    assert got.namespace == "team-a"
+
+
 async def test_a_single_table_without_models_routes_every_model(v1: FakeScheduler, v2: FakeScheduler) -> None:
     async with running_router(table(v1.url, v2.url)) as (base, _), aiohttp.ClientSession() as http:
         for model in ("a", "b"):

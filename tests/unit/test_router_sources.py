@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 
+from tinct.api.backends import BackendPolicy, parse_allowed
 from tinct.api.routing import DATA_KEY, RoutingTable, configmap_name
 from tinct.cli import build_parser
 from tinct.router.config import RouterConfig
@@ -123,7 +124,11 @@ async def test_watch_refuses_a_table_under_another_name_and_one_going_back() -> 
     holder = TableHolder()
     rejected: list[str] = []
     holder.on_reject.append(lambda src, why: rejected.append(why))
-    w = ConfigMapWatch(holder, asyncio.get_running_loop(), namespace=None, selector="x", post_events=False)
+    # The tables name schedulers on loopback, which the allow-list lets them.
+    loopback = BackendPolicy(parse_allowed(["127.0.0.1"]))
+    w = ConfigMapWatch(
+        holder, asyncio.get_running_loop(), namespace=None, selector="x", post_events=False, backends=loopback
+    )
     events: list[tuple[str, str, str]] = []
     w._event = lambda cm, reason, message: events.append((cm.metadata.name, reason, message))  # type: ignore[method-assign]
 
@@ -159,6 +164,52 @@ async def test_watch_refuses_a_table_under_another_name_and_one_going_back() -> 
     assert "goes back" in events[-1][2]
     assert len(rejected) == 2
     assert w.tables == {}, "the refused table is not the ConfigMap's"
+
+
+async def test_watch_refuses_a_table_naming_a_backend_outside_its_namespace() -> None:
+    import asyncio
+
+    from tinct.router.watch import EVENT_REASON, ConfigMapWatch
+
+    holder = TableHolder()
+    rejected: list[str] = []
+    holder.on_reject.append(lambda src, why: rejected.append(why))
+    w = ConfigMapWatch(
+        holder,
+        asyncio.get_running_loop(),
+        namespace=None,
+        selector="x",
+        post_events=False,
+        backends=BackendPolicy(parse_allowed("*.shared.example")),
+    )
+    events: list[tuple[str, str, str]] = []
+    w._event = lambda cm, reason, message: events.append((cm.metadata.name, reason, message))  # type: ignore[method-assign]
+
+    async def handle(doc: dict[str, Any]) -> None:
+        w._handle("ADDED", _configmap(configmap_name("llm", "chat"), doc))
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    own = ("http://sched-v1.llm.svc.cluster.local:8000", "http://sched-v2.llm.svc:8000")
+    await handle(table_doc(*own, version=1, uid="u-1", models=["m"]))
+    assert holder.for_model("m") is not None
+    for stable, candidate in (
+        (own[0], "http://sched-v1.other.svc.cluster.local:8000"),  # another tenant's Service
+        (own[0], "http://127.0.0.1:8000"),  # the router's own loopback
+        ("http://sched-v1:8000", own[1]),  # a bare name: the router's namespace
+        (own[0], "http://sched-v2.llm.svc.evil.example:8000"),  # not the cluster's domain
+    ):
+        await handle(table_doc(stable, candidate, version=2, uid="u-1", models=["m"]))
+        assert "is outside the release's namespace" in rejected[-1], (stable, candidate)
+    assert len(rejected) == 4
+    assert events[-1][:2] == ("tinct-routing-llm.chat", EVENT_REASON)
+    got = holder.for_model("m")
+    assert got is not None
+    assert got.version == 1, "the last valid table stays"
+    await handle(table_doc(own[0], "https://api.shared.example:443", version=3, uid="u-1", models=["m"]))
+    got = holder.for_model("m")
+    assert got is not None
+    assert got.version == 3, "an allowed outside host"
 
 
 def test_a_table_file_going_back_in_version_is_rejected_and_the_newer_table_stays(tmp_path: Path) -> None:

@@ -297,6 +297,27 @@ def test_the_command_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["shadow"]["noiseShare"] == 10
 
 
+def test_the_comparer_follows_the_tables_the_routers_follow() -> None:
+    from tinct.cli import build_parser
+    from tinct.shadow.cli import config_from_args
+
+    argv = ["comparer", "--watch", "--allow-backend", "127.0.0.1", "--cluster-domain", "corp.internal"]
+    config = config_from_args(build_parser().parse_args(argv))
+    assert isinstance(config, ComparerConfig)
+    assert config.backends.refusal("http://127.0.0.1:8000", "llm") is None
+    assert config.backends.refusal("http://sched-v1.llm.svc.corp.internal:8000", "llm") is None
+    assert config.backends.refusal("http://sched-v1.other.svc.corp.internal:8000", "llm") is not None
+    assert ComparerConfig().backends.refusal("http://127.0.0.1:8000", "llm") is not None, "as a router's"
+    run = subprocess.run(
+        [sys.executable, "-m", "tinct.cli", "comparer", "--watch", "--allow-backend", "http://x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert run.stderr.startswith("tinct comparer: 'http://x' is neither a host name")
+
+
 TOOLS = [
     {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
     for n in ("search", "weather", "calendar")

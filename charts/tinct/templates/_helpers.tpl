@@ -90,8 +90,12 @@ ClusterRole of scope=cluster; a Role cannot grant them.
   resources: [modelversions, grayreleases]
   verbs: [get, list, watch, patch]
 - apiGroups: [tinct.io]
-  resources: [modelversions/status, grayreleases/status]
+  resources: [modelversions/status]
   verbs: [get, patch]
+# application: a GrayRelease's status is written whole, sealed (a status stored exactly as signed).
+- apiGroups: [tinct.io]
+  resources: [grayreleases/status]
+  verbs: [get, update]
 # application: owner references with blockOwnerDeletion on the children of a GrayRelease.
 - apiGroups: [tinct.io]
   resources: [modelversions/finalizers, grayreleases/finalizers]
@@ -154,6 +158,24 @@ its start by about a minute.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- end }}
+
+{{/*
+The tenants' rules on tinct's resources, aggregated into the built-in view and edit/admin
+ClusterRoles. No /status: the status of a release is the operator's sealed record.
+*/}}
+{{- define "tinct.tenant.viewRules" -}}
+# application: read ModelVersions and GrayReleases (their status included, as a get returns it).
+- apiGroups: [tinct.io]
+  resources: [modelversions, grayreleases]
+  verbs: [get, list, watch]
+{{- end }}
+
+{{- define "tinct.tenant.editRules" -}}
+# application: create, change and delete ModelVersions and GrayReleases (tinct.io/action included); never /status.
+- apiGroups: [tinct.io]
+  resources: [modelversions, grayreleases]
+  verbs: [create, update, patch, delete, deletecollection]
 {{- end }}
 
 {{/*

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from tinct.api.names import label_value
 from tinct.api.v1alpha1.common import Model
 from tinct.api.v1alpha1.grayrelease import (
     CELL_RULES,
@@ -115,6 +116,14 @@ class RoutingTable(Model):
         max_length=32,
         description="OpenAI model names whose requests this table routes; empty: any model.",
     )
+    claimed: dict[ModelName, float] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Model -> when the release's namespace began routing it (epoch seconds), carried "
+        "over from the table of that namespace it took the model over from; the ConfigMap's "
+        "creation time for a model not listed. A model belongs to the namespace with the "
+        "earliest claim (tinct.api.ownership).",
+    )
     dye: Dye
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)
     fallback: Fallback = Field(default_factory=Fallback)
@@ -158,7 +167,7 @@ def parse_table(document: str | bytes, source: str = "table") -> RoutingTable:
 
 
 def _endpoint(backend: Backend, namespace: str, cluster_domain: str) -> Endpoint:
-    host = f"{backend.service}.{namespace}.svc.{cluster_domain}" if cluster_domain else backend.service
+    host = f"{backend.service}.{namespace}.svc" + (f".{cluster_domain}" if cluster_domain else "")
     return Endpoint(
         url=f"http://{host}:{backend.port}",
         scheduler_version=backend.scheduler_version,
@@ -217,6 +226,7 @@ def routing_table_from(
     standing: bool = False,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
+    claimed: Mapping[str, float] | None = None,
 ) -> RoutingTable:
     """The table the routers get for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
 
@@ -235,9 +245,12 @@ def routing_table_from(
         shadows: each cell's shadow share the same way (``status.shadows``); default:
             :func:`cell_weights` with ``shadow``. A cell missing from it mirrors nothing.
         standing: the table is the standing route of a deleted release.
-        cluster_domain: DNS suffix of Services; empty to use the bare Service name.
+        cluster_domain: DNS suffix of Services; empty: ``<service>.<namespace>.svc``, for the
+            resolver's search path to complete (never the bare Service name, which would
+            resolve in the router's namespace).
         models: the ``model`` of the release's ModelVersions, the table's model names when
             the GrayRelease lists none.
+        claimed: earlier claims on its models the table carries over (:mod:`tinct.api.ownership`).
     """
     spec = release.spec
     namespace = release.metadata.namespace or "default"
@@ -257,6 +270,7 @@ def routing_table_from(
             "stable": _endpoint(spec.stable, namespace, cluster_domain),
             "candidate": _endpoint(spec.candidate, namespace, cluster_domain),
             "models": list(spec.models) or sorted(set(models)),
+            "claimed": dict(claimed or {}),
             "dye": spec.dye,
             "cells": [
                 RoutingCell(
@@ -294,11 +308,6 @@ def configmap_name(namespace: str, release_name: str) -> str:
     return f"{name[:236]}-{digest}"
 
 
-def _label_value(text: str) -> str:
-    """``text`` cut to a valid label value (63 characters, alphanumeric at both ends)."""
-    return text[:63].rstrip("-_.")
-
-
 def routing_configmap(
     table: RoutingTable,
     *,
@@ -320,8 +329,8 @@ def routing_configmap(
         "name": configmap_name(table.namespace or "default", table.release),
         "labels": {
             TABLE_LABEL: "true",
-            RELEASE_LABEL: _label_value(table.release),
-            RELEASE_NAMESPACE_LABEL: _label_value(table.namespace or "default"),
+            RELEASE_LABEL: label_value(table.release),
+            RELEASE_NAMESPACE_LABEL: label_value(table.namespace or "default"),
             "app.kubernetes.io/managed-by": "tinct",
         },
         "annotations": {VERSION_ANNOTATION: str(table.version)},

@@ -47,6 +47,11 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     refused = _check_lineage(config)
     if refused is not None:
         return refused
+    try:
+        config.seal_key()
+    except ValueError as exc:
+        print(f"tinct operator: {exc}", file=sys.stderr)
+        return 2
     if config.peering:
         from tinct.operator.peering import PeeringError, ensure_peering
 
@@ -205,6 +210,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--notify-backoff",
         help="seconds before the first retry of a post, doubling after each (TINCT_NOTIFY_BACKOFF, 1)",
+    )
+    p.add_argument(
+        "--notify-break-after",
+        help="failed posts in a row after which a webhook's circuit breaker opens: its notifications "
+        "are dropped (and counted) until one is tried again (TINCT_NOTIFY_BREAK_AFTER, 3)",
+    )
+    p.add_argument(
+        "--notify-retry-after",
+        help="seconds an open circuit breaker waits before one post is tried again "
+        "(TINCT_NOTIFY_RETRY_AFTER, 30)",
+    )
+    p.add_argument(
+        "--allow-backend",
+        dest="allow_backends",
+        metavar="HOST|CIDR",
+        action="append",
+        help="a host (api.example.com, *.shared.svc.cluster.local) or address range a release's "
+        "backend url may name besides its own namespace's Services (repeatable; "
+        "TINCT_ALLOW_BACKENDS, ','-separated). Give the routers the same",
+    )
+    p.add_argument(
+        "--model-owner",
+        dest="model_owners",
+        metavar="MODEL=NAMESPACE",
+        action="append",
+        help="the namespace whose releases alone may serve MODEL on the shared routers, whichever "
+        "routed it first (repeatable; TINCT_MODEL_OWNERS, ','-separated). Give the routers the same",
+    )
+    p.add_argument(
+        "--status-key-file",
+        metavar="FILE",
+        help="file holding the key GrayRelease statuses are sealed with; give every replica the "
+        "same (TINCT_STATUS_KEY_FILE; TINCT_STATUS_KEY holds the key itself). Default: a key of "
+        "this process alone",
     )
     p.add_argument("--cluster-domain", help="DNS suffix of Services in routing tables (TINCT_CLUSTER_DOMAIN)")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")

@@ -23,6 +23,13 @@ variable                         meaning                                        
 ``TINCT_METRICS_PORT``           port of the operator's Prometheus metrics          ``0`` (not served)
 ``TINCT_RELEASE_TICK``           seconds between GrayRelease precondition checks    ``5``
 ``TINCT_CLUSTER_DOMAIN``         DNS suffix of Services in routing tables           ``cluster.local``
+``TINCT_ALLOW_BACKENDS``         hosts (``*.example.com``) and address ranges a     unset (a release's own
+                                 release's backend URL may name besides its own     namespace's Services only)
+                                 namespace's Services, ``,``-separated
+``TINCT_MODEL_OWNERS``           ``MODEL=NAMESPACE,...``: the namespace a model     unset (the namespace that
+                                 belongs to on the shared routers                   first routed it)
+``TINCT_STATUS_KEY_FILE``        a file holding the key GrayRelease statuses are    unset (a key of the
+                                 sealed with (``TINCT_STATUS_KEY``: the key itself) process: see below)
 ``TINCT_PEERING_PRIORITY``       this replica's peering priority (highest acts)     from the start time
 ``TINCT_PEERING_LIFETIME``       seconds a silent peer counts as alive              ``60``
 ``TINCT_TABLE_NAMESPACE``        namespace of the routing tables (only the          the operator's own (Pod
@@ -36,6 +43,9 @@ variable                         meaning                                        
 ``TINCT_NOTIFY_TIMEOUT``         seconds one webhook post may take                  ``5``
 ``TINCT_NOTIFY_ATTEMPTS``        posts of one notification before giving up         ``6``
 ``TINCT_NOTIFY_BACKOFF``         seconds before the first retry (then doubling)     ``1``
+``TINCT_NOTIFY_BREAK_AFTER``     failed posts in a row that open a webhook's        ``3``
+                                 circuit breaker (its notifications are dropped)
+``TINCT_NOTIFY_RETRY_AFTER``     seconds an open breaker waits before one post      ``30``
 ===============================  =================================================  ============================
 
 **Prometheus.** A GrayRelease's analysis reads only a Prometheus of this configuration:
@@ -43,6 +53,17 @@ the default one (``TINCT_PROMETHEUS_URL``), or one named here (``TINCT_PROMETHEU
 the release names by ``spec.analysis.prometheus.name`` or by its URL; see
 :func:`tinct.operator.grayrelease.prometheus.resolve`. A URL is ``http(s)://host[:port][/path]``:
 no credentials (they would show in every message naming the URL), query or fragment.
+
+**Backends.** A release's backends are its own namespace's Services; a ``url`` elsewhere
+(another namespace's Service, loopback, an outside host) is refused unless
+``TINCT_ALLOW_BACKENDS`` names it (:class:`~tinct.api.backends.BackendPolicy`); give the
+routers the same list.
+
+**Status key.** The operator seals every GrayRelease status it writes with this key and acts
+only on statuses that verify (:mod:`tinct.operator.grayrelease.seal`); every replica needs
+the same key (the chart generates a Secret once and mounts it). Without one, each process
+makes its own: after a restart only a status equal to the operator's record of it is
+trusted, and one written just before a restart is taken back to that record.
 
 **Peering.** kopf freezes *every* operator that sees a live peer of its own priority, so
 replicas started with the same arguments must not share one: unless
@@ -52,7 +73,9 @@ stops cleanly leaves the peering object at once; one that dies is taken over fro
 last keep-alive is ``TINCT_PEERING_LIFETIME`` seconds old.
 
 kopf keeps its own progress in annotations prefixed ``tinct.io`` rather than in
-``status.kopf``: the CRD schemas are structural and the API server would prune it.
+``status.kopf``: the CRD schemas are structural and the API server would prune it. Its diff
+base there is a digest per stanza, not a copy of the object, and neither is written past the
+API server's limit on annotations (:mod:`tinct.operator.bookkeeping`).
 """
 
 from __future__ import annotations
@@ -69,6 +92,8 @@ from typing import Any
 import kopf
 from yarl import URL
 
+from tinct.api.backends import BackendPolicy, parse_allowed
+from tinct.api.ownership import parse_model_owners
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
 from tinct.lineage.root import DEFAULT_ROOT, lineage_root
@@ -256,6 +281,18 @@ class OperatorConfig:
     notify_timeout: float = _env("TINCT_NOTIFY_TIMEOUT", _timeout, 5.0)
     notify_attempts: int = _env("TINCT_NOTIFY_ATTEMPTS", _at_least_one, 6)
     notify_backoff: float = _env("TINCT_NOTIFY_BACKOFF", _backoff, 1.0)
+    #: Backends a release may name besides its namespace's Services (host patterns, ranges).
+    allow_backends: tuple[str, ...] = _env("TINCT_ALLOW_BACKENDS", parse_allowed, ())
+    #: (model, namespace): the namespace a model belongs to, whichever routed it first.
+    model_owners: tuple[tuple[str, str], ...] = _env("TINCT_MODEL_OWNERS", parse_model_owners, ())
+    #: A file holding the key statuses are sealed with (the chart mounts a Secret's key).
+    status_key_file: str | None = _env("TINCT_STATUS_KEY_FILE", str, None)
+    #: The key itself, when not in a file.
+    status_key: str | None = field(
+        default=None, repr=False, metadata={"env": "TINCT_STATUS_KEY", "parse": str, "secret": True}
+    )
+    notify_break_after: int = _env("TINCT_NOTIFY_BREAK_AFTER", _at_least_one, 3)
+    notify_retry_after: float = _env("TINCT_NOTIFY_RETRY_AFTER", _timeout, 30.0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -272,6 +309,28 @@ class OperatorConfig:
                     shown = variable if f.metadata.get("secret") else f"{variable}={raw!r}"
                     raise ValueError(f"{shown}: {exc}") from exc
         return cls(**values)
+
+    def seal_key(self) -> bytes | None:
+        """The key GrayRelease statuses are sealed with, if one is configured.
+
+        Raises:
+            ValueError: the key file cannot be read, or is empty.
+        """
+        if self.status_key_file:
+            try:
+                with open(self.status_key_file, "rb") as fh:
+                    key = fh.read().strip()
+            except OSError as exc:
+                raise ValueError(f"TINCT_STATUS_KEY_FILE {self.status_key_file}: {exc.strerror}") from None
+            if not key:
+                raise ValueError(f"TINCT_STATUS_KEY_FILE {self.status_key_file} is empty")
+            return key
+        return self.status_key.encode() if self.status_key else None
+
+    @property
+    def backends(self) -> BackendPolicy:
+        """Which backends a release may name (:mod:`tinct.api.backends`)."""
+        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
     def with_flags(self, flags: Mapping[str, Any]) -> OperatorConfig:
         """This config with each field named in ``flags`` replaced, unless its value is None."""
@@ -292,8 +351,10 @@ class OperatorConfig:
 
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """Apply tinct's choices to kopf's settings (called from the startup handler)."""
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    from tinct.operator.bookkeeping import DigestDiffBaseStorage, GuardedProgressStorage
+
+    settings.persistence.progress_storage = GuardedProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.persistence.finalizer = FINALIZER

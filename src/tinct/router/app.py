@@ -109,7 +109,7 @@ class Router:
     def __init__(self, config: RouterConfig, holder: TableHolder | None = None) -> None:
         self.state = RouterState(
             config=config,
-            holder=holder or TableHolder(default_release=config.default_release),
+            holder=holder or TableHolder(default_release=config.default_release, owners=config.owners),
             metrics=RouterMetrics(),
             role_trust=RoleTrust(config.trust_role_from),
         )
@@ -168,6 +168,7 @@ class Router:
                     kubeconfig=cfg.kubeconfig,
                     context=cfg.context,
                     post_events=cfg.post_events,
+                    backends=cfg.backends,
                 )
             )
         self._server = HttpServer(

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from tinct.api.backends import BackendPolicy, parse_allowed
+from tinct.api.ownership import parse_model_owners
 from tinct.router.config import RouterConfig
 
 __all__ = ["config_from_args", "register"]
@@ -38,6 +40,9 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         context=args.context,
         trust_role_from=tuple(args.trust_role_from),
         pass_through_prefixes=tuple(args.pass_through_prefix or _D.pass_through_prefixes),
+        allow_backends=parse_allowed(args.allow_backend),
+        cluster_domain=args.cluster_domain,
+        model_owners=tuple(args.model_owner),
         resolve=tuple(args.resolve or ()),
         workers=_workers(args),
         measure_tokens=not args.no_token_metrics,
@@ -102,6 +107,8 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return 2
     try:
         RoleTrust(args.trust_role_from)
+        parse_allowed(args.allow_backend)
+        parse_model_owners(args.model_owner)
         from tinct.router.app import parse_resolve
         from tinct.router.paths import PassThrough
 
@@ -130,6 +137,32 @@ def _cmd_router(args: argparse.Namespace) -> int:
         return supervise(config, args.log_level)
     run(config)
     return 0
+
+
+def _listed(variable: str) -> list[str]:
+    """The ``,``-separated items of an environment variable: a repeatable flag's default."""
+    return [x for x in os.environ.get(variable, "").split(",") if x]
+
+
+def add_backend_flags(p: argparse.ArgumentParser, *, same: str) -> None:
+    """``--allow-backend`` and ``--cluster-domain``: the backends a watched table may name
+    (:class:`~tinct.api.backends.BackendPolicy`); ``same``: who is to be given the same."""
+    p.add_argument(
+        "--allow-backend",
+        metavar="HOST|CIDR",
+        action="append",
+        default=_listed("TINCT_ALLOW_BACKENDS"),
+        help="with --watch: a host (api.example.com, *.shared.svc.cluster.local) or address range a "
+        "table's backend may be besides its release's namespace's Services; a table naming "
+        f"anything else is refused (repeatable; env TINCT_ALLOW_BACKENDS, comma-separated; give {same} "
+        "the same)",
+    )
+    p.add_argument(
+        "--cluster-domain",
+        default=os.environ.get("TINCT_CLUSTER_DOMAIN") or BackendPolicy().cluster_domain,
+        help="with --watch: the cluster's DNS domain, of <service>.<namespace>.svc.<domain> "
+        "(env TINCT_CLUSTER_DOMAIN; default: %(default)s)",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -269,7 +302,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--trust-role-from",
         metavar="CIDR",
         action="append",
-        default=[x for x in os.environ.get("TINCT_ROUTER_TRUST_ROLE_FROM", "").split(",") if x],
+        default=_listed("TINCT_ROUTER_TRUST_ROLE_FROM"),
         help="believe the dye role header only from these peers, e.g. the gateway's range "
         "(repeatable; env TINCT_ROUTER_TRUST_ROLE_FROM, comma-separated). Default: nobody, "
         "every caller gets the default role",
@@ -284,6 +317,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "404. PATH ending in / takes every path under it, one without takes itself and what is "
         "under it (repeatable; env TINCT_ROUTER_PASS_THROUGH_PREFIX, comma-separated). "
         f"Default: {' '.join(_D.pass_through_prefixes)}",
+    )
+    add_backend_flags(p, same="the operator")
+    p.add_argument(
+        "--model-owner",
+        metavar="MODEL=NAMESPACE",
+        action="append",
+        default=_listed("TINCT_MODEL_OWNERS"),
+        help="the namespace whose tables alone serve MODEL, whichever routed it first (repeatable; "
+        "env TINCT_MODEL_OWNERS, comma-separated; give the operator the same). Default: a model "
+        "belongs to the namespace that first routed it",
     )
     p.add_argument(
         "--no-token-metrics",

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tinct.api.backends import BackendPolicy
+from tinct.api.ownership import parse_model_owners
 from tinct.api.routing import TABLE_LABEL
 from tinct.router.metrics import RouterMetrics
 from tinct.router.paths import DEFAULT_PASS_THROUGH
@@ -75,6 +77,13 @@ class RouterConfig:
     #: Path prefixes (besides the classified paths) passed through to stable; any other
     #: path gets a 404 (:class:`~tinct.router.paths.PassThrough`).
     pass_through_prefixes: tuple[str, ...] = DEFAULT_PASS_THROUGH
+    #: Backends a watched table may name besides its release's namespace's Services (host
+    #: patterns and address ranges, :mod:`tinct.api.backends`); the operator's list.
+    allow_backends: tuple[str, ...] = ()
+    #: The cluster's DNS domain: ``<service>.<namespace>.svc.<cluster_domain>`` is a Service.
+    cluster_domain: str = "cluster.local"
+    #: ``MODEL=NAMESPACE``: the namespace a model belongs to whichever routed it first.
+    model_owners: tuple[str, ...] = ()
     #: Worker processes accepting on ``port`` (``SO_REUSEPORT``); 1: this process serves alone.
     workers: int = 1
     #: Listen with ``SO_REUSEPORT``, sharing ``port`` with the other workers of one router.
@@ -99,6 +108,16 @@ class RouterConfig:
     #: Bytes a worker holds for pairs at most (mirrors in flight reserve their body and
     #: twice the release's maxBytes; queued pairs their size); past it requests are not mirrored.
     shadow_max_held_bytes: int = 64 * 1024 * 1024
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """Model -> the namespace a cluster administrator gave it."""
+        return dict(parse_model_owners(self.model_owners))
+
+    @property
+    def backends(self) -> BackendPolicy:
+        """Which backends a table from the cluster may name."""
+        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
 
 @dataclass

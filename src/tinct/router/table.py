@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from yarl import URL
 
+from tinct.api.ownership import holders
 from tinct.api.routing import Endpoint, RoutingCell, RoutingTable, RoutingTableError
 
 _log = logging.getLogger(__name__)
@@ -135,6 +136,30 @@ def _upstream(side: str, ep: Endpoint) -> Upstream:
     )
 
 
+@dataclass(frozen=True)
+class _Route:
+    """A table in force as :func:`~tinct.api.ownership.holders` sees it."""
+
+    key: str
+    created: float
+    table: CompiledTable
+
+    @property
+    def namespace(self) -> str:
+        return self.table.namespace
+
+    @property
+    def standing(self) -> bool:
+        return self.table.table.standing
+
+    @property
+    def models(self) -> list[str]:
+        return self.table.table.models
+
+    def since(self, model: str) -> float:
+        return min(self.table.table.claimed.get(model, self.created), self.created)
+
+
 class TableRefusedError(RoutingTableError):
     """A valid table the holder will not put in force (it goes back in version, or changes
     under a version already seen); rejected like an invalid table."""
@@ -151,10 +176,13 @@ def release_identity(table: RoutingTable) -> str:
 class TableHolder:
     """The tables in force, by source key, and which serves which model. Mutated on the loop only.
 
-    Each table names the OpenAI ``model`` values it serves; two tables claiming one model: a
-    live table wins over a standing one (the route a deleted release left behind) whatever
-    their ages, and among tables of the same kind the older (by ``created``, then key) keeps
-    it. :attr:`current` is the *default* table, picked in the same order unless
+    Each table names the OpenAI ``model`` values it serves; which table serves a model that
+    several name is the rule of :mod:`tinct.api.ownership`: the model belongs to the namespace
+    ``owners`` maps it to, else to the namespace of its oldest table (live or standing, by
+    ``created``, then key); within that namespace a live table wins over a standing one (the
+    route a deleted release left behind) and the older live one keeps it; a table of another
+    namespace never gets it. :attr:`current` is the *default* table, picked in the order
+    live first, then older, unless
     ``default_release`` names one (``release`` or ``namespace/release``); it takes the paths
     that carry no model and, when it names no models itself, the models no table claims. A
     router with one table that names no models therefore routes everything by it.
@@ -168,6 +196,8 @@ class TableHolder:
     """
 
     default_release: str | None = None
+    #: Model -> the namespace a cluster administrator gave it (``--model-owner``).
+    owners: dict[str, str] = field(default_factory=dict)
     current: CompiledTable | None = None
     source: str | None = None
     on_change: list[Callable[[CompiledTable], None]] = field(default_factory=list)
@@ -263,16 +293,14 @@ class TableHolder:
             self._index()
 
     def _index(self) -> None:
-        by_model: dict[str, CompiledTable] = {}
         default: tuple[str, CompiledTable] | None = None
         # Live tables before standing ones, then the older first.
         ranked = sorted(self.tables.items(), key=lambda kv: (kv[1][1].table.standing, kv[1][0], kv[0]))
         for key, (_, t) in ranked:
-            for m in t.table.models:
-                by_model.setdefault(m, t)
             if default is None or (self._named_default(t) and not self._named_default(default[1])):
                 default = (key, t)
-        self.by_model = by_model
+        routes = [_Route(key, created, t) for key, (created, t) in self.tables.items()]
+        self.by_model = {m: r.table for m, r in holders(routes, self.owners).items()}
         self.source, self.current = default if default is not None else (None, None)
 
     def _named_default(self, t: CompiledTable) -> bool:

@@ -11,16 +11,19 @@ swap itself is one assignment on the loop.
 
 Several ConfigMaps may match the selector (e.g. cluster-wide): one router serves them all,
 each table the OpenAI ``model`` names it lists (:class:`~tinct.router.table.TableHolder`).
-Two tables claiming one model: a live table wins over a standing one, else the older
-ConfigMap (by creation time) keeps it, and the other gets a Warning Event ``ModelConflict``.
+Two tables claiming one model: the model belongs to the namespace that first routed it (or
+that ``--model-owner`` gives it), where a live table wins over a standing one and the older
+ConfigMap (by creation time) keeps it (:mod:`tinct.api.ownership`); the other gets a Warning
+Event ``ModelConflict``.
 A table is rejected (log line, counter, and a Warning Event ``InvalidRoutingTable`` on the
 ConfigMap when RBAC lets the router create events) when it is invalid, when its version
-goes back (or its content changes under a version seen before) for its release, or when
+goes back (or its content changes under a version seen before) for its release, when
 the ConfigMap holding it is not the one named for its release
 (:func:`~tinct.api.routing.configmap_name`): a copy of a release's table under another
-name never routes. The ConfigMap's last valid table stays. A deleted ConfigMap's
-table leaves force, except the last one, which stays: a router without a table could only
-answer 503.
+name never routes, or when a backend it names is outside its release's namespace and the
+router's ``--allow-backend`` list (:class:`~tinct.api.backends.BackendPolicy`). The
+ConfigMap's last valid table stays. A deleted ConfigMap's table leaves force, except the
+last one, which stays: a router without a table could only answer 503.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tinct.api.backends import BackendPolicy
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, configmap_name, parse_table
 from tinct.kubeconfig import api_client
 from tinct.kubewatch import ListWatch
@@ -59,8 +63,12 @@ class ConfigMapWatch:
         kubeconfig: Path | None = None,
         context: str | None = None,
         post_events: bool = True,
+        backends: BackendPolicy | None = None,
     ) -> None:
         self.holder = holder
+        #: Which backends a table may name: its release's namespace's Services, and what the
+        #: allow-list adds; a table naming another is rejected.
+        self.backends = backends or BackendPolicy()
         #: Post Warning Events (off in all workers of a router but one, so each is posted once).
         self.post_events = post_events
         self.loop = loop
@@ -103,8 +111,9 @@ class ConfigMapWatch:
         self.tables[key] = table
         if lost:
             message = (
-                f"models {', '.join(lost)} are already served by another routing table (a live "
-                "one, or an older one); this table does not serve them"
+                f"models {', '.join(lost)} are served by another routing table (of the namespace "
+                "that first routed them or a cluster administrator gave them, a live one before "
+                "a standing one, an older one before a newer); this table does not serve them"
             )
             _log.warning("routing table %s: %s", key, message)
             if cm is not None:
@@ -147,14 +156,19 @@ class ConfigMapWatch:
                 reason = e.reason
             else:
                 expected = configmap_name(table.namespace or "default", table.release)
-                if meta.name == expected:
+                sides = [("stable", table.stable.url), ("candidate", table.candidate.url)]
+                refused = self.backends.refusals(sides, table.namespace)
+                if meta.name != expected:
+                    reason = (
+                        f"the table of {table.namespace or 'default'}/{table.release} belongs in the "
+                        f"ConfigMap {expected!r}, not {meta.name!r}"
+                    )
+                elif refused:
+                    reason = "; ".join(refused)
+                else:
                     created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
                     self._post(self._put, key, table, created, cm)
                     return
-                reason = (
-                    f"the table of {table.namespace or 'default'}/{table.release} belongs in the "
-                    f"ConfigMap {expected!r}, not {meta.name!r}"
-                )
         self._post(self._reject, key, reason)
         self._event(cm, EVENT_REASON, _rejected(reason))
 
@@ -229,6 +243,7 @@ async def watch_source(
     kubeconfig: Path | None = None,
     context: str | None = None,
     post_events: bool = True,
+    backends: BackendPolicy | None = None,
 ) -> AsyncIterator[None]:
     """Keep ``holder`` on the ConfigMaps ``namespace`` and ``selector`` name while open."""
     w = ConfigMapWatch(
@@ -239,6 +254,7 @@ async def watch_source(
         kubeconfig=kubeconfig,
         context=context,
         post_events=post_events,
+        backends=backends,
     )
     w.start()
     try:

@@ -144,10 +144,8 @@ def config_to_json(config: RouterConfig) -> str:
 
 def config_from_json(text: str) -> RouterConfig:
     """The :class:`RouterConfig` :func:`config_to_json` wrote."""
-    d = json.loads(text)
+    d: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()}
     d["table_files"] = tuple(Path(p) for p in d["table_files"])
-    d["trust_role_from"] = tuple(d["trust_role_from"])
-    d["pass_through_prefixes"] = tuple(d["pass_through_prefixes"])
     d["resolve"] = tuple(d.get("resolve") or ())
     for key in ("kubeconfig", "metrics_socket", "comparer_token_file"):
         if d[key] is not None:

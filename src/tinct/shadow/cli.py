@@ -1,6 +1,8 @@
 """``tinct comparer``: compare the answers of mirrored requests, count and record the verdicts.
 
-Every flag has a ``TINCT_COMPARER_*`` variable (the flag wins); defaults come from
+Every flag has a ``TINCT_COMPARER_*`` variable (the flag wins) but ``--allow-backend`` and
+``--cluster-domain``, whose variables the operator and the routers share
+(``TINCT_ALLOW_BACKENDS``, ``TINCT_CLUSTER_DOMAIN``); defaults come from
 :class:`~tinct.shadow.service.ComparerConfig`.
 """
 
@@ -48,6 +50,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def config_from_args(args: argparse.Namespace) -> object:
+    from tinct.api.backends import parse_allowed
     from tinct.lineage.root import lineage_root
     from tinct.shadow.service import ComparerConfig
 
@@ -72,6 +75,8 @@ def config_from_args(args: argparse.Namespace) -> object:
         judges=judges,
         judge_concurrency=args.judge_concurrency,
         judge_per_minute=args.judge_per_minute,
+        allow_backends=parse_allowed(args.allow_backend),
+        cluster_domain=args.cluster_domain,
     )
 
 
@@ -135,6 +140,7 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tinct.kubeconfig import add_flags
     from tinct.router.cli import _positive_int as _positive
+    from tinct.router.cli import add_backend_flags
     from tinct.shadow.service import ComparerConfig
 
     d = ComparerConfig()
@@ -155,6 +161,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--selector", default=d.selector, help="with --watch: label selector (default: %(default)s)"
     )
     add_flags(p, what="with --watch: ")
+    add_backend_flags(p, same="the operator and the routers")
     p.add_argument(
         "--host",
         default=_env("HOST", d.host),

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tinct.api.backends import BackendPolicy
 from tinct.router.table import TableHolder
 from tinct.shadow.compare import Outcome, compare
 from tinct.shadow.intake import Accepted, Refused, admit
@@ -71,6 +72,16 @@ class ComparerConfig:
     judges: dict[str, str] = field(default_factory=dict)
     judge_concurrency: int = 4
     judge_per_minute: int = 120
+    #: Backends a watched table may name besides its release's namespace's Services: the
+    #: routers' list, so that the comparer follows the tables they follow.
+    allow_backends: tuple[str, ...] = ()
+    #: The cluster's DNS domain: ``<service>.<namespace>.svc.<cluster_domain>`` is a Service.
+    cluster_domain: str = "cluster.local"
+
+    @property
+    def backends(self) -> BackendPolicy:
+        """Which backends a table from the cluster may name (as the routers judge it)."""
+        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
 
 @dataclass
@@ -250,6 +261,7 @@ async def _tables(c: Comparer, reloaders: list[Callable[[], None]]) -> AsyncIter
                     kubeconfig=config.kubeconfig,
                     context=config.context,
                     post_events=False,
+                    backends=config.backends,
                 )
             )
         yield

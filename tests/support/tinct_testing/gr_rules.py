@@ -304,8 +304,14 @@ CASES = [
     Case(
         "selector-key-not-a-label-name",
         _spec("candidate.metricsSelector", {"app.kubernetes.io/name": "sched-v2"}),
-        "metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+        "metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*, at most 128 characters)",
     ),
+    Case(
+        "selector-key-too-long",
+        _spec("candidate.metricsSelector", {"k" * 129: "sched-v2"}),
+        "metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*, at most 128 characters)",
+    ),
+    Case("selector-key-at-the-limit", _spec("candidate.metricsSelector", {"k" * 128: "sched-v2"}), None),
     Case(
         "min-above-max-replicas", _spec("autoscaling.minReplicas", 20), "minReplicas must be <= maxReplicas"
     ),
@@ -346,7 +352,7 @@ CASES = [
     Case(
         "keda-bad-label-name",
         _keda(stable={"labels": {"pod-name": "v1"}}, candidate={}),
-        "labels must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+        "labels must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*, at most 128 characters)",
     ),
     Case(
         "keda-labels-and-query",

@@ -2,7 +2,7 @@
 
 Each path is a receiver with its own behaviour: ``/ok/*`` answers 200, ``/flaky/*`` answers
 503 to its first ``flaky`` requests and 200 after, ``/gone/*`` answers 410, ``/hang/*`` never
-answers (until the server stops).
+answers (until the server stops) while ``hang`` is true, and answers 200 once it is set false.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,12 +26,16 @@ class Received:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    #: When it arrived (epoch seconds).
+    at: float = field(default_factory=time.time)
 
 
 @dataclass
 class Receiver:
     port: int
     flaky: int = 2
+    #: ``/hang/*`` never answers while true.
+    hang: bool = True
     received: list[Received] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -47,7 +52,7 @@ class Receiver:
         with self._lock:
             self.attempts[path] = self.attempts.get(path, 0) + 1
             n = self.attempts[path]
-        if path.startswith("/hang/"):
+        if path.startswith("/hang/") and self.hang:
             await asyncio.sleep(3600)
         if path.startswith("/flaky/") and n <= self.flaky:
             return web.Response(status=503)

@@ -29,6 +29,12 @@ from tinct_testing.paths import EXAMPLES
 from tinct_testing.wait import WAIT, eventually
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
+#: Where the tests' schedulers listen: a backend tables may name only by the allow-list.
+LOOPBACK = "127.0.0.1"
+#: The key every operator of the session seals GrayRelease statuses with, as the chart's
+#: Secret gives one to every replica: a replica taking over, or an operator restarted,
+#: verifies what the one before wrote (the ``cluster`` fixture sets ``TINCT_STATUS_KEY``).
+STATUS_KEY = "tinct-tests-status-key"
 
 
 def apply(cluster: Cluster, ns: str, *docs: dict[str, Any]) -> str:
@@ -254,6 +260,8 @@ def operator(ns: str, root: Path, **env: str) -> Iterator[KopfRunner]:
     Its routing tables go to ``ns`` unless ``TINCT_TABLE_NAMESPACE`` says otherwise."""
     env.setdefault("TINCT_ARTIFACT_ROOTS", str(root.parent))
     env.setdefault("TINCT_TABLE_NAMESPACE", ns)
+    # The tests' schedulers listen on loopback, outside any namespace: allowed by name.
+    env.setdefault("TINCT_ALLOW_BACKENDS", LOOPBACK)
     with patched_environ(TINCT_LINEAGE_ROOT=str(root), TINCT_RELEASE_TICK="0.5", **env):
         with KopfRunner(["run", *MODULES, "--standalone", "--namespace", ns], timeout=60) as runner:
             yield runner

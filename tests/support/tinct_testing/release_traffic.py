@@ -146,7 +146,17 @@ def router(
     serves; with ``release``, it follows only that release's table. ``env``: its environment
     (default: this process')."""
     port = free_port()
-    argv = router_argv(port, "--watch", "--namespace", namespace, "--trust-role-from", "127.0.0.1/32")
+    argv = router_argv(
+        port,
+        "--watch",
+        "--namespace",
+        namespace,
+        "--trust-role-from",
+        "127.0.0.1/32",
+        # The tests' schedulers listen on loopback: tables may name it by the allow-list.
+        "--allow-backend",
+        "127.0.0.1",
+    )
     if release:
         argv += ["--selector", f"tinct.io/routing-table=true,tinct.io/release={release}"]
     with spawned(argv, log, env) as proc:

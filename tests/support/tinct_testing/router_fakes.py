@@ -416,8 +416,11 @@ async def watching_router(
     namespace: str, kubeconfig: Path
 ) -> AsyncIterator[tuple[str, TableHolder, aiohttp.ClientSession]]:
     """A router watching ``namespace``'s routing tables as ``kubeconfig``: its base URL, its
-    table holder and a client."""
-    cfg = RouterConfig(watch=True, namespace=namespace, kubeconfig=kubeconfig)
+    table holder and a client. The fake schedulers listen on loopback, which tables may name
+    only by the allow-list: it allows loopback."""
+    cfg = RouterConfig(
+        watch=True, namespace=namespace, kubeconfig=kubeconfig, allow_backends=("127.0.0.1/32",)
+    )
     async with running_router(None, cfg) as (base, router), aiohttp.ClientSession() as http:
         yield base, router.state.holder, http
 

@@ -14,6 +14,7 @@ another attempt.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ __all__ = [
     "ACTIONS",
     "ACTION_ANNOTATION",
     "SEEN_ACTIONS",
+    "VALUE_LIMIT",
     "ActionRequest",
     "action_value",
+    "bounded",
     "handled",
     "parse_action",
     "replay_refusal",
@@ -36,6 +39,8 @@ ACTION_ANNOTATION = "tinct.io/action"
 ACTIONS = ("promote", "abort", "retry", "resume")
 #: Action values remembered in ``status.seenActions`` (the bound of that field).
 SEEN_ACTIONS = 32
+#: Characters of an action value the status records (``status.lastAction.value``'s bound).
+VALUE_LIMIT = 256
 
 _ATTEMPT_NONCE = re.compile(r"^a([0-9]{1,9})-.+$")
 
@@ -49,6 +54,15 @@ class ActionRequest:
     verb: str | None
     #: The attempt the request is addressed to (``a<attempt>-`` in its nonce); None: any.
     attempt: int | None
+
+
+def bounded(value: str) -> str:
+    """An annotation value as the controller reads and records it: itself up to
+    :data:`VALUE_LIMIT` characters, else cut with a digest of the whole, so that a value of any
+    size is one request like another and never makes the status unwritable."""
+    if len(value) <= VALUE_LIMIT:
+        return value
+    return f"{value[: VALUE_LIMIT - 19]}...{hashlib.sha256(value.encode()).hexdigest()[:16]}"
 
 
 def action_value(verb: str, attempt: int, nonce: str) -> str:

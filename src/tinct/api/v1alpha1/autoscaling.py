@@ -28,7 +28,8 @@ __all__ = ["LABEL_NAME", "Autoscaling", "Keda", "KedaSide", "ScaleMetric"]
 #: A Kubernetes quantity as an HPA target takes it: ``250``, ``0.5``, ``500m``, ``2k``.
 Quantity = Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G)?$", max_length=32)]
 #: A Prometheus label name.
-LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+#: A Prometheus label name, of at most 128 characters (the bound keeps a release's size bounded).
+LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}$"
 _LABEL_NAME = re.compile(LABEL_NAME)
 LabelValue = Annotated[str, Field(max_length=256)]
 
@@ -56,7 +57,7 @@ class KedaSide(Model):
         Rule(
             cel=f"!has(self.labels) || self.labels.all(k, k.matches('{LABEL_NAME}'))",
             holds=lambda s: s.labels is None or all(_LABEL_NAME.match(k) for k in s.labels),
-            message="labels must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+            message="labels must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*, at most 128 characters)",
             field_path=".labels",
         ),
         Rule(

@@ -29,7 +29,7 @@ class Backend(Model):
             holds=lambda s: (
                 s.metrics_selector is None or all(re.match(LABEL_NAME, k) for k in s.metrics_selector)
             ),
-            message="metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*)",
+            message="metricsSelector keys must be Prometheus label names ([a-zA-Z_][a-zA-Z0-9_]*, at most 128 characters)",
             field_path=".metricsSelector",
         )
     )

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from tinct.api.v1alpha1.action import SEEN_ACTIONS
+from tinct.api.v1alpha1.action import SEEN_ACTIONS, VALUE_LIMIT
 from tinct.api.v1alpha1.common import Condition, Model
 
 __all__ = [
@@ -50,6 +50,8 @@ def readable(value: float | None) -> float | None:
 
 
 Readable = Annotated[float, AfterValidator(lambda v: readable(v))]
+#: A ``tinct.io/action`` value as status records it (a longer one is cut with a digest).
+ActionValue = Annotated[str, Field(max_length=VALUE_LIMIT)]
 
 
 class MetricResult(Model):
@@ -190,7 +192,7 @@ ActionResult = Literal["Done", "Refused"]
 class ActionRecord(Model):
     """What became of the last tinct.io/action request."""
 
-    value: str = Field(max_length=256, description="The request, as <verb>@a<attempt>-<nonce>.")
+    value: ActionValue = Field(description="The request, as <verb>@a<attempt>-<nonce>.")
     result: ActionResult = Field(description="Done, or Refused (message says why).")
     message: str = Field(default="", max_length=1024, description="What was done, or why not.")
     time: datetime | None = Field(default=None, description="When it was handled.")
@@ -212,7 +214,8 @@ class HistoryEntry(Model):
 
 
 class GrayReleaseStatus(Model):
-    """The GrayRelease as the operator decided and recorded it; written by the operator only."""
+    """The GrayRelease as the operator decided and recorded it; written by the operator only,
+    and sealed by it (a status it cannot verify is restored, never acted on)."""
 
     phase: GrayReleasePhase = Field(
         default="Pending",
@@ -250,8 +253,8 @@ class GrayReleaseStatus(Model):
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready (promoted), Progressing, Degraded, ModelVersionsReady, BackendsAvailable, "
-        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, and the HPAs'; each reason has "
-        "a section in docs/troubleshooting.md.",
+        "AnalysisReady, RouteAvailable, CapacityReady, AnalysisPassing, StatusVerified, Bookkeeping, and "
+        "the HPAs'; each reason has a section in docs/troubleshooting.md.",
     )
     inconclusive_analyses: int = Field(default=0, ge=0, description="Consecutive inconclusive analyses.")
     step_started_at: datetime | None = Field(
@@ -260,7 +263,7 @@ class GrayReleaseStatus(Model):
     pause_reason: str | None = Field(
         default=None, description="Why the operator paused the release; `tinct release resume` clears it."
     )
-    acknowledged_action: str | None = Field(
+    acknowledged_action: ActionValue | None = Field(
         default=None, description="The last tinct.io/action annotation value carried out."
     )
     transitions: int = Field(default=0, ge=0, description="Transitions so far; keys the history rows.")
@@ -281,7 +284,7 @@ class GrayReleaseStatus(Model):
         default=0, ge=0, description="Counts the starts of this release (a retry or restart is a new one)."
     )
     last_action: ActionRecord | None = None
-    seen_actions: list[str] = Field(
+    seen_actions: list[ActionValue] = Field(
         default_factory=list,
         max_length=SEEN_ACTIONS,
         description="tinct.io/action values already handled; seen again, they are refused.",
@@ -307,4 +310,17 @@ class GrayReleaseStatus(Model):
     progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
     candidate_weight: float = Field(
         default=0, ge=0, le=100, description="The largest candidate weight of any cell in force."
+    )
+    sequence: int = Field(
+        default=0,
+        ge=0,
+        description="Statuses the operator has written for this release; one older than the last "
+        "it recorded is not acted on.",
+    )
+    seal: str | None = Field(
+        default=None,
+        max_length=128,
+        description="The operator's seal over this status and the release's uid (HMAC-SHA256 with "
+        "a key only the operator holds): a status that does not verify is not acted on but "
+        "restored, and reported (StatusVerified=False, StatusTampered).",
     )

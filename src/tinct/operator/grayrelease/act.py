@@ -21,8 +21,9 @@ from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
 from tinct.operator.grayrelease.decision import Decision
-from tinct.operator.grayrelease.runtime import Runtime, so_key
+from tinct.operator.grayrelease.runtime import Runtime, key_of, so_key
 from tinct.operator.grayrelease.scaling import Plan
+from tinct.operator.grayrelease.seal import Record
 from tinct.operator.grayrelease.tables import content_digest, standing_table, table_manifest
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "leave_route",
     "post_events",
     "record_history",
+    "refused_backends",
     "retire_standing",
     "so_current",
 ]
@@ -70,27 +72,47 @@ async def apply_scaling(
             rt.remember(key, m)
 
 
-async def apply_table(rt: Runtime, table: RoutingTable) -> None:
-    """Apply ``table`` unless the cluster has it, or a newer version the next round plans past."""
+def refused_backends(rt: Runtime, table: RoutingTable) -> list[str]:
+    """The sides of ``table`` whose URL the operator's backend policy refuses."""
+    if rt.config is None:
+        return []
+    sides = [("stable", table.stable.url), ("candidate", table.candidate.url)]
+    refused: list[str] = rt.config.backends.refusals(sides, table.namespace or "default")
+    return refused
+
+
+async def apply_table(rt: Runtime, table: RoutingTable, record: Record | None = None) -> None:
+    """Apply ``table``, and ``record`` (the operator's record of the release's last status)
+    beside it, unless the cluster has both, or a newer version the next round plans past.
+    A table naming a backend the policy refuses is never applied: the one in force stays."""
     name = configmap_name(table.namespace or "default", table.release)
+    refused = refused_backends(rt, table)
+    if refused:
+        log.info("routing table %s not applied: %s", name, "; ".join(refused))
+        return
+    found = rt.tables.get(name) if rt.tables is not None else None
     found_version, found_digest = rt.found(name)
-    if found_version >= table.version and found_digest == content_digest(table):
+    kept = found is not None and found.record == record
+    if found_version >= table.version and found_digest == content_digest(table) and kept:
         return
     if found_version > table.version:
         return  # the next round plans a version above it
-    await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace))
+    await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace, record))
     if rt.tables is not None:
-        rt.tables.put(name, table)
+        rt.tables.put(name, table, record)
 
 
 async def retire_standing(rt: Runtime, gr: GrayRelease, table: RoutingTable) -> None:
-    """Delete standing routes of deleted releases whose models this live table now serves."""
+    """Delete standing routes of deleted releases of this namespace whose models this live
+    table now serves; a standing route of another namespace is retired only by its own."""
     if rt.tables is None or not table.models:
         return
     mine = set(table.models)
     for name, found in list(rt.tables.tables.items()):
         t = found.table
         if t is None or not t.standing or t.uid == gr.metadata.uid or not t.models:
+            continue
+        if (t.namespace or "default") != (table.namespace or "default"):
             continue
         if set(t.models) <= mine:
             log.info(
@@ -159,24 +181,40 @@ def so_current(
     return any(o["metadata"]["name"] == name and _contains(o.get("spec"), want) for o in scaled_objects)
 
 
-async def leave_route(rt: Runtime, gr: GrayRelease, logger: _Logger) -> None:
-    """Before the deleted ``gr`` goes, give its model its standing route (or remove the route,
-    with ``spec.routeOnDelete: Remove``)."""
+async def leave_route(rt: Runtime, body: kopf.Body, logger: _Logger) -> None:
+    """Before the deleted release of ``body`` goes, give its model its standing route (or remove
+    the route, with ``spec.routeOnDelete: Remove``): the outcome of the status the operator
+    stands by, never of one someone else wrote."""
+    gr, tampered = rt.trusted(key_of(body), body)
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     cm = configmap_name(ns, name)
+    if tampered:
+        logger.warning("%s/%s deleted; %s", ns, name, tampered)
     if gr.spec.route_on_delete == "Remove":
         await rt.run(rt.kube.delete_configmap, rt.table_namespace, cm)
         if rt.tables is not None:
             rt.tables.forget(cm)
         logger.info("route of %s/%s removed (spec.routeOnDelete: Remove)", ns, name)
         return
-    mine = rt.written.get((ns, name))
-    st = mine.status if mine is not None and mine.uid == gr.metadata.uid else gr.status
+    mine, st = rt.written.get((ns, name)), gr.status
+    if (
+        mine is not None
+        and mine.uid == gr.metadata.uid
+        and (st is None or mine.status.sequence > st.sequence)
+    ):
+        st = mine.status  # written by this process, not yet delivered by the watch
     found_version, found_digest = rt.found(cm)
     if st is None or (st.routing is None and not found_version):
         return  # it never routed anything
-    table = standing_table(gr, st, found_version=found_version, cluster_domain=rt.cluster_domain)
     got = rt.tables.get(cm) if rt.tables is not None else None
+    claimed = got.table.claimed if got is not None and got.table is not None else None
+    table = standing_table(
+        gr, st, found_version=found_version, cluster_domain=rt.cluster_domain, claimed=claimed
+    )
+    refused = refused_backends(rt, table)
+    if refused:
+        logger.warning("%s/%s deleted: no standing route, its backends are refused: %s", ns, name, refused)
+        return
     if got is not None and got.standing and found_digest == content_digest(table):
         return
     await rt.run(rt.kube.apply_configmap, table_manifest(table, rt.table_namespace))

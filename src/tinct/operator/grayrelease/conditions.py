@@ -1,8 +1,8 @@
 """What a decided status says to people in its conditions; pure.
 
 Two kinds: the conditions of what the round observed (:func:`observed`) — the preconditions
-(``ModelVersionsReady``, ``BackendsAvailable``, ``AnalysisReady``), ``NotificationsReady``
-and ``RouteAvailable`` — and the summary of where the release stands (:func:`summary`) —
+(``ModelVersionsReady``, ``BackendsAvailable``, ``AnalysisReady``), ``NotificationsReady``,
+``RouteAvailable``, ``Bookkeeping`` and, after a tamper, ``StatusVerified`` — and the summary of where the release stands (:func:`summary`) —
 ``Ready``, ``Progressing`` and ``Degraded``, as ``kubectl wait`` and dashboards read them.
 The conditions the rules themselves set (``CapacityReady``, ``AnalysisPassing``) are set where
 the rule is, in :mod:`~tinct.operator.grayrelease.decide`.
@@ -48,6 +48,10 @@ def observed(r: Round) -> None:
             inputs.now,
         )
     _route(r, inputs.conflict, gen)
+    _bookkeeping(r, inputs.bookkeeping, gen)
+    if inputs.tampered is not None:
+        r.condition("StatusVerified", "False", "StatusTampered", inputs.tampered, gen)
+        r.emit(Transition("StatusTampered", inputs.tampered, warning=True, record=False))
 
 
 def _preconditions(
@@ -99,6 +103,15 @@ def _route(r: Round, conflict: str | None, gen: int | None) -> None:
         r.emit(Transition("ModelConflict", conflict, warning=True, record=False))
 
 
+def _bookkeeping(r: Round, refused: str | None, gen: int | None) -> None:
+    """``Bookkeeping=False`` while kopf's bookkeeping cannot be written; True once it can again
+    (absent while it never failed)."""
+    if refused is not None:
+        r.condition("Bookkeeping", "False", "AnnotationsTooLarge", refused, gen)
+    elif any(c.type == "Bookkeeping" for c in r.old.conditions):
+        r.condition("Bookkeeping", "True", "Written", "kopf's bookkeeping is written again", gen)
+
+
 def summary(r: Round, gen: int | None) -> None:
     """``Ready``, ``Progressing`` and ``Degraded``, as ``kubectl wait`` and dashboards read them."""
     st = r.st
@@ -135,3 +148,10 @@ def summary(r: Round, gen: int | None) -> None:
         ("Degraded", degraded),
     ):
         r.condition(type_, status, why, message, gen)
+    verified = next((c for c in r.old.conditions if c.type == "StatusVerified"), None)
+    moved = r.inputs.tampered is None and any(t.record for t in r.out)
+    if moved and verified is not None and verified.status == "False":
+        # The release moved on by the operator's own decisions: its status is its record again.
+        r.condition(
+            "StatusVerified", "True", "Sealed", "every status since the tamper is the operator's", gen
+        )

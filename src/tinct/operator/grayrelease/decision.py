@@ -48,6 +48,12 @@ class Inputs:
     #: both follow that one); None: no conflict. Reported, not acted on: routers selecting
     #: one release's table each serve both.
     conflict: str | None = None
+    #: Why kopf's bookkeeping could not be written on the release (its annotations are too
+    #: large); None: it was written (:mod:`tinct.operator.bookkeeping`).
+    bookkeeping: str | None = None
+    #: Why the status on the server was not the operator's own (someone else wrote it) and
+    #: what the round went on from instead (:mod:`~tinct.operator.grayrelease.seal`).
+    tampered: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +33,7 @@ from tinct.operator.grayrelease.kube import ConflictError, TableWatch
 from tinct.operator.grayrelease.metrics import serve
 from tinct.operator.grayrelease.notify import Dispatcher
 from tinct.operator.grayrelease.reconcile import Outcome, reconcile
-from tinct.operator.grayrelease.runtime import RUNTIME, Key, Runtime, Start, key_of, parse, runtime
+from tinct.operator.grayrelease.runtime import RUNTIME, Key, Runtime, Start, key_of, runtime
 from tinct.operator.grayrelease.timing import next_wakeup
 from tinct.operator.grayrelease.world import view_of
 
@@ -51,6 +52,7 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
         cluster_domain=config.cluster_domain,
         table_namespace=config.table_namespace,
         config=config,
+        key=_status_key(config),
     )
     rt.tables = TableWatch(config.table_namespace, rt.kube._api)
     rt.tables.start()
@@ -61,10 +63,25 @@ async def _start_runtime(memo: Any, **_: Any) -> None:
         timeout=config.notify_timeout,
         attempts=config.notify_attempts,
         backoff=config.notify_backoff,
+        break_after=config.notify_break_after,
+        retry_after=config.notify_retry_after,
     )
     memo[RUNTIME] = rt
     if config.metrics_port:
         serve(rt.metrics, config.metrics_port)
+
+
+def _status_key(config: Any) -> bytes:
+    """The key statuses are sealed with: the configured one, else one of this process alone."""
+    key: bytes | None = config.seal_key()
+    if key:
+        return key
+    logging.getLogger(__name__).warning(
+        "no status key configured (TINCT_STATUS_KEY_FILE, the chart's Secret): statuses are sealed "
+        "with a key of this process alone; after a restart only a status equal to the operator's "
+        "record of it is trusted, and one written just before the restart is restored from that record"
+    )
+    return os.urandom(32)
 
 
 @kopf.on.cleanup()
@@ -101,6 +118,7 @@ async def drive_release(
                     base=start.base,
                     actions=lambda gr=current: rt.actions_for(key, body, gr.status),  # type: ignore[misc]
                     pending=start.pending,
+                    tampered=start.tampered,
                 )
                 failures = 0
                 delay = _done(rt, key, body, start, out, logger)
@@ -120,7 +138,7 @@ def _done(rt: Runtime, key: Key, body: kopf.Body, start: Start, out: Outcome, lo
     current = start.release.model_copy(update={"status": out.status})
     if out.resource_version != start.base:
         # Until the watch delivers a newer object, this status is the one to start from.
-        rt.remember_written(key, start, out.resource_version, out.status)
+        rt.remember_written(key, start, out.resource_version, out.status, out.rvs)
     rt.forget_actions(key, out.status)
     act.post_events(body, out.decision)
     if rt.notify is not None and out.recorded:
@@ -146,15 +164,15 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
 async def _release_deleted(body: kopf.Body, memo: Any, logger: _Logger, **_: Any) -> None:
     """Before the release goes, its model gets its standing route (or loses it, if asked)."""
     rt = runtime(memo)
-    gr = parse(body)
     rt.deleting.add(key_of(body))
-    await act.leave_route(rt, gr, logger)
+    await act.leave_route(rt, body, logger)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    """Spec or annotation changes reach the daemon now, not at its next tick; every action
-    value the watch delivers is queued, so two given between rounds are both seen."""
+    """Spec or annotation changes, and a status the operator did not write last, reach the
+    daemon now, not at its next tick; every action value the watch delivers is queued, so two
+    given between rounds are both seen."""
     rt = runtime(memo)
     key = key_of(body)
     if type == "DELETED":
@@ -163,7 +181,8 @@ def _release_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> 
     status = body.get("status") or {}
     annotation = rt.queue_action(key, body)
     stale = status.get("observedGeneration") != body["metadata"].get("generation")
-    if stale or (annotation and annotation != status.get("acknowledgedAction")):
+    other = rt.foreign(key, body)  # someone else's status: restored now, not at the next tick
+    if stale or other or (annotation and annotation != status.get("acknowledgedAction")):
         rt.wake(key)
 
 

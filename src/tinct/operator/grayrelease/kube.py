@@ -3,8 +3,8 @@
 Every method blocks; the controller runs them in a thread pool of their own (never shared
 with Prometheus calls). Children are server-side applied under the field manager
 :data:`FIELD_MANAGER`, so a retried reconcile converges instead of duplicating. Status is
-written with the resourceVersion it was decided from as a precondition
-(:meth:`ReleaseKube.patch_status`): a decision made on a status that has changed since is
+written whole with the resourceVersion it was decided from as a precondition
+(:meth:`ReleaseKube.replace_status`): a decision made on a status that has changed since is
 refused by the API server (409) instead of overwriting the newer one.
 
 :class:`TableWatch` follows the routing-table ConfigMaps of the table namespace alone,
@@ -14,6 +14,7 @@ operator's memory (list+watch by :class:`~tinct.kubewatch.ListWatch`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +34,7 @@ from tinct.api.routing import (
 )
 from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.kubewatch import ListWatch
+from tinct.operator.grayrelease.seal import RECORD_ANNOTATION, Record, parse_record
 
 __all__ = ["FIELD_MANAGER", "ConflictError", "FoundTable", "ReleaseKube", "TableWatch"]
 
@@ -158,11 +160,12 @@ class ReleaseKube:
             if e.status != 404:
                 raise
 
-    def patch_status(
+    def replace_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
     ) -> str | None:
-        """Merge-patch ``status`` of a GrayRelease (``None`` values remove fields), only if the
-        object is still at ``resource_version``; returns its new resourceVersion.
+        """Replace the status of a GrayRelease with ``status``, whole (so that the status stored is
+        exactly the one sealed), only if the object is still at ``resource_version``; returns
+        its new resourceVersion.
 
         Raises:
             ConflictError: the object changed since ``resource_version``.
@@ -170,11 +173,12 @@ class ReleaseKube:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        body: dict[str, Any] = {"status": status}
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if resource_version:
-            body["metadata"] = {"resourceVersion": resource_version}
+            meta["resourceVersion"] = resource_version
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GrayRelease", "metadata": meta, "status": status}
         try:
-            obj = client.CustomObjectsApi(self._api()).patch_namespaced_custom_object_status(
+            obj = client.CustomObjectsApi(self._api()).replace_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, "grayreleases", name, body
             )
         except ApiException as e:
@@ -196,6 +200,8 @@ class FoundTable:
     #: The ConfigMap's creation time (epoch seconds): of two tables claiming a model, routers
     #: give it to the older.
     created: float = 0.0
+    #: The operator's record of the last status it wrote for the release.
+    record: Record | None = None
 
     @property
     def standing(self) -> bool:
@@ -224,7 +230,9 @@ def _found(cm: Any) -> FoundTable:
     if table is not None:
         version = max(version, table.version)
     created = meta.creation_timestamp.timestamp() if meta.creation_timestamp is not None else 0.0
-    return FoundTable(meta.name, version, digest, table, created)
+    return FoundTable(
+        meta.name, version, digest, table, created, parse_record(annotations.get(RECORD_ANNOTATION))
+    )
 
 
 class TableWatch:
@@ -255,13 +263,13 @@ class TableWatch:
     def get(self, name: str) -> FoundTable | None:
         return self.tables.get(name)
 
-    def put(self, name: str, table: RoutingTable) -> None:
-        """Take a table just applied as found (the watch confirms it shortly)."""
+    def put(self, name: str, table: RoutingTable, record: Record | None = None) -> None:
+        """Take a table (and record) just applied as found (the watch confirms it shortly)."""
         from tinct.operator.grayrelease.tables import content_digest
 
         old = self.tables.get(name)
         created = old.created if old is not None else time.time()
-        self.tables[name] = FoundTable(name, table.version, content_digest(table), table, created)
+        self.tables[name] = FoundTable(name, table.version, content_digest(table), table, created, record)
 
     def forget(self, name: str) -> None:
         self.tables.pop(name, None)
@@ -278,5 +286,16 @@ class TableWatch:
     def _event(self, kind: str, cm: Any) -> None:
         if kind == "DELETED":
             self.tables.pop(cm.metadata.name, None)
-        else:
-            self.tables[cm.metadata.name] = _found(cm)
+            return
+        found, old = _found(cm), self.tables.get(cm.metadata.name)
+        kept = old.record if old is not None else None
+        newer = found.record
+        if (
+            kept is not None
+            and newer is not None
+            and newer.uid == kept.uid
+            and newer.sequence < kept.sequence
+        ):
+            # An event of an earlier write arriving after our own apply: the record goes on.
+            found = dataclasses.replace(found, record=kept)
+        self.tables[cm.metadata.name] = found

@@ -76,8 +76,21 @@ class ReleaseMetrics:
         self.notifications = Counter(
             "tinct_release_notifications",
             "Notifications by webhook and outcome: sent, refused (a 4xx answer), failed (after its "
-            "retries), dropped (its queue was full).",
+            "retries), dropped (its queue was full, or its circuit breaker was open).",
             ["notifier", "result"],
+            registry=r,
+        )
+        self.notifier_open = Gauge(
+            "tinct_release_notifier_open",
+            "1 while a webhook's circuit breaker is open: after failed attempts in a row, its "
+            "notifications are dropped at once until one is tried again.",
+            ["notifier"],
+            registry=r,
+        )
+        self.notifier_opened = Counter(
+            "tinct_release_notifier_opened",
+            "Times a webhook's circuit breaker opened.",
+            ["notifier"],
             registry=r,
         )
         self.notification_retries = Counter(

@@ -18,7 +18,16 @@ notification (:meth:`Dispatcher.post`, bounded, the oldest dropped and counted w
 and one task per webhook delivers its queue in order, each attempt with a deadline,
 retried with exponential backoff on connection errors, timeouts, 429 and 5xx, given up
 after the configured attempts. Every outcome is counted in the operator's metrics
-(``tinct_release_notifications_total{notifier,result}``). The id of a notification is the
+(``tinct_release_notifications_total{notifier,result}``).
+
+A dead or hung webhook costs seconds, not hours: each has a **circuit breaker**
+(:class:`Breaker`). After ``break_after`` failed attempts in a row (across notifications) it
+opens: the notification in hand and every one that comes while it is open are dropped at
+once and counted (``result="dropped"``), instead of each taking its attempts times the
+timeout in a queue the later ones wait behind. After ``retry_after`` seconds one
+notification is tried again, once: an answer closes the breaker, a failure opens it again.
+``tinct_release_notifier_open{notifier}`` is 1 while it is open,
+``tinct_release_notifier_opened_total`` counts its openings. The id of a notification is the
 release's uid and the transition's number, the same at every attempt, so a receiver can
 drop a repeat. Messages name a webhook by its name, never its URL (a Slack URL is a secret).
 """
@@ -31,6 +40,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,7 +50,7 @@ import aiohttp
 from tinct.api.v1alpha1.grayrelease import GrayRelease, HistoryEntry
 from tinct.operator.grayrelease.metrics import ReleaseMetrics
 
-__all__ = ["KINDS", "Dispatcher", "Notifier", "parse_notifiers", "payload", "render"]
+__all__ = ["KINDS", "Breaker", "Dispatcher", "Notifier", "parse_notifiers", "payload", "render"]
 
 NotifierKind = Literal["json", "slack", "cloudevents"]
 KINDS: tuple[NotifierKind, ...] = ("json", "slack", "cloudevents")
@@ -161,8 +171,43 @@ def render(kind: NotifierKind, doc: Mapping[str, Any]) -> tuple[dict[str, str], 
 
 
 @dataclass
+class Breaker:
+    """A webhook's circuit breaker: open after ``after`` failed attempts in a row, tried again
+    once ``retry_after`` seconds later. Times are ``time.monotonic()`` seconds."""
+
+    after: int
+    retry_after: float
+    #: Failed attempts in a row (a 2xx or a 4xx answer resets it: the receiver is alive).
+    failures: int = 0
+    #: While open: when one attempt may go again; None: closed.
+    open_until: float | None = None
+
+    def holds(self, now: float) -> bool:
+        """Whether the breaker is open at ``now``: drop, do not try."""
+        return self.open_until is not None and now < self.open_until
+
+    @property
+    def probing(self) -> bool:
+        """Open, and its wait over: the next notification gets one attempt."""
+        return self.open_until is not None
+
+    def failed(self, now: float) -> bool:
+        """Count a failed attempt; whether the breaker opens (or opens again) with it."""
+        self.failures += 1
+        if self.probing or self.failures >= self.after:
+            self.open_until = now + self.retry_after
+            return True
+        return False
+
+    def answered(self) -> None:
+        self.failures = 0
+        self.open_until = None
+
+
+@dataclass
 class _Queue:
     notifier: Notifier
+    breaker: Breaker
     items: asyncio.Queue[dict[str, Any]] = field(default_factory=lambda: asyncio.Queue(QUEUE))
     task: asyncio.Task[None] | None = None
 
@@ -178,12 +223,16 @@ class Dispatcher:
         timeout: float = 5.0,
         attempts: int = 6,
         backoff: float = 1.0,
+        break_after: int = 3,
+        retry_after: float = 30.0,
     ) -> None:
         self.notifiers = {n.name: n for n in notifiers}
         self.metrics = metrics
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self.backoff = backoff
+        self.break_after = max(1, break_after)
+        self.retry_after = retry_after
         self._queues: dict[str, _Queue] = {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -211,7 +260,7 @@ class Dispatcher:
     def _queue(self, name: str) -> _Queue:
         q = self._queues.get(name)
         if q is None:
-            q = self._queues[name] = _Queue(self.notifiers[name])
+            q = self._queues[name] = _Queue(self.notifiers[name], Breaker(self.break_after, self.retry_after))
             q.task = asyncio.get_running_loop().create_task(self._deliver(q), name=f"tinct-notify-{name}")
         return q
 
@@ -226,21 +275,27 @@ class Dispatcher:
         name = q.notifier.name
         while True:
             doc = await q.items.get()
-            try:
-                result = await self._send(q.notifier, doc)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # one notification never stops the webhook's task
-                log.warning("notifier %s: %s", name, exc)
-                result = "failed"
+            if q.breaker.holds(time.monotonic()):
+                result = "dropped"  # its circuit is open: no attempt, no wait
+            else:
+                try:
+                    result = await self._send(q.notifier, doc, q.breaker)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # one notification never stops the webhook's task
+                    log.warning("notifier %s: %s", name, exc)
+                    result = "failed"
             self.metrics.notifications.labels(name, result).inc()
+            self.metrics.notifier_open.labels(name).set(1.0 if q.breaker.open_until is not None else 0.0)
             q.items.task_done()
 
-    async def _send(self, n: Notifier, doc: Mapping[str, Any]) -> str:
-        """``sent``, ``refused`` (a 4xx other than 429: not retried) or ``failed``."""
+    async def _send(self, n: Notifier, doc: Mapping[str, Any], breaker: Breaker) -> str:
+        """``sent``, ``refused`` (a 4xx other than 429: not retried), ``failed`` (after its
+        attempts) or ``dropped`` (the breaker opened on this one's failed attempt)."""
         headers, body = render(n.kind, doc)
         why = ""
-        for attempt in range(self.attempts):
+        attempts = 1 if breaker.probing else self.attempts
+        for attempt in range(attempts):
             if attempt:
                 self.metrics.notification_retries.labels(n.name).inc()
                 await asyncio.sleep(min(60.0, self.backoff * 2 ** (attempt - 1)))
@@ -253,13 +308,19 @@ class Dispatcher:
                         status = answer.status
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 why = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+                if self._failed(n, breaker, why):
+                    return "dropped"
                 continue
             if 200 <= status < 300:
+                breaker.answered()
                 return "sent"
             why = f"HTTP {status}"
             if status != 429 and status < 500:
+                breaker.answered()
                 log.warning("notifier %s refused %s %s: %s", n.name, doc["reason"], doc["id"], why)
                 return "refused"
+            if self._failed(n, breaker, why):
+                return "dropped"
         log.warning(
             "notifier %s: %s %s not delivered after %d attempts (last: %s)",
             n.name,
@@ -269,6 +330,24 @@ class Dispatcher:
             why,
         )
         return "failed"
+
+    def _failed(self, n: Notifier, breaker: Breaker, why: str) -> bool:
+        """A failed attempt; whether the breaker opened with it (the notification is dropped)."""
+        reopened = breaker.probing
+        if not breaker.failed(time.monotonic()):
+            return False
+        if not reopened:
+            self.metrics.notifier_opened.labels(n.name).inc()
+        self.metrics.notifier_open.labels(n.name).set(1.0)
+        log.warning(
+            "notifier %s: %d failed attempts in a row (last: %s); notifications to it are dropped "
+            "for %gs, then one is tried again",
+            n.name,
+            breaker.failures,
+            why,
+            breaker.retry_after,
+        )
+        return True
 
     async def drain(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the queues to empty (at shutdown)."""

@@ -12,11 +12,13 @@ whose version number contradicts its interface is refused, with the differences 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tinct.api.ownership import holders
 from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
 from tinct.artifacts.contract import verdict
 from tinct.artifacts.interface import Interface
@@ -154,7 +156,7 @@ def preconditions(
 
 @dataclass(frozen=True)
 class Claim:
-    """A live routing table found in the table namespace, and what it claims."""
+    """A routing table (live or standing) found in the table namespace, and what it claims."""
 
     config_map: str
     created: float
@@ -162,31 +164,69 @@ class Claim:
     release: str
     uid: str | None
     models: tuple[str, ...]
+    standing: bool = False
+    #: Model -> an earlier claim the table carries over (:mod:`tinct.api.ownership`).
+    claimed: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.config_map
+
+    def since(self, model: str) -> float:
+        return min(self.claimed.get(model, self.created), self.created)
 
 
 def model_conflict(
-    uid: str | None, config_map: str, created: float | None, models: Sequence[str], claims: Sequence[Claim]
+    uid: str | None,
+    namespace: str,
+    config_map: str,
+    created: float | None,
+    models: Sequence[str],
+    claims: Sequence[Claim],
+    owners: Mapping[str, str] | None = None,
+    claimed: Mapping[str, float] | None = None,
 ) -> Problem | None:
-    """The model this release's table cannot have: an older live table of another release
-    claims it, and routers give it to that one (as they do: the older ConfigMap, by creation
-    time then name, keeps a model). ``created`` is None while this release has no table yet.
+    """The model this release's table cannot have, by the routers' rule
+    (:mod:`tinct.api.ownership`): it belongs to another namespace (one ``owners`` gives it, or
+    the one that first routed it, live or standing), or an older live release of this
+    namespace serves it. ``created`` is None while this release has no table yet; ``claimed``
+    the earlier claims its table carries over.
     """
-    mine = set(models)
-    for c in sorted(claims, key=lambda c: (c.created, c.config_map)):
-        if c.uid == uid or c.config_map == config_map or not mine & set(c.models):
+    at = created if created is not None else math.inf
+    mine = Claim(config_map, at, namespace, "", uid, tuple(models), claimed=dict(claimed or {}))
+    others = [c for c in claims if c.uid != uid and c.config_map != config_map]
+    owners = owners or {}
+    served = holders([*others, mine], owners)
+    for model in sorted(set(models)):
+        holder = served.get(model)
+        if holder is mine:
             continue
-        if created is not None and (created, config_map) < (c.created, c.config_map):
-            continue  # this release's table is the older one: it keeps the model
-        model = sorted(mine & set(c.models))[0]
         return Problem(
-            "RouteAvailable",
-            "ModelConflict",
-            f"model {model} is served by GrayRelease {c.namespace}/{c.release}, an older release: routers "
-            "serving both tables follow that one until it is deleted; give this one other models "
-            "(spec.models), or routers of its own",
-            side="release",
+            "RouteAvailable", "ModelConflict", _taken(model, namespace, holder, owners), side="release"
         )
     return None
+
+
+def _taken(model: str, namespace: str, holder: Claim | None, owners: Mapping[str, str]) -> str:
+    """Why the routers give ``model`` to ``holder`` (None: to no table) and not to this release."""
+    if holder is not None and holder.namespace == namespace:
+        return (
+            f"model {model} is served by GrayRelease {holder.namespace}/{holder.release}, an older "
+            "release: routers serving both tables follow that one until it is deleted; give this one "
+            "other models (spec.models), or routers of its own"
+        )
+    if holder is None:
+        why = f"model {model} belongs to namespace {owners.get(model)} (the operator's --model-owner)"
+    else:
+        how = "given it by the operator's --model-owner" if model in owners else "which routed it first"
+        what = "the standing route of its deleted GrayRelease" if holder.standing else "GrayRelease"
+        who = f"{what} {holder.namespace}/{holder.release}"
+        why = f"model {model} belongs to namespace {holder.namespace}, {how} ({who})"
+    return (
+        f"{why}: routers never give it to a release of another namespace; give this one other "
+        "models (spec.models), or ask a cluster administrator to give the model to this namespace "
+        "(--model-owner)"
+    )
 
 
 def _digest(obj: Mapping[str, Any] | None) -> str | None:

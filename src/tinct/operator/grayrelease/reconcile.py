@@ -4,12 +4,15 @@
 2. **decide** (:func:`~tinct.operator.grayrelease.decide.decide`, pure) the next status, and
    plan what it calls for — the routing-table version and digest, the scalers' bounds — into
    it (:func:`_planned`);
-3. **record** the status, conditioned on the resourceVersion it was decided from: a status
-   that changed meanwhile is never overwritten (the round starts again from it), and a
-   write that fails otherwise is retried with the *same* decision (:class:`~.runtime.Pending`);
+3. **record** the status, sealed (:mod:`~tinct.operator.grayrelease.seal`), conditioned on
+   the resourceVersion it was decided from: a status that changed meanwhile is never
+   overwritten (the round starts again from it, if the operator wrote it; a status someone
+   else wrote is not acted on and the round writes over it), and a write that fails
+   otherwise is retried with the *same* decision (:class:`~.runtime.Pending`);
 4. **act** on the recorded status only (:mod:`~tinct.operator.grayrelease.act`): apply the
-   routing table to the table namespace, then the HPAs or KEDA ScaledObjects, then retire
-   standing routes this release's table now covers;
+   routing table to the table namespace, with the operator's record of the status beside
+   it, then the HPAs or KEDA ScaledObjects, then retire standing routes of this namespace
+   that this release's table now covers;
 5. **history**: the transitions recorded in ``status.history`` are appended to
    ``release_events`` (with a timeout; a lineage outage delays the history, never the
    traffic) and then dropped from status.
@@ -30,7 +33,8 @@ from tinct.operator.grayrelease.decide import decide
 from tinct.operator.grayrelease.decision import Decision
 from tinct.operator.grayrelease.kube import ConflictError
 from tinct.operator.grayrelease.runtime import Pending, Runtime
-from tinct.operator.grayrelease.tables import plan, release_models
+from tinct.operator.grayrelease.seal import Record, sealed
+from tinct.operator.grayrelease.tables import claims_of, plan, release_models
 from tinct.operator.grayrelease.world import View, gather, keda_env
 
 __all__ = ["Outcome", "reconcile"]
@@ -48,22 +52,28 @@ class Outcome:
     resource_version: str | None
     #: The transitions this round recorded in status (to notify of).
     recorded: list[HistoryEntry] = field(default_factory=list)
+    #: The resourceVersions of the release each of the round's writes produced.
+    rvs: list[str] = field(default_factory=list)
 
 
 def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: datetime) -> RoutingTable:
     """Plan the table and the scalers the decided status calls for into it (pure, recorded with it)."""
     st = decision.status
     old = gr.status or GrayReleaseStatus()
-    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    ns = gr.metadata.namespace or "default"
+    name = configmap_name(ns, gr.metadata.name)
     found_version, _ = rt.found(name)
     recorded_models = old.routing.models if old.routing is not None else []
+    models = release_models(gr, view.modelversions, recorded_models)
+    found = list(rt.tables.tables.values()) if rt.tables is not None else []
     table = plan(
         gr,
         st,
         table_namespace=rt.table_namespace,
         found_version=found_version,
         cluster_domain=rt.cluster_domain,
-        models=release_models(gr, view.modelversions, recorded_models),
+        models=models,
+        claimed=claims_of(ns, name, list(gr.spec.models) or models, found),
     )
     if gr.spec.autoscaling is not None:
         scaling = view.scaling(gr, st, now)
@@ -82,9 +92,12 @@ async def reconcile(
     actions: Callable[[], Sequence[str]] = tuple,
     pending: Pending | None = None,
     now: datetime | None = None,
+    tampered: str | None = None,
 ) -> Outcome:
     """One round for ``gr`` (its status being the one last recorded, at resourceVersion
-    ``base``); see the module doc. ``pending``: a decision whose write failed, written again."""
+    ``base``); see the module doc. ``pending``: a decision whose write failed, written again.
+    ``tampered``: why the status on the server is not the one ``gr`` carries (someone else
+    wrote it); the round writes its own over it and says so."""
     now = now or datetime.now(UTC)
     ns = gr.metadata.namespace or "default"
     old = gr.status or GrayReleaseStatus()
@@ -92,40 +105,59 @@ async def reconcile(
     if pending is not None:
         decision, table = pending.decision, pending.table
     else:
-        inputs = await gather(gr, rt, view, actions, now)
+        inputs = await gather(gr, rt, view, actions, now, tampered)
         decision = decide(gr, inputs)
         table = _planned(gr, rt, view, decision, now)
     st = decision.status
-    rv = await _record(gr, rt, base, decision, table)
+    rv = await _record(gr, rt, base, decision, table, force=tampered is not None)
     recorded = [h for h in st.history if h.seq >= old.transitions]
+    rvs = [rv] if rv and rv != base else []
     if (ns, gr.metadata.name) in rt.deleting:
-        return Outcome(decision, st, rv, recorded)
+        return Outcome(decision, st, rv, recorded, rvs)
 
-    # Act on what was recorded.
-    await act.apply_table(rt, table)
+    # Act on what was recorded; a table naming a backend outside the release's reach is not
+    # applied (the precondition BackendNotAllowed says why): the table in force stays. The
+    # table's ConfigMap carries the operator's record of the status just written.
+    uid = gr.metadata.uid or ""
+    reachable = rt.config is None or not view.backend_problems(gr, rt.config.backends)
+    if reachable:
+        await act.apply_table(rt, table, Record.of(uid, st))
     if gr.spec.autoscaling is not None:
         await act.apply_scaling(rt, ns, view.scaling(gr, st, now), view.hpas, view.scaled_objects)
-    await act.retire_standing(rt, gr, table)
+    if reachable:
+        await act.retire_standing(rt, gr, table)
 
     if st.history:
-        rv = await _history(gr, rt, st, lineage, rv)
-    return Outcome(decision, st, rv, recorded)
+        rv, st = await _history(gr, rt, st, lineage, rv)
+        rvs += [rv] if rv and rv not in rvs and rv != base else []
+        if reachable:
+            await act.apply_table(rt, table, Record.of(uid, st))
+    return Outcome(decision, st, rv, recorded, rvs)
 
 
 async def _record(
-    gr: GrayRelease, rt: Runtime, base: str | None, decision: Decision, table: RoutingTable
+    gr: GrayRelease,
+    rt: Runtime,
+    base: str | None,
+    decision: Decision,
+    table: RoutingTable,
+    *,
+    force: bool = False,
 ) -> str | None:
-    """Write the decided status, conditioned on ``base``; the resourceVersion after it.
+    """Write the decided status, sealed and numbered one past the status it was decided from,
+    conditioned on ``base``; the resourceVersion after it. ``force``: write it even if it is
+    the status the round started from (the server holds another).
 
     A write refused for a conflict propagates (the round starts again from the newer
     status); one that fails otherwise leaves the decision pending, to be written as it is.
     """
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     st, old = decision.status, gr.status or GrayReleaseStatus()
-    if st.wire() == old.wire():
+    if not force and st.wire() == old.wire():
         return base
+    sealed(rt.key, gr.metadata.uid or "", st, old.sequence + 1)
     try:
-        return await rt.run(rt.kube.patch_status, ns, name, st.model_dump(by_alias=True, mode="json"), base)
+        return await rt.run(rt.kube.replace_status, ns, name, st.wire(), base)
     except ConflictError:
         raise
     except Exception:
@@ -135,17 +167,17 @@ async def _record(
 
 async def _history(
     gr: GrayRelease, rt: Runtime, st: GrayReleaseStatus, lineage: context.Context, rv: str | None
-) -> str | None:
+) -> tuple[str | None, GrayReleaseStatus]:
     """Append the status's history to ``release_events`` and drop what was written from status;
-    the resourceVersion after it."""
+    the resourceVersion and the status after it."""
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     remaining = await act.record_history(gr, st, lineage)
     if len(remaining) == len(st.history):
-        return rv
-    st.history = remaining
+        return rv, st
+    dropped = st.model_copy(update={"history": remaining})
+    sealed(rt.key, gr.metadata.uid or "", dropped, st.sequence + 1)
     try:
-        patch = {"history": [h.model_dump(by_alias=True, mode="json") for h in remaining]}
-        return await rt.run(rt.kube.patch_status, ns, name, patch, rv)
+        return await rt.run(rt.kube.replace_status, ns, name, dropped.wire(), rv), dropped
     except Exception as exc:  # written again by the next round; rows are idempotent
         log.info("[%s/%s] could not drop written history from status: %s", ns, name, exc)
-        return rv
+        return rv, st

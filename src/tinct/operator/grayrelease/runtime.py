@@ -6,7 +6,9 @@ may not show yet:
 
 - the status it last wrote (:class:`Written`): until the watch delivers a newer object, a
   round starts from that status, not from the older one the watch still has
-  (:meth:`Runtime.begin`);
+  (:meth:`Runtime.begin`); a newer one the watch delivers is acted on only if the operator
+  wrote it (:func:`~tinct.operator.grayrelease.seal.verdict`), else the round starts from
+  this one (or the operator's record of it) and the tamper is reported;
 - a decision whose status write failed (:class:`Pending`): the next round writes it again,
   unchanged, if it starts from the same status;
 - the ``tinct.io/action`` values the watch delivered, oldest first, so two given between
@@ -18,22 +20,25 @@ may not show yet:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import kopf
+from pydantic import ValidationError
 
-from tinct.api.routing import RoutingTable
-from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS
+from tinct.api.routing import RoutingTable, configmap_name
+from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS, bounded
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.operator.grayrelease.decision import Decision
 from tinct.operator.grayrelease.kube import ReleaseKube, TableWatch
 from tinct.operator.grayrelease.metrics import ReleaseMetrics
 from tinct.operator.grayrelease.notify import Dispatcher
 from tinct.operator.grayrelease.scaling import hpa_name, scaled_object_name
+from tinct.operator.grayrelease.seal import verdict
 
 __all__ = [
     "APPLY_GRACE",
@@ -52,6 +57,8 @@ __all__ = [
 
 #: Seconds a child we applied is taken as present before the watch cache shows it.
 APPLY_GRACE = 10.0
+#: resourceVersions of its own writes the process remembers per release.
+_RVS = 32
 #: Seconds an answer to "does the cluster serve KEDA's ScaledObjects?" is reused.
 KEDA_CHECK_SECONDS = 30.0
 #: The root memo's key of the process's :class:`Runtime`.
@@ -86,6 +93,9 @@ class Written:
     base: str | None
     after: str | None
     status: GrayReleaseStatus
+    #: resourceVersions of the release this process wrote or started from, up to ``after``:
+    #: an object the watch delivers at one of them is an older view of its own writes.
+    rvs: tuple[str, ...] = ()
 
 
 @dataclass
@@ -109,6 +119,9 @@ class Start:
     body_rv: str | None
     #: The decision to write again, when the last write of one failed from the same status.
     pending: Pending | None
+    #: Why the status the watch delivered was not the operator's own, and what the round
+    #: starts from instead; None: it was.
+    tampered: str | None = None
 
 
 @dataclass
@@ -144,6 +157,8 @@ class Runtime:
     interfaces: dict[tuple[str, str], Any] = field(default_factory=dict)
     #: (when asked, answer) of whether the cluster serves KEDA's ScaledObjects
     keda_served: tuple[float, bool] | None = None
+    #: The key statuses are sealed with (:mod:`~tinct.operator.grayrelease.seal`).
+    key: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
 
     async def close(self) -> None:
         """Stop the table watch, close the clients; what the webhooks have queued gets a moment."""
@@ -187,7 +202,7 @@ class Runtime:
 
     def begin(self, key: Key, body: kopf.Body, wake: asyncio.Event) -> Start:
         """Start a round of ``key``: register its wake-up event, and the status to start from."""
-        gr = parse(body)
+        gr, tampered = self.trusted(key, body)
         uid = gr.metadata.uid
         body_rv = body["metadata"].get("resourceVersion")
         spec = gr.spec
@@ -196,23 +211,91 @@ class Runtime:
         self.wakers[key] = (wake, frozenset(refs))
         base = body_rv
         mine = self.written.get(key)
-        if mine is not None and mine.uid == uid and mine.base == body_rv:
+        if mine is not None and mine.uid == uid and (mine.base == body_rv or body_rv in mine.rvs):
             # The watch has not delivered our last write yet: that status is the newer one.
             gr = gr.model_copy(update={"status": mine.status})
-            base = mine.after
+            base, tampered = mine.after, None
         pending = self.pending.pop(key, None)
-        if pending is not None and (pending.uid != uid or pending.base != base):
+        if pending is not None and (pending.uid != uid or pending.base != base or tampered):
             pending = None
         wake.clear()
-        return Start(gr, base, body_rv, pending)
+        return Start(gr, base, body_rv, pending, tampered)
 
-    def remember_written(self, key: Key, start: Start, after: str | None, status: GrayReleaseStatus) -> None:
-        """``status`` was written at resourceVersion ``after`` by the round that ``start`` began."""
-        self.written[key] = Written(start.release.metadata.uid, start.body_rv, after, status)
+    def foreign(self, key: Key, body: kopf.Body | Mapping[str, Any]) -> bool:
+        """Whether the status the watch delivered is plainly not one the operator wrote: its
+        seal does not verify, or it is older than the one this process wrote last (the round
+        checks it fully, :meth:`trusted`)."""
+        raw = body.get("status")
+        if not raw:
+            return False
+        try:
+            status = GrayReleaseStatus.model_validate(raw)
+        except ValidationError:
+            return True
+        uid = str(body["metadata"].get("uid") or "")
+        mine = self.written.get(key)
+        if mine is not None and mine.uid == uid:
+            if body["metadata"].get("resourceVersion") in mine.rvs:
+                return False  # an older view of its own writes
+            if status.sequence < mine.status.sequence:
+                return True
+        return verdict(self.key, uid, status) is not None
+
+    def trusted(self, key: Key, body: kopf.Body | Mapping[str, Any]) -> tuple[GrayRelease, str | None]:
+        """The release with the status the operator stands by: the one delivered, if it wrote
+        it; else the one it wrote last (its memory, else its record, else none) and why the
+        delivered one was refused (:func:`~tinct.operator.grayrelease.seal.verdict`)."""
+        gr = parse({**body, "status": None})
+        raw = body.get("status") or None
+        status: GrayReleaseStatus | None = None
+        try:
+            status = GrayReleaseStatus.model_validate(raw) if raw is not None else None
+            valid = True
+        except ValidationError:
+            valid = False
+        uid = gr.metadata.uid or ""
+        found = self.tables.get(configmap_name(*key)) if self.tables is not None else None
+        record = found.record if found is not None else None
+        why = verdict(
+            self.key,
+            uid,
+            status,
+            valid=valid,
+            record=record,
+            table=found.table if found is not None else None,
+        )
+        if why is None:
+            return gr.model_copy(update={"status": status}), None
+        mine = self.written.get(key)
+        if (
+            mine is not None
+            and mine.uid == uid
+            and (record is None or mine.status.sequence >= record.sequence)
+        ):
+            restored, source = mine.status, "the status the operator wrote last"
+        elif record is not None and record.uid == uid:
+            restored, source = record.status(), "the operator's record of the last status it wrote"
+        else:
+            restored, source = None, "nothing: the operator has written no status for it"
+        return gr.model_copy(
+            update={"status": restored}
+        ), f"the status was not the operator's: {why}; it went on from {source}"
+
+    def remember_written(
+        self, key: Key, start: Start, after: str | None, status: GrayReleaseStatus, rvs: Sequence[str] = ()
+    ) -> None:
+        """``status`` was written at resourceVersion ``after`` (through ``rvs``) by the round that
+        ``start`` began."""
+        uid = start.release.metadata.uid
+        before = self.written.get(key)
+        earlier = before.rvs if before is not None and before.uid == uid else ()
+        seen = tuple(dict.fromkeys(rv for rv in (*earlier, start.body_rv, *rvs) if rv))
+        self.written[key] = Written(uid, start.body_rv, after, status, seen[-_RVS:])
 
     def actions_for(self, key: Key, body: kopf.Body, status: GrayReleaseStatus | None) -> list[str]:
         """The action values to consider now: those the watch delivered, then the current one."""
-        current = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        given = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        current = bounded(str(given)) if given else None
         done = set(status.seen_actions) if status is not None else set()
         acked = status.acknowledged_action if status is not None else None
         values = [v for v in self.actions.get(key, []) if v not in done and v != current]
@@ -226,7 +309,8 @@ class Runtime:
         """Queue the action value the watch delivered with ``body``, unless status has seen it;
         the value, if any."""
         status = body.get("status") or {}
-        annotation = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        given = (body["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
+        annotation = bounded(str(given)) if given else None
         if annotation and annotation not in (status.get("seenActions") or []):
             queued = self.actions.setdefault(key, [])
             if annotation not in queued:

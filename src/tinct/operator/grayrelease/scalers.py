@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tinct.api.names import label_value
 from tinct.api.routing import RELEASE_LABEL
 from tinct.api.v1alpha1.common import API_VERSION
 from tinct.api.v1alpha1.grayrelease import GrayRelease
@@ -52,7 +53,7 @@ def scaler_metadata(release: GrayRelease, scaler: SideScaler, owner: dict[str, A
         "name": scaler.name,
         "namespace": release.metadata.namespace or "default",
         "labels": {
-            RELEASE_LABEL: release.metadata.name[:63].rstrip("-_."),
+            RELEASE_LABEL: label_value(release.metadata.name),
             "tinct.io/side": scaler.side,
             "app.kubernetes.io/managed-by": "tinct",
         },

@@ -46,12 +46,12 @@ operator does not allow (``PrometheusNotAllowed``) or two sides on the same quer
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tinct.api.names import LABEL_VALUE, shortened
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import (
     Backend,
@@ -90,26 +90,35 @@ STEP_DOWN_INTERVALS = 4
 #: Seconds the candidate keeps its bounds after a rollback (at least one analysis interval).
 SCALE_DOWN_DELAY = 30.0
 #: KEDA uses a ScaledObject's name as a label value: at most 63 characters.
-_MAX_SO_NAME = 63
+_MAX_SO_NAME = LABEL_VALUE
+#: An HPA's name is a DNS subdomain.
+_MAX_HPA_NAME = 253
+#: Characters of a side's query that ``status.autoscaling[].query`` shows.
+QUERY_SHOWN = 8192
 
 
 def hpa_name(release: str, side: str) -> str:
-    return f"tinct-{release}-{side}"[:253]
+    """``tinct-<release>-<side>``, shortened with a digest of the release's name past 253
+    characters: each side keeps an HPA of its own."""
+    return shortened("tinct-", release, f"-{side}", _MAX_HPA_NAME)
 
 
 def scaled_object_name(release: str, side: str) -> str:
     """``tinct-<release>-<side>``, shortened with a digest of the release's name past 63 characters."""
-    name = f"tinct-{release}-{side}"
-    if len(name) <= _MAX_SO_NAME:
-        return name
-    digest = hashlib.sha256(release.encode()).hexdigest()[:8]
-    keep = _MAX_SO_NAME - len(f"tinct--{digest}-{side}")
-    return f"tinct-{release[:keep].rstrip('-.')}-{digest}-{side}"
+    return shortened("tinct-", release, f"-{side}", _MAX_SO_NAME)
 
 
 def keda_hpa_name(scaled_object: str) -> str:
     """The HPA KEDA keeps for a ScaledObject it scales (its default name)."""
     return f"keda-hpa-{scaled_object}"
+
+
+def _shown(query: str | None) -> str | None:
+    """``query`` as status shows it: cut to what the field holds (labels at their longest make
+    a longer one; the ScaledObject gets it whole)."""
+    if query is None or len(query) <= QUERY_SHOWN:
+        return query
+    return query[: QUERY_SHOWN - 3] + "..."
 
 
 # --- the bounds -----------------------------------------------------------------------------
@@ -330,7 +339,7 @@ def plan_autoscaling(
             side=side,
             hpa=keda_hpa_name(so) if use_keda else name,
             scaled_object=so if use_keda else None,
-            query=queries.get(side),
+            query=_shown(queries.get(side)),
             min_replicas=lo,
             max_replicas=hi,
         )

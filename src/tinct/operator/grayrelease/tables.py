@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tinct.api.routing import (
     RoutingTable,
@@ -38,10 +39,12 @@ from tinct.api.routing import (
 )
 from tinct.api.v1alpha1.dye import cell_key
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, RoutingRef
+from tinct.operator.grayrelease.seal import RECORD_ANNOTATION, Record
 from tinct.router.table import CompiledTable
 
 __all__ = [
     "cells_by_tag",
+    "claims_of",
     "content_digest",
     "desired_table",
     "plan",
@@ -50,6 +53,39 @@ __all__ = [
     "table_manifest",
     "target_digest",
 ]
+
+
+class Found(Protocol):
+    """A routing-table ConfigMap as the operator's watch found it
+    (:class:`~tinct.operator.grayrelease.kube.FoundTable`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def created(self) -> float: ...
+    @property
+    def table(self) -> RoutingTable | None: ...
+
+
+def claims_of(
+    namespace: str, config_map: str, models: Sequence[str], found: Sequence[Found]
+) -> dict[str, float]:
+    """The claims the table ``config_map`` of a release of ``namespace`` carries over: for each
+    of ``models``, the earliest claim on it of a table of the same namespace (live or
+    standing, this one's own included) when that is earlier than this table's own ConfigMap
+    (:mod:`tinct.api.ownership`). Stable: once carried over, a claim stays in the table."""
+    mine = next((f for f in found if f.name == config_map), None)
+    own = mine.created if mine is not None else math.inf
+    out: dict[str, float] = {}
+    for f in found:
+        t = f.table
+        if t is None or (t.namespace or "default") != namespace:
+            continue
+        for m in set(models) & set(t.models):
+            since = min(t.claimed.get(m, f.created), f.created)
+            if since < min(own, out.get(m, math.inf)):
+                out[m] = since
+    return out
 
 
 def release_models(
@@ -104,6 +140,7 @@ def desired_table(
     version: int,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
+    claimed: Mapping[str, float] | None = None,
 ) -> RoutingTable:
     """The table ``status`` calls for: its phase, its step, and the weights it put in force."""
     return routing_table_from(
@@ -115,6 +152,7 @@ def desired_table(
         shadows=status.shadows,
         cluster_domain=cluster_domain,
         models=models,
+        claimed=claimed,
     )
 
 
@@ -133,6 +171,7 @@ def plan(
     found_version: int = 0,
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
+    claimed: Mapping[str, float] | None = None,
 ) -> RoutingTable:
     """Record in ``status.routing`` the table ``status`` calls for, and return it.
 
@@ -143,7 +182,7 @@ def plan(
     ns = release.metadata.namespace or "default"
     ref = status.routing
     recorded = ref.version if ref is not None else 0
-    want = desired_table(release, status, 0, cluster_domain, models)
+    want = desired_table(release, status, 0, cluster_domain, models, claimed)
     digest = content_digest(want)
     if ref is None or ref.digest != digest or found_version > recorded or ref.namespace != table_namespace:
         version = max(recorded, found_version) + 1
@@ -160,9 +199,13 @@ def plan(
     return want.model_copy(update={"version": version})
 
 
-def table_manifest(table: RoutingTable, table_namespace: str) -> dict[str, Any]:
-    """The ConfigMap of ``table`` in the table namespace, for server-side apply."""
-    return routing_configmap(table, namespace=table_namespace)
+def table_manifest(table: RoutingTable, table_namespace: str, record: Record | None = None) -> dict[str, Any]:
+    """The ConfigMap of ``table`` in the table namespace, for server-side apply; with the
+    operator's ``record`` of the release's last status in an annotation."""
+    manifest = routing_configmap(table, namespace=table_namespace)
+    if record is not None:
+        manifest["metadata"]["annotations"][RECORD_ANNOTATION] = record.to_json()
+    return manifest
 
 
 def standing_table(
@@ -171,9 +214,10 @@ def standing_table(
     *,
     found_version: int = 0,
     cluster_domain: str = "cluster.local",
+    claimed: Mapping[str, float] | None = None,
 ) -> RoutingTable:
     """The standing route of a deleted release: its outcome, kept until another release
-    takes its models over.
+    takes its models over (``claimed``: what the last live table carried over).
 
     The candidate serves every cell when the release was Promoted; stable serves
     everything otherwise (the weight rule for a candidate that no longer serves). The
@@ -190,6 +234,7 @@ def standing_table(
         standing=True,
         cluster_domain=cluster_domain,
         models=routing.models if routing is not None else [],
+        claimed=claimed,
     )
 
 

@@ -20,16 +20,24 @@ from typing import Any
 
 import kopf
 
+from tinct.api.backends import BackendPolicy
 from tinct.api.routing import configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
-from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayRelease, GrayReleaseStatus
+from tinct.api.v1alpha1.grayrelease import AnalysisResult, Backend, GrayRelease, GrayReleaseStatus
+from tinct.operator.bookkeeping import REFUSED
 from tinct.operator.grayrelease import analysis as analysis_
 from tinct.operator.grayrelease import prometheus
 from tinct.operator.grayrelease.decision import Capacity, Inputs
-from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
+from tinct.operator.grayrelease.preconditions import Claim, Problem, Side, model_conflict, preconditions
 from tinct.operator.grayrelease.runtime import Runtime
 from tinct.operator.grayrelease.scaling import KedaEnv, Plan, plan_autoscaling
-from tinct.operator.grayrelease.tables import cells_by_tag, desired_table, release_models, target_digest
+from tinct.operator.grayrelease.tables import (
+    cells_by_tag,
+    claims_of,
+    desired_table,
+    release_models,
+    target_digest,
+)
 from tinct.operator.grayrelease.timing import analysis_due, needs_confirmation
 
 __all__ = ["View", "gather", "keda_env", "view_of"]
@@ -55,10 +63,43 @@ class View:
     scaled_objects: list[dict[str, Any]] = field(default_factory=list)
     #: What ``spec.autoscaling.keda`` needs to be planned (gathered by the round)
     keda: KedaEnv | None = None
+    #: Service name -> the host an ExternalName Service of the release's sides points to
+    external: dict[str, str] = field(default_factory=dict)
 
     def scaling(self, gr: GrayRelease, status: GrayReleaseStatus, now: datetime) -> Plan:
         """The scalers ``status`` calls for (see :func:`~tinct.operator.grayrelease.scaling.plan_autoscaling`)."""
         return plan_autoscaling(gr, status, self.hpas, now, self.scaled_objects, self.keda)
+
+    def backend_problems(self, gr: GrayRelease, policy: BackendPolicy) -> list[Problem]:
+        """The sides whose backend lies outside the release's namespace and the allow-list:
+        a ``url`` elsewhere, or a Service of type ExternalName pointing elsewhere. No table
+        naming them is written."""
+        ns = gr.metadata.namespace or "default"
+        out = []
+        sides: tuple[tuple[Side, Backend], ...] = (
+            ("stable", gr.spec.stable),
+            ("candidate", gr.spec.candidate),
+        )
+        for side, backend in sides:
+            target, what = backend.url, f"spec.{side}.url"
+            external = self.external.get(backend.service)
+            if target is None and external is not None:
+                target, what = (
+                    f"http://{external}:{backend.port}",
+                    f"Service {backend.service} (ExternalName)",
+                )
+            why = policy.refusal(target, ns) if target is not None else None
+            if why is not None:
+                out.append(
+                    Problem(
+                        "BackendsAvailable",
+                        "BackendNotAllowed",
+                        f"{side} backend {what}: {why}",
+                        fatal=backend.url is not None,
+                        side=side,
+                    )
+                )
+        return out
 
     def problems(self, gr: GrayRelease, config: Any = None) -> list[Problem]:
         out = preconditions(
@@ -69,6 +110,8 @@ class View:
             self.interfaces,
             self.service_ports,
         )
+        if config is not None:
+            out.extend(self.backend_problems(gr, config.backends))
         if gr.spec.analysis is not None and gr.spec.analysis.metrics and config is not None:
             try:
                 prometheus.resolve(gr.spec.analysis.prometheus, config)
@@ -97,9 +140,9 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
     ns, spec = gr.metadata.namespace or "default", gr.spec
     sides = (spec.stable, spec.candidate)
     mvs = indices.get("tinct_modelversions")
-    services: dict[str, tuple[int, ...]] = (
-        dict(indices["tinct_services"].get(ns, ())) if "tinct_services" in indices else {}
-    )
+    found = indices["tinct_services"].get(ns, ()) if "tinct_services" in indices else ()
+    services: dict[str, tuple[int, ...]] = {name: ports for name, ports, _ in found}
+    external = {name: host for name, _, host in found if host}
     deps = indices.get("tinct_deployments")
     hpas = list(indices["tinct_hpas"].get(ns, ())) if "tinct_hpas" in indices else []
     sos = indices.get("tinct_scaledobjects")
@@ -110,6 +153,7 @@ def view_of(gr: GrayRelease, indices: Mapping[str, Any]) -> View:
         deployments={b.deployment: _one(deps, (ns, b.deployment)) for b in sides if b.deployment},
         hpas=hpas,
         scaled_objects=list(sos.get(ns, ())) if sos is not None else [],
+        external={b.service: external[b.service] for b in sides if b.service in external},
     )
 
 
@@ -190,7 +234,12 @@ async def _interfaces(gr: GrayRelease, rt: Runtime, view: View) -> None:
 
 
 async def gather(
-    gr: GrayRelease, rt: Runtime, view: View, actions: Callable[[], Sequence[str]], now: datetime
+    gr: GrayRelease,
+    rt: Runtime,
+    view: View,
+    actions: Callable[[], Sequence[str]],
+    now: datetime,
+    tampered: str | None = None,
 ) -> Inputs:
     """What the round needs to decide (see the module doc)."""
     spec = gr.spec
@@ -216,24 +265,42 @@ async def gather(
         routers=routers,
         unknown_notifiers=rt.notify.unknown(gr) if rt.notify is not None else [n.name for n in spec.notify],
         conflict=conflict.message if conflict is not None else None,
+        bookkeeping=REFUSED.get(gr.metadata.uid or ""),
+        tampered=tampered,
     )
 
 
 def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
-    """ModelConflict when an older live table of another release claims this release's models."""
+    """ModelConflict when the routers give a model of this release to another table: one of
+    another namespace (that routed it first, or that a cluster administrator gave it) or an
+    older live one of this namespace (:mod:`tinct.api.ownership`)."""
     if rt.tables is None:
         return None
-    name = configmap_name(gr.metadata.namespace or "default", gr.metadata.name)
+    ns = gr.metadata.namespace or "default"
+    name = configmap_name(ns, gr.metadata.name)
     old = gr.status or GrayReleaseStatus()
     recorded = old.routing.models if old.routing is not None else []
     models = list(gr.spec.models) or release_models(gr, view.modelversions, recorded)
+    found = list(rt.tables.tables.values())
     claims = [
-        Claim(f.name, f.created, f.table.namespace or "", f.table.release, f.table.uid, tuple(f.table.models))
-        for f in list(rt.tables.tables.values())
-        if f.table is not None and not f.table.standing and f.name != name
+        Claim(
+            f.name,
+            f.created,
+            f.table.namespace or "",
+            f.table.release,
+            f.table.uid,
+            tuple(f.table.models),
+            f.table.standing,
+            f.table.claimed,
+        )
+        for f in found
+        if f.table is not None and f.name != name
     ]
     mine = rt.tables.get(name)
-    return model_conflict(gr.metadata.uid, name, mine.created if mine is not None else None, models, claims)
+    created = mine.created if mine is not None else None
+    owners = dict(rt.config.model_owners) if rt.config is not None else {}
+    claimed = claims_of(ns, name, models, found)
+    return model_conflict(gr.metadata.uid, ns, name, created, models, claims, owners, claimed)
 
 
 # Watch caches of what a release depends on: rounds read these instead of the API server.
@@ -258,8 +325,10 @@ def tinct_modelversions(
 
 @kopf.index("v1", "services")
 def tinct_services(namespace: str | None, name: str, spec: kopf.Spec, **_: Any) -> Any:
+    """(name, ports, the host an ExternalName Service points to or None) by namespace."""
     ports = tuple(p["port"] for p in spec.get("ports") or [] if isinstance(p.get("port"), int))
-    return {namespace: (name, ports)}
+    external = spec.get("externalName") if spec.get("type") == "ExternalName" else None
+    return {namespace: (name, ports, str(external) if external else None)}
 
 
 @kopf.index("apps", "v1", "deployments")
