@@ -65,13 +65,15 @@ class Stack:
     comparer: Comparer
     prometheus: Prometheus
 
-    def release(self, minimum: float = 90, **kw: Any) -> dict[str, Any]:
+    def release(
+        self, minimum: float = 90, interval: str = "4s", min_pairs: int = 10, **kw: Any
+    ) -> dict[str, Any]:
         analysis = {
-            "interval": "4s",
+            "interval": interval,
             "failureLimit": 1,
             "inconclusiveLimit": 50,
             "prometheus": {"url": self.prometheus.url},
-            "metrics": [{"name": "shadow-agreement", "min": minimum, "minPairs": 10}],
+            "metrics": [{"name": "shadow-agreement", "min": minimum, "minPairs": min_pairs}],
         }
         doc = example(analysis=analysis, cells=DARK, **kw)
         doc["spec"]["stable"]["url"] = self.engines.v1.url
@@ -177,7 +179,10 @@ def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -
     for engine in (stack.engines.v1, stack.engines.v2):
         stack.engines.set(engine, noise_rate_deterministic=0.35)
     with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
-        apply(stack.cluster, stack.ns, stack.release(minimum=80))
+        # Each engine alone agrees with itself ~42 % of the time: judged on a handful of pairs,
+        # the two estimates (the candidate's and the floor) differ by 25 pp either way, so the
+        # windows are long enough for 30 pairs and the bar sits well below what noise moves.
+        apply(stack.cluster, stack.ns, stack.release(minimum=60, interval="10s", min_pairs=30))
         with stack.pump(noise_every=3):
             st = eventually(_phase(stack, "Promoted", "RolledBack"), timeout=240, what="Promoted")
     assert st["phase"] == "Promoted", st.get("message")
@@ -186,5 +191,5 @@ def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -
     ).to_pylist()
     counts = {(r["target"], r["verdict"]): r["n"] for r in rows}
     raw = counts.get(("candidate", "same"), 0) / sum(n for (t, _), n in counts.items() if t == "candidate")
-    assert raw < 0.8, "without the noise floor the candidate would have failed"
+    assert raw < 0.6, "without the noise floor the candidate would have failed"
     assert counts.get(("stable", "different"), 0) > 0
