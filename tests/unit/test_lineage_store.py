@@ -161,6 +161,37 @@ def test_two_writer_processes_on_s3_lose_nothing(s3: S3) -> None:
     assert sorted(uids) == sorted(f"uid-{i}" for first in (0, 1000) for i in range(first, first + 300))
 
 
+def _maintain_when_started(root: str, start: Any, results: Any) -> None:
+    try:
+        store = LineageStore(root)
+        store.table("model_versions")
+        start.wait()
+        results.put(store.maintain(["model_versions"], vacuum=False)["model_versions"]["compact"])
+    except BaseException as exc:
+        results.put({"error": repr(exc)})
+
+
+def test_two_writers_maintaining_at_once_keep_one_copy_of_each_row(s3: S3) -> None:
+    """Both compact the same 40 files at the same moment: one commits, the other waits."""
+    s3.bucket("two-compactions")
+    root = "s3://two-compactions/lineage"
+    store = LineageStore(root)
+    for i in range(40):
+        store.merge("model_versions", lineage_event(i)["model_versions"])
+    spawn = multiprocessing.get_context("spawn")
+    start, results = spawn.Barrier(2), spawn.Queue()
+    writers = [spawn.Process(target=_maintain_when_started, args=(root, start, results)) for _ in range(2)]
+    for w in writers:
+        w.start()
+    outcomes = [results.get(timeout=300) for _ in writers]
+    for w in writers:
+        w.join(60)
+    assert not [o for o in outcomes if "error" in o], outcomes
+    assert any(o.get("numFilesRemoved") == 40 for o in outcomes), outcomes
+    assert _count(root) == (40, 40), outcomes
+    assert len(LineageStore(root).table("model_versions").file_uris()) == 1
+
+
 def _leftovers(s3: S3, bucket: str) -> list[str]:
     listed = s3.client.list_objects_v2(Bucket=bucket).get("Contents", [])
     return [str(o["Key"]) for o in listed]

@@ -23,9 +23,16 @@ commit of one version (a conditional put of the log entry); the operator checks 
 start (:mod:`tinct.lineage.commits`), since a paused leader may still be writing when its
 standby takes over.
 
-**Maintenance** (:meth:`LineageStore.maintain`): bin-packing compaction of small files,
-a checkpoint, expired-log cleanup and ``VACUUM`` with a retention of
+**Maintenance** (:meth:`LineageStore.maintain`): compaction of the table's files into
+few, a checkpoint, expired-log cleanup and ``VACUUM`` with a retention of
 :data:`VACUUM_RETENTION_HOURS` (readers older than that are not supported).
+
+Compaction rewrites the snapshot it read (streamed, in bounded memory) and commits as an
+overwrite that lands exactly after that snapshot or not at all, like a merge. delta-rs'
+own ``optimize.compact`` rebases onto a concurrent commit whatever it is told, and lets a
+compaction that removes the files another compaction removed commit too: two writers
+maintaining at once would each add a copy of the same rows. A compaction that loses a race
+is skipped until the next maintenance.
 """
 
 from __future__ import annotations
@@ -188,11 +195,7 @@ class LineageStore:
                 props = CommitProperties(
                     custom_metadata={"tinct.operatorVersion": self.operator_version, "tinct.op": "maintain"}
                 )
-                metrics: dict[str, Any] = {}
-                try:
-                    metrics["compact"] = dt.optimize.compact(commit_properties=props)
-                except CommitFailedError as exc:  # a writer won; compaction waits for next time
-                    metrics["compact"] = {"skipped": str(exc)}
+                metrics: dict[str, Any] = {"compact": _compact(dt, props)}
                 _refresh(dt)
                 dt.create_checkpoint()
                 dt.cleanup_metadata()
@@ -210,6 +213,25 @@ class LineageStore:
                 metrics["files"] = len(dt.file_uris())
                 out[name] = metrics
         return out
+
+
+def _compact(dt: DeltaTable, props: CommitProperties) -> dict[str, Any]:
+    """Rewrite ``dt``'s snapshot into as few files as its rows need, as the next version only."""
+    before = len(dt.file_uris())
+    if before <= 1:
+        return {"skipped": "one file or none"}
+    version = dt.version()
+    rows = dt.to_pyarrow_dataset().scanner().to_reader()
+    exact = CommitProperties(
+        custom_metadata={**(props.custom_metadata or {}), "tinct.compactedVersion": str(version)},
+        max_commit_retries=0,
+    )
+    try:
+        write_deltalake(dt, rows, mode="overwrite", commit_properties=exact)
+    except CommitFailedError:  # a writer won; compaction waits for next time
+        return {"skipped": f"another writer committed after version {version}"}
+    _refresh(dt)
+    return {"numFilesRemoved": before, "numFilesAdded": len(dt.file_uris())}
 
 
 def _refresh(dt: DeltaTable) -> None:
