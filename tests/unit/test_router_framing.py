@@ -230,7 +230,19 @@ REFUSED_PATHS = [
     b"http://stable//v1/models",
 ]
 #: Sound paths under no pass-through prefix (default: /v1/): 404, and the connection serves on.
-NOT_SERVED = [b"/admin", b"/", b"/v1", b"/v2/models", b"/healthzz", b"/.well-known/x", b"http://stable/admin"]
+NOT_SERVED = [
+    b"/admin",
+    b"/",
+    b"/v1",
+    b"/v2/models",
+    b"/healthzz",
+    b"/.well-known/x",
+    b"http://stable/admin",
+    # Under a classified path: a backend reading it as the chat path would answer unclassified.
+    b"/v1/chat/completions/",
+    b"/v1/chat/%63ompletions/",
+    b"/v1/completions/x",
+]
 
 
 async def test_ambiguous_paths_are_refused_and_paths_outside_the_api_reach_no_backend(tmp_path: Path) -> None:

@@ -17,7 +17,9 @@ is no path of the API.
 
 Paths other than the classified ones (:data:`~tinct.router.classify.CLASSIFIED_PATHS`) reach
 stable only under a pass-through prefix (:class:`PassThrough`; ``--pass-through-prefix``,
-default :data:`DEFAULT_PASS_THROUGH`); any other gets ``404``.
+default :data:`DEFAULT_PASS_THROUGH`); any other gets ``404``, and so does a path under a
+classified one (``/v1/chat/completions/``): a backend that reads it as the chat path would
+answer a chat request the router never classified.
 
 The checks cost a few substring scans per request; the byte-by-byte work runs only for a
 path that contains ``%``, ``/.``, ``//`` or ``\\``.
@@ -30,9 +32,13 @@ from urllib.parse import unquote
 
 import httptools
 
+from tinct.router.classify import CLASSIFIED_PATHS
+
 #: Paths passed through to stable when no ``--pass-through-prefix`` is given: the OpenAI API.
 DEFAULT_PASS_THROUGH: tuple[str, ...] = ("/v1/",)
 _HEX = "0123456789abcdefABCDEF"
+#: Paths under a classified path: never passed through, whatever the prefixes.
+_UNDER_CLASSIFIED = tuple(p + "/" for p in sorted(CLASSIFIED_PATHS))
 #: Characters a path must not carry percent-encoded: ``%``, ``.``, ``/``, ``\\`` and controls.
 _NO_ENCODED = frozenset({0x25, 0x2E, 0x2F, 0x5C, 0x7F, *range(0x20)})
 
@@ -106,7 +112,8 @@ def check_prefix(prefix: str) -> str:
 class PassThrough:
     """The paths passed through to stable: a prefix ending in ``/`` takes every path under it
     (``/v1/``); one without takes that path and those under it (``/health`` takes ``/health``
-    and ``/health/live``, not ``/healthz``). ``/`` takes every path."""
+    and ``/health/live``, not ``/healthz``). ``/`` takes every path but those under a
+    classified path."""
 
     __slots__ = ("_exact", "_under", "prefixes")
 
@@ -117,6 +124,8 @@ class PassThrough:
 
     def allows(self, path: str) -> bool:
         """``path`` (decoded, as :func:`check_target` gives it) may go to stable."""
+        if path.startswith(_UNDER_CLASSIFIED):
+            return False
         return path.startswith(self._under) or path in self._exact
 
 
