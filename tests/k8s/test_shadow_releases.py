@@ -4,18 +4,22 @@ Pairs are mirrored from the emulators and POSTed to `tinct comparer --watch` as 
 Prometheus scrapes the comparer; the operator judges each window on `shadow-agreement`. A
 dark step (weight 0, a shadow share) advances when the candidate answers like stable, rolls
 back naming the cell when it does not, and a noise floor keeps a noisy candidate from failing
-for the noise stable has too.
+for the noise stable has too. Last, the whole path: the real router mirrors real `openai`
+requests to the candidate and posts the pairs to the comparer, and no client ever gets the
+candidate's answer.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from tinct.lineage.sql import query
@@ -193,3 +197,125 @@ def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -
     raw = counts.get(("candidate", "same"), 0) / sum(n for (t, _), n in counts.items() if t == "candidate")
     assert raw < 0.6, "without the noise floor the candidate would have failed"
     assert counts.get(("stable", "different"), 0) > 0
+
+
+@dataclass
+class Client:
+    """The official ``openai`` client through the router, as a caller of one dye cell."""
+
+    port: int
+    role: str
+    latency: str
+    prompt: str
+    stream: bool
+    answers: list[tuple[str, str]] = field(default_factory=list)  # (X-Scheduler-Active, content)
+
+    def ask(self) -> None:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
+        headers = {"X-User-Role": self.role, "X-Latency-Class": self.latency}
+        messages: Any = [{"role": "user", "content": self.prompt}]
+        raw = client.chat.completions.with_raw_response.create(
+            model="llama3-8b", messages=messages, temperature=0, stream=self.stream, extra_headers=headers
+        )
+        side = raw.headers.get("x-scheduler-active", "?")
+        if self.stream:
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+        else:
+            text = raw.parse().choices[0].message.content or ""
+        self.answers.append((side, text))
+
+
+def test_routers_mirror_to_the_comparer_and_a_drifting_candidate_never_answers_a_client(
+    cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
+) -> None:
+    """The real router mirrors the dark step's shadow share of real `openai` requests
+    (streamed and not) to the candidate and posts the pairs to the real comparer; the candidate
+    drifts in the long cell; the release rolls back naming that cell, and every client got
+    stable's answer, never the candidate's."""
+    backends(cluster, namespace, tmp_path)
+    engines = Engines(names=("llama3-8b", "llama3-8b"))
+    engines.set(engines.v2, drift_marker="[legal]")
+    token = tmp_path / "comparer-token"
+    token.write_text("test-token")
+    long_prompt = "[legal] may I quote this contract? " + "tell me about dye tags " * 1200
+    clients = [
+        Client(0, "admin", "high", long_prompt, stream=False),
+        Client(0, "admin", "high", long_prompt, stream=True),
+        Client(0, "audit", "low", "another question", stream=True),
+        Client(0, "audit", "low", "another question", stream=False),
+    ]
+    try:
+        with (
+            comparer(namespace, tmp_path / "comparer.log", tmp_path / "lineage", token="test-token") as c,
+            router(
+                namespace,
+                tmp_path / "router.log",
+                extra=["--comparer", c.url, "--comparer-token-file", str(token)],
+            ) as r,
+        ):
+            prom = prometheus()
+            prom.set_targets([f"127.0.0.1:{r.port}", f"127.0.0.1:{c.port}"])
+            stack = Stack(cluster, namespace, tmp_path / "lineage", engines, c, prom)
+            stop = threading.Event()
+
+            def traffic(client: Client) -> None:
+                client.port = r.port
+                while not stop.is_set():
+                    try:
+                        client.ask()
+                    except openai.OpenAIError as exc:  # counted against the invariant below
+                        client.answers.append(("error", repr(exc)))
+
+            with operator(namespace, stack.root, TINCT_PROMETHEUS_URL=prom.url):
+                apply(cluster, namespace, stack.release())
+
+                def dark_step() -> int | None:  # the table the routers serve, mirroring
+                    got = table(cluster, namespace)
+                    return got[0] if got is not None and got[1].get("shadow") else None
+
+                dark = eventually(dark_step, timeout=60, what="the dark step's table")
+                eventually(
+                    lambda: (r.table_version() or -1) >= dark, timeout=30, what="the router serving it"
+                )
+                threads = [threading.Thread(target=traffic, args=(cl,), daemon=True) for cl in clients]
+                for t in threads:
+                    t.start()
+                try:
+                    st = eventually(_phase(stack, "RolledBack", "Promoted"), timeout=240, what="RolledBack")
+                finally:
+                    stop.set()
+                    for t in threads:
+                        t.join(60)
+                wait_history_written(cluster, namespace)
+            mirrored = r.metrics()
+        direct: dict[str, str | None] = {}
+        for name, engine in (("v1", engines.v1), ("v2", engines.v2)):
+            answer = openai.OpenAI(base_url=f"{engine.url}/v1", api_key="none", max_retries=0)
+            direct[name] = (
+                answer.chat.completions.create(
+                    model="llama3-8b", messages=[{"role": "user", "content": long_prompt}], temperature=0
+                )
+                .choices[0]
+                .message.content
+            )
+    finally:
+        engines.stop()
+    assert st["phase"] == "RolledBack", st.get("message")
+    assert f"cell {LONG} agrees 0%" in st["message"]
+    # The pairs came from the router: the comparer recorded both cells' from its posts.
+    rows = query(
+        "SELECT dye_tag, target, verdict, count(*) AS n FROM shadow_pairs GROUP BY dye_tag, target, verdict",
+        str(tmp_path / "lineage"),
+    ).to_pylist()
+    seen = {(row["dye_tag"], row["target"], row["verdict"]) for row in rows}
+    assert (LONG_TAG, "candidate", "different") in seen, rows
+    assert any(tag != LONG_TAG and verdict == "same" for tag, _, verdict in seen), rows
+    for family in ("tinct_router_shadow_mirrors_total", "tinct_router_shadow_pairs_sent_total"):
+        assert re.search(rf"^{family}\{{.*\}} [1-9]", mirrored, re.M), mirrored[-3000:]
+    # Every client was answered by stable, with stable's words, streamed or not.
+    for client in clients:
+        assert client.answers, client
+        assert {side for side, _ in client.answers} == {"v1"}, client.answers[-3:]
+        assert len({text for _, text in client.answers}) == 1, client.answers[-3:]
+    # ... and those words are stable's, not the drifting candidate's.
+    assert clients[0].answers[0][1] == direct["v1"] != direct["v2"]

@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,11 +140,15 @@ class Router:
 
 @contextmanager
 def router(
-    namespace: str, log: Path, release: str | None = None, env: Mapping[str, str] | None = None
+    namespace: str,
+    log: Path,
+    release: str | None = None,
+    env: Mapping[str, str] | None = None,
+    extra: Sequence[str] = (),
 ) -> Iterator[Router]:
     """`tinct router --watch` on a free port, believing the role header from loopback, once it
     serves; with ``release``, it follows only that release's table. ``env``: its environment
-    (default: this process')."""
+    (default: this process'); ``extra``: more of its arguments."""
     port = free_port()
     argv = router_argv(
         port,
@@ -159,6 +163,7 @@ def router(
     )
     if release:
         argv += ["--selector", f"tinct.io/routing-table=true,tinct.io/release={release}"]
+    argv += list(extra)
     with spawned(argv, log, env) as proc:
         metrics = f"http://127.0.0.1:{port}/metrics"
         wait_ready("the router", lambda: http_ok(metrics), proc, time.monotonic() + 60, log=log)
