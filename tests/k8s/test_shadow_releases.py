@@ -225,16 +225,19 @@ class Client:
         self.answers.append((side, text))
 
 
-def test_routers_mirror_to_the_comparer_and_a_drifting_candidate_never_answers_a_client(
-    cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
+@pytest.mark.parametrize("drifts", [True, False], ids=["drifting", "alike"])
+def test_routers_mirror_openai_traffic_to_the_comparer_and_the_gate_decides(
+    cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus], drifts: bool
 ) -> None:
     """The real router mirrors the dark step's shadow share of real `openai` requests
-    (streamed and not) to the candidate and posts the pairs to the real comparer; the candidate
-    drifts in the long cell; the release rolls back naming that cell, and every client got
-    stable's answer, never the candidate's."""
+    (streamed and not) to the candidate and posts the pairs to the real comparer. A candidate
+    that drifts in the long cell is rolled back naming that cell, and every client got
+    stable's answer, never the candidate's; one that answers alike is promoted, and no client
+    got the candidate's answer before the table gave it live weight."""
     backends(cluster, namespace, tmp_path)
     engines = Engines(names=("llama3-8b", "llama3-8b"))
-    engines.set(engines.v2, drift_marker="[legal]")
+    if drifts:
+        engines.set(engines.v2, drift_marker="[legal]")
     token = tmp_path / "comparer-token"
     token.write_text("test-token")
     long_prompt = "[legal] may I quote this contract? " + "tell me about dye tags " * 1200
@@ -300,21 +303,31 @@ def test_routers_mirror_to_the_comparer_and_a_drifting_candidate_never_answers_a
             )
     finally:
         engines.stop()
-    assert st["phase"] == "RolledBack", st.get("message")
-    assert f"cell {LONG} agrees 0%" in st["message"]
-    # The pairs came from the router: the comparer recorded both cells' from its posts.
     rows = query(
         "SELECT dye_tag, target, verdict, count(*) AS n FROM shadow_pairs GROUP BY dye_tag, target, verdict",
         str(tmp_path / "lineage"),
     ).to_pylist()
     seen = {(row["dye_tag"], row["target"], row["verdict"]) for row in rows}
-    assert (LONG_TAG, "candidate", "different") in seen, rows
-    assert any(tag != LONG_TAG and verdict == "same" for tag, _, verdict in seen), rows
+    # The pairs came from the router: its counters and the comparer's rows say so.
     for family in ("tinct_router_shadow_mirrors_total", "tinct_router_shadow_pairs_sent_total"):
         assert re.search(rf"^{family}\{{.*\}} [1-9]", mirrored, re.M), mirrored[-3000:]
-    # Every client was answered by stable, with stable's words, streamed or not.
+    assert any(tag != LONG_TAG and verdict == "same" for tag, _, verdict in seen), rows
     for client in clients:
         assert client.answers, client
+        assert not [a for a in client.answers if a[0] == "error"], client.answers
+    if not drifts:
+        assert st["phase"] == "Promoted", st.get("message")
+        assert (LONG_TAG, "candidate", "different") not in seen, rows
+        for client in clients:  # stable's until the table gave the candidate all, then v2's
+            sides = [side for side, _ in client.answers]
+            assert sides[0] == "v1", sides
+            assert sides == sorted(sides), sides
+        return
+    assert st["phase"] == "RolledBack", st.get("message")
+    assert f"cell {LONG} agrees 0%" in st["message"]
+    assert (LONG_TAG, "candidate", "different") in seen, rows
+    # Every client was answered by stable, with stable's words, streamed or not ...
+    for client in clients:
         assert {side for side, _ in client.answers} == {"v1"}, client.answers[-3:]
         assert len({text for _, text in client.answers}) == 1, client.answers[-3:]
     # ... and those words are stable's, not the drifting candidate's.
