@@ -58,6 +58,9 @@ _VOLATILE = [
     (re.compile(r"@a(\d+)-[0-9a-f]{8}\b"), r"@a\1-<nonce>"),
     # Measured here, not decided: latencies and the engines' queues.
     (re.compile(r"\b(latency-p95|ttft-p95|itl-p95|queue-depth)(=|\s+)[0-9.]+"), r"\1\2<measured>"),
+    # A reader who takes longer than one analysis interval between the wait and the promote
+    # promotes after the next step: when, not what, is the reader's.
+    (re.compile(r"promoted after step \d+/"), "promoted after step <n>/"),
     (re.compile(r"[ \t]+"), " "),  # column widths follow the values
 ]
 
