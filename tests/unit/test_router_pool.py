@@ -84,7 +84,8 @@ async def test_idle_backend_connections_close_after_the_idle_timeout(tmp_path: P
     try:
         async with router_process(table, "--upstream-idle-timeout", "0.5") as router:
             await _burst(router.base, backend, 4)
-            assert _established_to(port) == 4
+            # Four were open at once (the idle timeout may already be closing them).
+            assert len({s.peer for s in backend.seen}) == 4
             await _until("idle connections closed", lambda: _established_to(port) == 0)
             # A new request after that opens a connection again and is answered.
             await _burst(router.base, backend, 1)
