@@ -26,7 +26,15 @@ import pytest
 
 from tinct.router.config import RouterConfig
 from tinct.router.summing import parse as parse_metrics
-from tinct_testing.router_fakes import FakeScheduler, RouterProcess, router_process, table_doc
+from tinct_testing.router_fakes import (
+    FakeScheduler,
+    RouterProcess,
+    raw_server,
+    read_request,
+    router_process,
+    stop_raw_server,
+    table_doc,
+)
 from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
@@ -65,18 +73,12 @@ class ClosingBackend:
     _all_in: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _request(self, reader: asyncio.StreamReader) -> bytes | None:
-        """A request's body, once its head and body are read; None when the idle time passed."""
+        """A request's body; None when none came within the idle time."""
         try:
             async with asyncio.timeout(self.idle):
-                head = await reader.readuntil(b"\r\n\r\n")
+                return await read_request(reader)
         except TimeoutError:
             return None
-        length = 0
-        for line in head.split(b"\r\n"):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return await reader.readexactly(length)
 
     def _answer(self, body: bytes) -> bytes:
         if json.loads(body).get("stream"):
@@ -131,13 +133,11 @@ class ClosingBackend:
             writer.close()
 
     async def start(self) -> ClosingBackend:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        self._server, self.url = await raw_server(self._serve)
         return self
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        await stop_raw_server(self._server)
 
 
 @pytest.fixture
