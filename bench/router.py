@@ -273,6 +273,7 @@ class _Receiver:
         asyncio.run_coroutine_threadsafe(self.rx.stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        self.loop.close()  # not left to the garbage collector at exit, which fails noisily
 
 
 def _counter(port: int, name: str) -> float:

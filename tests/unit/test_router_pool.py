@@ -1,6 +1,7 @@
-"""The upstream keep-alive pool of a real ``tinct router`` process is bounded: a burst of
-concurrent requests opens as many backend connections as it needs, but once it is over the
-router keeps at most ``--upstream-keepalive`` of them idle per backend, and none longer than
+"""The upstream keep-alive pools of a real ``tinct router`` process are bounded: a burst of
+concurrent requests (or of mirrors, over the mirrors' own pool) opens as many backend
+connections as it needs, but once it is over the router keeps at most
+``--upstream-keepalive`` of them idle per backend, and none longer than
 ``--upstream-idle-timeout``. Connections are counted from the kernel's table of the
 backend's sockets (/proc/net/tcp), as an operator would count them."""
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tinct_testing.router_fakes import FakeScheduler, router_process, table_doc
+from tinct_testing.router_fakes import FakeScheduler, PairReceiver, router_process, table_doc
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -66,7 +67,10 @@ async def _backend(tmp_path: Path) -> tuple[FakeScheduler, int, str]:
 async def test_a_burst_leaves_no_more_idle_backend_connections_than_the_cap(tmp_path: Path) -> None:
     backend, port, table = await _backend(tmp_path)
     try:
-        async with router_process(table, "--upstream-keepalive", "3") as router:
+        # Idle connections kept for an hour: only the cap closes them.
+        async with router_process(
+            table, "--upstream-keepalive", "3", "--upstream-idle-timeout", "3600"
+        ) as router:
             await _burst(router.base, backend, 12)
             # Twelve were open at once; nine are closed as they come back, three stay.
             await _until("the pool keeps three", lambda: _established_to(port) == 3)
@@ -84,9 +88,38 @@ async def test_idle_backend_connections_close_after_the_idle_timeout(tmp_path: P
     try:
         async with router_process(table, "--upstream-idle-timeout", "0.5") as router:
             await _burst(router.base, backend, 4)
-            assert _established_to(port) == 4
+            # Four were open at once (the idle timeout may already be closing them).
+            assert len({s.peer for s in backend.seen}) == 4
             await _until("idle connections closed", lambda: _established_to(port) == 0)
             # A new request after that opens a connection again and is answered.
             await _burst(router.base, backend, 1)
     finally:
         await backend.stop()
+
+
+async def test_the_mirrors_pool_keeps_no_more_idle_connections_than_the_cap(tmp_path: Path) -> None:
+    """Mirrors have a pool of their own, capped like the live one: a burst of mirrors held by
+    the candidate at once leaves ``--upstream-keepalive`` connections to it once they end."""
+    stable = await FakeScheduler("v1").start()
+    candidate = await FakeScheduler("v2").start()
+    receiver = await PairReceiver().start()
+    table = tmp_path / "table.json"
+    shadow = {"noiseShare": 0, "maxConcurrent": 12}
+    table.write_text(json.dumps(table_doc(stable.url, candidate.url, default_shadow=100, shadow=shadow)))
+    port = int(candidate.url.rsplit(":", 1)[1])
+    args = ("--upstream-keepalive", "3", "--upstream-idle-timeout", "3600", "--comparer", receiver.url)
+    try:
+        async with router_process(str(table), *args) as router:
+            candidate.reset("stall")
+            candidate.release_stall.clear()
+            # Every request is mirrored; stable answers them at once, the candidate holds the mirrors.
+            await _burst(router.base, stable, 12)
+            await _until("12 mirrors at the candidate", lambda: len(candidate.seen) == 12)
+            assert _established_to(port) == 12
+            candidate.release_stall.set()
+            await receiver.wait_for(12)
+            await _until("the mirrors' pool keeps three", lambda: _established_to(port) == 3)
+    finally:
+        await receiver.stop()
+        await candidate.stop()
+        await stable.stop()

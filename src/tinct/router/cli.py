@@ -289,7 +289,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_seconds,
         metavar="SECONDS",
         default=_D.keepalive_timeout,
-        help="seconds an idle keep-alive connection to a backend is kept (default: %(default)s)",
+        help="seconds an idle keep-alive connection to a backend is kept; keep it under the "
+        "backends' own keep-alive timeout (uvicorn's is 5 s) (default: %(default)s)",
     )
     p.add_argument(
         "--shutdown-timeout",

@@ -18,6 +18,7 @@ from tinct.router.metrics import RouterMetrics
 from tinct.router.paths import DEFAULT_PASS_THROUGH
 from tinct.router.table import TableHolder
 from tinct.router.trust import RoleTrust
+from tinct.router.upstream import IDLE_TIMEOUT
 
 if TYPE_CHECKING:
     from tinct.router.proxy import Proxy
@@ -45,8 +46,9 @@ class RouterConfig:
     #: nginx's upstream ``keepalive``: more are closed as they come back to the pool (0: none
     #: is kept). Connections in use are not limited.
     upstream_keepalive: int = 64
-    #: Seconds an idle upstream connection is kept.
-    keepalive_timeout: float = 60.0
+    #: Seconds an idle upstream connection is kept: under common backends' own keep-alive
+    #: timeouts (:data:`~tinct.router.upstream.IDLE_TIMEOUT`).
+    keepalive_timeout: float = IDLE_TIMEOUT
     #: Seconds an idle client connection is kept.
     client_keepalive_timeout: float = 75.0
     #: Seconds a request head may take to arrive whole.

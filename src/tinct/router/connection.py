@@ -2,8 +2,8 @@
 
 Each request is handed to the handler as soon as its headers are parsed, so a body can be
 streamed onward while it arrives (:class:`~tinct.router.request.Body`); the handler answers
-through the connection's response methods, which frame the body (``Content-Length``,
-chunked, or close-delimited for HTTP/1.0) and write straight to the transport.
+through the connection's answer methods (:class:`~tinct.router.answering.Answering`), which
+frame the body and write straight to the transport.
 
 Connections are kept alive between requests. Pipelining is refused politely: a request that
 arrives before the previous one is answered is not read, the answer in progress carries
@@ -15,9 +15,6 @@ other than chunked) or whose path is refused (:mod:`tinct.router.paths`), decide
 head is complete and before the handler starts, so nothing of it is forwarded. An answer
 that ends before its request body was read whole closes the connection too, after reading
 and dropping the rest of the body for a moment so the client sees the answer, not a reset.
-
-The router's own error answers carry a fixed message and ``X-Request-Id``; the detail goes
-to the log with that id (:mod:`tinct.router.errors`).
 
 Flow control goes both ways: a request body that piles up pauses reading from the client,
 and a client that does not keep up pauses the upstream that feeds it (:attr:`source`).
@@ -32,12 +29,13 @@ from typing import Any, Protocol, cast
 
 import httptools
 
+from tinct.router.answering import Answering
 from tinct.router.errors import error_answer, log_refusal, request_id, status_of
 from tinct.router.flow import WriteFlow
 from tinct.router.framing import FramingError
 from tinct.router.paths import PathError, check_target
 from tinct.router.request import Body, Request
-from tinct.router.wire import LAST_CHUNK, RawHeaders, chunk, header_block, http_date, reason_phrase
+from tinct.router.wire import RawHeaders, header_block, reason_phrase
 
 _log = logging.getLogger(__name__)
 
@@ -51,7 +49,6 @@ LINGER = 2.0
 
 Handler = Callable[[Request, "ServerConnection"], Coroutine[Any, Any, None]]
 
-_NONE, _LENGTH, _CHUNKED, _CLOSE = range(4)
 #: Words of llhttp's errors about a body's framing (answered ``invalid_framing``).
 _FRAMING_WORDS = ("Content-Length", "Transfer-Encoding", "chunk")
 
@@ -88,28 +85,24 @@ class _PipelinedError(Exception):
     pass
 
 
-class ServerConnection(asyncio.Protocol):
-    """One client connection: parses requests, runs the handler, writes the answers."""
+class ServerConnection(Answering, asyncio.Protocol):
+    """One client connection: parses requests, runs the handler; the answers are written by
+    :class:`~tinct.router.answering.Answering`."""
 
     # Slots: ten thousand open streams hold ten thousand of these.
     __slots__ = (
         "_closed",
         "_eof",
-        "_finished",
         "_flow",
-        "_framing",
         "_head_seen",
         "_head_since",
         "_head_size",
         "_headers",
         "_ignore_input",
         "_in_head",
-        "_keep_alive",
         "_lingering",
         "_message_done",
         "_parser",
-        "_pending",
-        "_started",
         "_target",
         "_task",
         "close_after_response",
@@ -146,12 +139,7 @@ class ServerConnection(asyncio.Protocol):
         #: Set by drain and pipelining: close once the answer in progress is sent.
         self.close_after_response = False
         self.last_active = self.loop.time()
-        # answer in progress
-        self._started = False
-        self._finished = False
-        self._framing = _NONE
-        self._keep_alive = False
-        self._pending: bytes | None = None
+        self._new_answer()
         self._flow = WriteFlow(self.loop)
         #: The upstream feeding the answer; paused while the client does not keep up.
         self.source: Pausable | None = None
@@ -304,8 +292,7 @@ class ServerConnection(asyncio.Protocol):
         self._headers = []  # the request holds them now (a stream holds its connection for minutes)
         self.request = req
         self._message_done = False
-        self._started = self._finished = False
-        self._pending = None
+        self._new_answer()
         self.source = None
         task = self.loop.create_task(self.server.handler(req, self))
         self._task = task
@@ -322,88 +309,7 @@ class ServerConnection(asyncio.Protocol):
         if self._lingering is not None:
             self.close()
 
-    # --- answering -----------------------------------------------------------------------
-
-    @property
-    def started(self) -> bool:
-        """Whether the answer's head is on its way: no other answer is possible any more."""
-        return self._started
-
-    def start_response(
-        self,
-        status: int,
-        headers: RawHeaders,
-        content_length: int | None,
-        reason: bytes | None = None,
-        has_date: bool = False,
-    ) -> None:
-        """Begin the answer; the head is written with the first body bytes or at the end.
-
-        Args:
-            content_length: the body's length when known; chunked (HTTP/1.1) or
-                close-delimited (HTTP/1.0) otherwise.
-            has_date: ``headers`` carry a ``Date`` already (from upstream).
-        """
-        req = self.request
-        assert req is not None
-        assert not self._started
-        self._started = True
-        keep = req.keep_alive and self._message_done and not self.close_after_response
-        extra: RawHeaders = []
-        if req.method == "HEAD" or status in (204, 304) or status < 200:
-            self._framing = _NONE
-            if content_length is not None and status >= 200 and status != 204:
-                extra.append((b"Content-Length", b"%d" % content_length))
-        elif content_length is not None:
-            self._framing = _LENGTH
-            extra.append((b"Content-Length", b"%d" % content_length))
-        elif req.version == "1.1":
-            self._framing = _CHUNKED
-            extra.append((b"Transfer-Encoding", b"chunked"))
-        else:
-            self._framing = _CLOSE
-            keep = False
-        if not keep:
-            extra.append((b"Connection", b"close"))
-        elif req.version == "1.0":
-            extra.append((b"Connection", b"keep-alive"))
-        if not has_date:
-            extra.append((b"Date", http_date()))
-        self._keep_alive = keep
-        line = b"HTTP/1.1 %d %b\r\n" % (status, reason or reason_phrase(status))
-        self._pending = line + header_block(headers) + header_block(extra) + b"\r\n"
-
-    def write(self, data: bytes) -> None:
-        """Send body bytes of the answer (framed as the head said)."""
-        if not data or self._framing == _NONE or self._closed:
-            if self._pending is not None and not self._closed:
-                self._flush(b"")
-            return
-        if self._framing == _CHUNKED:
-            data = chunk(data)
-        self._flush(data)
-
-    def send_head(self) -> None:
-        """Write the answer's head now if no body bytes took it along yet (a slow stream)."""
-        if self._pending is not None and not self._closed:
-            self._flush(b"")
-
-    def _flush(self, data: bytes) -> None:
-        if self._pending is not None:
-            data = self._pending + data
-            self._pending = None
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def end_response(self) -> None:
-        """The answer is complete: the connection is ready for the next request at once."""
-        if not self._closed:
-            if self._framing == _CHUNKED:
-                self._flush(LAST_CHUNK)
-            elif self._pending is not None:
-                self._flush(b"")
-        self._finished = True
-        self._after_response()
+    # --- after an answer ------------------------------------------------------------
 
     def _after_response(self) -> None:
         # Runs as the answer ends, not when the handler's task is reaped: the client may
@@ -422,42 +328,6 @@ class ServerConnection(asyncio.Protocol):
         if self.server.draining:
             self.close()
 
-    def respond(self, answer: tuple[int, RawHeaders, bytes]) -> None:
-        """A whole small answer at once."""
-        status, headers, body = answer
-        self.start_response(status, headers, len(body))
-        self.write(body)
-        self.end_response()
-
-    def refuse(
-        self,
-        code: str,
-        detail: str | None = None,
-        extra: RawHeaders | None = None,
-        *,
-        level: int = logging.INFO,
-    ) -> int:
-        """Answer the request in progress with the router's own error ``code``
-        (:data:`~tinct.router.errors.CATALOGUE`); ``detail`` goes to the log with the
-        request's id. Returns the status."""
-        req = self.request
-        assert req is not None
-        answer = error_answer(code, req.rid, extra or ())
-        if detail is not None:
-            log_refusal(req.rid, self.remote, answer[0], code, detail, level)
-        self.respond(answer)
-        return answer[0]
-
-    def send_continue(self) -> None:
-        """``100 Continue``: the handler is about to read a body the client holds back."""
-        if self.transport is not None and not self._started and not self._closed:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-
-    async def drain(self) -> None:
-        """Wait while the client's socket buffer is full."""
-        if not self._closed:
-            await self._flow.drain()
-
     def pause_reading(self) -> None:
         if self.transport is not None and not self._closed:
             self.transport.pause_reading()
@@ -465,12 +335,6 @@ class ServerConnection(asyncio.Protocol):
     def resume_reading(self) -> None:
         if self.transport is not None and not self._closed:
             self.transport.resume_reading()
-
-    def abort(self) -> None:
-        """Cut the connection after what is already written: the client sees a truncated answer."""
-        self._finished = True
-        self._keep_alive = False
-        self.close()
 
     def close(self) -> None:
         if self.transport is not None and not self._closed:

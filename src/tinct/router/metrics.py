@@ -239,6 +239,14 @@ class RouterMetrics:
             ["namespace", "release", "side", "reason"],
             registry=r,
         )
+        self.upstream_retries = Counter(
+            "tinct_router_upstream_retries",
+            "Requests sent again, once, on a new connection because the reused keep-alive "
+            "connection they went out on had been closed by the backend before any byte of "
+            "the answer (its idle timeout); the client saw one answer.",
+            ["namespace", "release", "side"],
+            registry=r,
+        )
         self.table_version = Gauge(
             "tinct_router_table_version",
             "Version of the routing table in force.",
@@ -308,6 +316,9 @@ class RouterMetrics:
 
     def version_mismatch(self, table: CompiledTable, side: str) -> None:
         self.version_mismatches.labels(table.namespace, table.release, side).inc()
+
+    def upstream_retry(self, table: CompiledTable, side: str) -> None:
+        self.upstream_retries.labels(table.namespace, table.release, side).inc()
 
 
 __all__ = [

@@ -181,7 +181,9 @@ class Proxy:
 
     async def _send(self, up: Upstream, ex: Exchange, headers: bytes, timeout: float | None) -> Response:
         """``ex``'s request sent to ``up``; its head in within ``timeout`` seconds, else
-        :class:`~tinct.router.response.UpstreamTimeoutError`."""
+        :class:`~tinct.router.response.UpstreamTimeoutError`. A request the pool sends again
+        (a reused connection the backend had closed) is counted in
+        ``tinct_router_upstream_retries_total``."""
         request = ex.request
         head_only = request.method == "HEAD"
         lines = b"Host: %b\r\n%b%b: %b\r\n" % (up.authority, headers, SCHEDULER_VERSION, up.version_b)
@@ -194,6 +196,7 @@ class Proxy:
                 body = data if data or request.has_body else None
             else:
                 body = rb
+        table, side = ex.table, up.side
         return await self.pool.request(
             up.origin,
             request.method,
@@ -203,6 +206,7 @@ class Proxy:
             chunked=request.chunked,
             head_only=head_only,
             timeout=timeout,
+            retried=lambda: self.metrics.upstream_retry(table, side),
         )
 
     async def _try_candidate(self, ex: Exchange, headers: bytes) -> tuple[Response | None, Reason | None]:

@@ -17,7 +17,8 @@ is read to its end or to ``maxBytes`` (then its connection is closed), within
 ``timeoutSeconds`` for the whole of it. When both are in, the pair becomes one NDJSON line
 (:mod:`tinct.router.pairs`) on the worker's send queue.
 
-Mirrors use an upstream pool of their own: a hung or slow candidate holds mirror connections
+Mirrors use an upstream pool of their own (its idle connections capped per backend by
+``--upstream-keepalive``, as the live one): a hung or slow candidate holds mirror connections
 only, never the live path's. Budgets, per worker and per release, are checked before a
 mirror is made; over any of them the request is not mirrored and
 ``tinct_router_shadow_skipped_total{reason="budget"}`` counts it -- nothing is queued:
@@ -400,7 +401,10 @@ def open_shadow(
     )
     sender.start()
     pool = UpstreamPool(
-        connect_timeout=config.connect_timeout, idle_timeout=config.keepalive_timeout, resolve=resolve
+        connect_timeout=config.connect_timeout,
+        keep_per_origin=config.upstream_keepalive,
+        idle_timeout=config.keepalive_timeout,
+        resolve=resolve,
     )
     return Shadow(pool, sender, held, metrics)
 

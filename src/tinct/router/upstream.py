@@ -6,9 +6,13 @@ body's framing, the body) on an idle connection (or a new one) and returns the
 module describes.
 
 A connection goes back to the pool when its response is complete, both sides agreed to keep
-it alive and the request was sent whole. A request that fails on a *reused* connection
-before any response byte came back (the backend closed an idle connection as it was being
-reused) is sent once more on a new connection when its body can be replayed.
+it alive and the request was sent whole; it is handed out again only while not known closed
+and idle for less than ``idle_timeout`` (by default under common backends' keep-alive
+timeouts: :data:`IDLE_TIMEOUT`). A request that fails on a *reused* connection before any response
+byte came back (the backend closed the idle connection as it was being reused: end of
+stream or a reset) is sent once more, on a *new* connection, when its body can be replayed,
+as Go's ``net/http`` does; a failure on a new connection, or after any answer byte, is not
+retried.
 
 Backends are untrusted input, bounded like clients: a response head (status line and header
 section) over :data:`MAX_RESPONSE_HEAD` bytes or :data:`MAX_RESPONSE_HEADERS` header lines is
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TypeAlias, cast
 
 import httptools
@@ -54,6 +58,10 @@ Origin: TypeAlias = tuple[str, int, bool]
 MAX_RESPONSE_HEAD = 64 * 1024
 #: Header lines a response head may have.
 MAX_RESPONSE_HEADERS = 256
+#: Seconds an idle connection is kept by default: under the 5 s keep-alive timeout of
+#: uvicorn (vLLM, SGLang) and Node.js, so the router lets go of a connection before such a
+#: backend closes it; a backend that closes sooner costs a retry (see the module's text).
+IDLE_TIMEOUT = 4.0
 #: Request bodies shorter than this are joined to the head and sent in one buffer; longer
 #: ones go as a second buffer of the same write (no copy).
 _JOIN_BELOW = 16 * 1024
@@ -106,6 +114,13 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    @property
+    def usable(self) -> bool:
+        """Not known closed: neither side closed it and its transport is not closing (it
+        does from the moment the backend's end of stream is read, before connection_lost)."""
+        t = self.transport
+        return not self.closed and t is not None and not t.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -280,7 +295,7 @@ class UpstreamPool:
         *,
         connect_timeout: float,
         keep_per_origin: int = 64,
-        idle_timeout: float = 60.0,
+        idle_timeout: float = IDLE_TIMEOUT,
         resolve: Mapping[tuple[str, int], tuple[str, int]] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
@@ -306,13 +321,16 @@ class UpstreamPool:
         chunked: bool = False,
         head_only: bool = False,
         timeout: float | None = None,
+        retried: Callable[[], None] | None = None,
     ) -> Response:
         """Send ``method target`` with the header lines ``headers`` (each ending in CRLF) and ``body``.
 
         The pool writes the request line and the body's framing: ``Content-Length`` for bytes
         (none at all for None), and for a streamed :class:`Body` chunks when ``chunked``, else
         its declared length. A streamed body is sent by a task. Returns when the response head
-        is in.
+        is in. A request that meets a reused connection the backend closed (before any answer
+        byte) is sent again once on a new connection, when its body is bytes; ``retried`` is
+        called when it is.
 
         Raises:
             UpstreamConnectError: no connection could be made.
@@ -333,7 +351,7 @@ class UpstreamPool:
         head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (method.encode("ascii"), target, headers, framing)
         deadline = None if timeout is None else self.loop.time() + timeout
         for attempt in range(2):
-            conn = await self._acquire(origin, deadline)
+            conn = await self._acquire(origin, deadline, fresh=attempt > 0)
             resp = Response(conn, head_only)
             conn.resp = resp
             assert conn.transport is not None
@@ -357,6 +375,8 @@ class UpstreamPool:
                 resp.close()
                 if attempt == 0 and conn.reused and not isinstance(body, Body):
                     _log.debug("reused connection to %s:%d was closed; sending again", origin[0], origin[1])
+                    if retried is not None:
+                        retried()
                     continue
                 raise
             except BaseException:
@@ -391,13 +411,16 @@ class UpstreamPool:
                 r._fail(ClientBodyError(e))
             conn.close()
 
-    async def _acquire(self, origin: Origin, deadline: float | None = None) -> UpstreamConnection:
-        idle = self._idle.get(origin)
+    async def _acquire(
+        self, origin: Origin, deadline: float | None = None, *, fresh: bool = False
+    ) -> UpstreamConnection:
+        """An idle connection to ``origin`` (newest first) unless ``fresh``, else a new one."""
+        idle = None if fresh else self._idle.get(origin)
         if idle:
             horizon = self.loop.time() - self.idle_timeout
             while idle:
                 conn = idle.pop()
-                if not conn.closed and conn.last_used > horizon:
+                if conn.usable and conn.last_used > horizon:
                     conn.reused = True
                     return conn
                 conn.close()
@@ -443,7 +466,7 @@ class UpstreamPool:
             await asyncio.sleep(every)
             horizon = self.loop.time() - self.idle_timeout
             for origin, idle in self._idle.items():
-                keep = [c for c in idle if not c.closed and c.last_used > horizon]
+                keep = [c for c in idle if c.usable and c.last_used > horizon]
                 for c in idle:
                     if c not in keep:
                         c.close()
@@ -459,4 +482,11 @@ class UpstreamPool:
         await asyncio.sleep(0)
 
 
-__all__ = ["MAX_RESPONSE_HEAD", "MAX_RESPONSE_HEADERS", "Origin", "UpstreamConnection", "UpstreamPool"]
+__all__ = [
+    "IDLE_TIMEOUT",
+    "MAX_RESPONSE_HEAD",
+    "MAX_RESPONSE_HEADERS",
+    "Origin",
+    "UpstreamConnection",
+    "UpstreamPool",
+]

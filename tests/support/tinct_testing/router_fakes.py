@@ -173,6 +173,32 @@ class FakeScheduler:
         self.seen.clear()
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """The body of the next request on ``reader`` (its head read, its ``Content-Length`` body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return await reader.readexactly(length)
+
+
+async def raw_server(
+    serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> tuple[asyncio.Server, str]:
+    """An asyncio server on 127.0.0.1 running ``serve`` per connection, and its base URL."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def stop_raw_server(server: asyncio.Server | None) -> None:
+    if server is not None:
+        server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 5)
+
+
 @dataclass
 class HostileBackend:
     """A raw asyncio server on 127.0.0.1 that reads each request (head and a
@@ -185,13 +211,7 @@ class HostileBackend:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
+            await read_request(reader)
             self.requests += 1
             await self.answer(writer)
             await writer.drain()
@@ -201,15 +221,11 @@ class HostileBackend:
             writer.close()
 
     async def start(self) -> HostileBackend:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        self._server, self.url = await raw_server(self._serve)
         return self
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+        await stop_raw_server(self._server)
 
 
 def table_doc(
