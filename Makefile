@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 0
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
-.PHONY: help bootstrap test unit k8s e2e lint format crds demo dev bench clean
+.PHONY: help bootstrap test unit k8s e2e lint format crds docs demo dev bench clean
 
 # Every target carries a `## what it does` comment on its line; `make help` prints them.
 help: ## list the targets and what each does
@@ -42,6 +42,14 @@ crds: bootstrap ## regenerate crds/ (and the chart's copy) from the API models
 	$(BIN)/tinct crds --out crds
 	cp crds/tinct.io_*.yaml charts/tinct/crds/
 
+# Needs only the virtualenv and the docs extra (mkdocs, mkdocs-material), not the Go-built binaries.
+docs: ## build the docs site into site/, strict: a broken link, an unlisted page or a stale reference fails
+	@test -x $(BIN)/python || python3 -m venv $(VENV)
+	@test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[docs]"
+	$(BIN)/python scripts/docs_ref.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 demo: bootstrap ## run tinct end to end on a local control plane, then tear it down
 	$(BIN)/python scripts/demo.py
 
@@ -58,5 +66,5 @@ bench: bootstrap ## run the benchmarks in bench/ (minutes; each prints a JSON li
 	$(BIN)/python bench/release.py
 	$(BIN)/python bench/node.py
 
-clean: ## remove the virtualenv and the tools' caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean: ## remove the virtualenv, the tools' caches and the built docs site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -36,7 +36,7 @@ cases over a cap must fail with LimitExceeded, and are measured up to that point
 - ptx_at_caps: PTX_MAX_ENTRIES kernels whose names fill PTX_MAX_ENTRY_BYTES.
 
 artifact_rss_growth_mb is the largest of them: the bound the chart's operator memory limit
-is sized with (README, "Limits").
+is sized with (docs/operations/limits.md).
 """
 
 from __future__ import annotations

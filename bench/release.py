@@ -286,7 +286,7 @@ def run_releases(
         interval="5s",
         minRequests=5,
     )
-    # A cooldown shorter than the interval (the README's rule): a 30 s ejection would leave
+    # A cooldown shorter than the interval (the rule of docs/concepts/analysis.md): a 30 s ejection would leave
     # 5 s windows that saw the candidate untried, and say nothing.
     rb["spec"]["fallback"] = {"cooldownSeconds": 2}
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(rb))

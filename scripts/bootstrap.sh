@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything tinct's tests and demo need on a bare machine, idempotently:
-#   - a virtualenv in .venv with tinct (editable), its test dependencies and the test
+#   - a virtualenv in .venv with tinct (editable), its test and docs dependencies and the test
 #     support package tinct_testing (editable, from tests/support), reinstalled only when
 #     either pyproject.toml changes;
 #   - kube-apiserver, kube-controller-manager, kubectl and etcd, Prometheus, helm, kwok
@@ -35,7 +35,7 @@ want=$(cat pyproject.toml tests/support/pyproject.toml | sha256sum | cut -d' ' -
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python dependencies into $VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check uv
-  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[test,fast]" -e tests/support
+  "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e ".[test,fast,docs]" -e tests/support
   echo "$want" > "$stamp"
 fi
 

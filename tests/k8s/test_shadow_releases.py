@@ -43,7 +43,7 @@ from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
 
-README = ROOT / "README.md"
+SHADOW_DOC = ROOT / "docs" / "concepts" / "shadow-traffic.md"
 
 LONG = "len:long+role:admin+latency:high"
 DEFAULT = "len:*+role:*+latency:*"
@@ -148,8 +148,8 @@ def test_a_dark_step_whose_candidate_answers_alike_advances(stack: Stack) -> Non
         r for r in rows if r["reason"].startswith("StepAdvanced") or r["reason"].startswith("Promoted")
     )
     assert "shadow-agreement 100" in advanced["reason"]
-    # The pairs are rows of shadow_pairs: the README's query says how each cell agreed.
-    (sql,) = re.findall(r'^tinct lineage sql "(.*FROM shadow_pairs.*)"$', README.read_text(), re.M)
+    # The pairs are rows of shadow_pairs: the docs' query says how each cell agreed.
+    (sql,) = re.findall(r'^tinct lineage sql "(.*FROM shadow_pairs.*)"$', SHADOW_DOC.read_text(), re.M)
     by_cell = query(sql, str(stack.root)).to_pylist()
     assert {r["cell"]: r["agree_pct"] for r in by_cell} == {LONG: 100.0, DEFAULT: 100.0}
     assert all(r["pairs"] > 0 and r["judged"] == 0 and r["since"] is not None for r in by_cell)

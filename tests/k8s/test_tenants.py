@@ -6,7 +6,7 @@ GrayReleases, never their ``/status``). The operator and the router run as proce
 the tokens of the ServiceAccounts ``helm install`` created, the operator with the status key
 from the Secret the chart generated; the router reaches the tenants' Services by their
 cluster DNS names through ``--resolve``, at emulated engines on loopback. One test per rule of
-the README's *Tenants* section:
+the *Tenants* section of docs/guides/multi-tenant.md:
 
 1. a status is a record, not a command: a forged status, and an old sealed one written back,
    never change a routing table (a tenant whose role grants ``tinct.io`` with a wildcard);

@@ -48,7 +48,7 @@ class Rule:
     meaning: str
 
 
-#: Every kind of difference and its class. The README's table is this one.
+#: Every kind of difference and its class. The table of docs/concepts/modelversions.md is this one.
 RULES: dict[str, Rule] = {
     # any format
     "ArtifactRemoved": Rule("breaking", "a format, or an ONNX/PTX file, the old version had is gone"),

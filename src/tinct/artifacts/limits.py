@@ -4,7 +4,7 @@ Every reader streams its file and keeps only what the interface needs, so the me
 artifact costs depends on these caps, not on the file (``bench/artifacts.py`` measures the
 worst case at the caps: ``artifact_rss_growth_mb``). A file over a cap fails its version with
 ``Verified=False``, reason ``LimitExceeded``, and a message naming the cap; nothing is
-retried until the spec changes. README, section "Limits", lists them for users.
+retried until the spec changes. docs/operations/limits.md lists them for users.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def _first_failure(files: Sequence[SpecFile], outcomes: Sequence[Any]) -> Verifi
             return _fail(
                 "LimitExceeded",
                 f"{f.uri} ({f.field}.uri) is over a limit of the operator: {outcome.detail}; "
-                'README "Limits" lists them',
+                "docs/operations/limits.md lists them",
             )
         if isinstance(outcome, FormatError):
             return _fail(

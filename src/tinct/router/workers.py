@@ -75,6 +75,16 @@ QUICK_EXIT = 10.0
 #: Seconds past the shutdown timeout a worker gets before it is killed.
 KILL_AFTER = 5.0
 _PR_SET_PDEATHSIG = 1
+#: The families the parent adds to the workers' summed metrics: (name as exported, type,
+#: help, labels). The docs' metrics reference lists them from here.
+WORKER_REQUESTS = (
+    "tinct_router_worker_requests_total",
+    "counter",
+    "Requests answered, by worker process.",
+    ("worker",),
+)
+WORKER_RESTARTS = ("tinct_router_worker_restarts_total", "counter", "Workers started again after dying.", ())
+WORKER_FAMILIES = (WORKER_REQUESTS, WORKER_RESTARTS)
 _CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -322,9 +332,7 @@ class Supervisor:
         procs = [w.proc for w in self.workers]
         answers = await asyncio.gather(*(self._ask(w, "/metrics", 5.0) for w in self.workers))
         live: list[dict[str, Family]] = []
-        per_worker = Family(
-            "tinct_router_worker_requests", "counter", "Requests answered, by worker process."
-        )
+        per_worker = Family(WORKER_REQUESTS[0].removesuffix("_total"), WORKER_REQUESTS[1], WORKER_REQUESTS[2])
         for w, proc, a in zip(self.workers, procs, answers, strict=True):
             # Only the process asked: one that died meanwhile is retired already.
             if a is not None and a[0] == 200 and w.proc is proc:
@@ -333,13 +341,13 @@ class Supervisor:
             if w.last is not None:
                 live.append(w.last)
                 n = sample_sum(w.last, "tinct_router_requests")
-                per_worker.samples[("tinct_router_worker_requests_total", (("worker", str(w.index)),))] = n
+                per_worker.samples[(WORKER_REQUESTS[0], (("worker", str(w.index)),))] = n
             elif w.proc is not None and w.proc.poll() is None:
                 live.append({})  # running but not read yet: it serves no table we know of
         families = self.sums.total(live)
         families[per_worker.name] = per_worker
-        restarts = Family("tinct_router_worker_restarts", "counter", "Workers started again after dying.")
-        restarts.samples[("tinct_router_worker_restarts_total", ())] = float(self.restarts)
+        restarts = Family(WORKER_RESTARTS[0].removesuffix("_total"), WORKER_RESTARTS[1], WORKER_RESTARTS[2])
+        restarts.samples[(WORKER_RESTARTS[0], ())] = float(self.restarts)
         families[restarts.name] = restarts
         return simple_response(200, render(families.values()), CONTENT_TYPE_LATEST.encode())
 

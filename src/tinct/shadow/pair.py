@@ -1,7 +1,7 @@
 """A pair: one mirrored request and both answers, as a router sends it to the comparer.
 
 ``POST /v1/pairs`` carries them as NDJSON, one :class:`Pair` a line (the wire format is in
-the README's shadow section). Pairs are untrusted input: every field is bounded here, and the
+docs/router.md, section "Mirroring"). Pairs are untrusted input: every field is bounded here, and the
 comparer accepts a pair only for a release, uid and dye tag a routing table with a shadow
 share names (:mod:`tinct.shadow.intake`).
 """
