@@ -109,6 +109,6 @@ def test_input_removed_refused_as_minor_released_as_major(
     # What the operator recorded answers the CLI the same way.
     code = main(["lineage", "diff", "llama3-8b@1.2.0", "llama3-8b@1.3.0", "--root", str(root), "-o", "json"])
     report = json.loads(capsys.readouterr().out)
-    assert code == 1
+    assert code == 3  # not compatible
     assert (report["declared"], report["measured"], report["compatible"]) == ("minor", "major", False)
     assert [d["kind"] for d in report["differences"]] == ["InputRemoved"]
