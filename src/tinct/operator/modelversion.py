@@ -28,6 +28,7 @@ import kopf
 
 from tinct.api.v1alpha1.common import GROUP, VERSION, Condition, set_condition
 from tinct.api.v1alpha1.modelversion import (
+    READY,
     ArtifactStatus,
     Digests,
     InterfaceStatus,
@@ -129,7 +130,7 @@ def build_status(
             observed_generation=gen,
             lineage=lineage,
             conditions=conds,
-        )
+        ).with_ready(gen, now)
     total = sum(d.size for _, d in verification.files)
     phase: ModelVersionPhase = "Ready"
     message = f"{len(verification.files)} file(s), {total} bytes verified"
@@ -157,7 +158,7 @@ def build_status(
         progress=None,
         lineage=lineage,
         conditions=conds,
-    )
+    ).with_ready(gen, now)
 
 
 def _unchanged(mv: ModelVersion) -> bool:
@@ -169,10 +170,18 @@ def _unchanged(mv: ModelVersion) -> bool:
     )
 
 
+def _claims_ready(mv: ModelVersion) -> bool:
+    """Whether ``mv``'s status still says Ready=True, for another generation than its own."""
+    st = mv.status
+    return st is not None and any(
+        c.type == READY and c.status == "True" and c.observed_generation != mv.metadata.generation
+        for c in st.conditions
+    )
+
+
 def _patch(status: ModelVersionStatus, *fields: str) -> dict[str, Any]:
     """The merge patch that sets ``fields`` of ``status`` and leaves the others alone."""
-    patch: dict[str, Any] = status.model_dump(by_alias=True, mode="json", include=set(fields))
-    return patch
+    return status.merge_patch(*fields)
 
 
 async def _patch_status(
@@ -224,13 +233,16 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context, log: Any
                 return task.result()
             bytes_done, bytes_total = progress.snapshot()
             pct = 100 * bytes_done // bytes_total if bytes_total else 0
+            message = f"hashing: {pct}% of {bytes_total} bytes"
             hashing = ModelVersionStatus(
                 phase="Hashing",
-                message=f"hashing: {pct}% of {bytes_total} bytes",
+                message=message,
                 progress=ProgressStatus(bytes_done=bytes_done, bytes_total=bytes_total),
-            )
+                conditions=(mv.status or ModelVersionStatus()).conditions,
+            ).with_ready(mv.metadata.generation, datetime.now(UTC), ("Hashing", message))
             why = _superseded(
-                mv, await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress"))
+                mv,
+                await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress", "conditions")),
             )
             if why is not None:
                 log.info("stopped verifying generation %s: %s", mv.metadata.generation, why)
@@ -242,24 +254,10 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context, log: Any
 
 async def _report_transient(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
     """Say in status why the version is not Ready yet; the phase is left as it is."""
-    old = mv.status or ModelVersionStatus()
-    waiting = old.model_copy(
-        update={
-            "message": message[:1024],
-            "conditions": set_condition(
-                old.conditions,
-                Condition(
-                    type="Verified",
-                    status="Unknown",
-                    reason=reason,
-                    message=message[:1024],
-                    observed_generation=mv.metadata.generation,
-                ),
-                datetime.now(UTC),
-            ),
-        }
+    st = (mv.status or ModelVersionStatus()).held(
+        "Verified", reason, message, mv.metadata.generation, datetime.now(UTC)
     )
-    await _patch_status(ctx, mv, _patch(waiting, "phase", "message", "conditions"))
+    await _patch_status(ctx, mv, st.merge_patch("phase", "message", "conditions"))
 
 
 async def _record(ctx: context.Context, rows: Rows, retry: int) -> int:
@@ -289,6 +287,12 @@ async def reconcile(
         log.debug("generation %s already handled", mv.metadata.generation)
         return None
     base = await adapters.wait_for_base(mv, ctx, retry) if mv.spec.adapter is not None else None
+    if _claims_ready(mv):  # a new generation: Ready no longer speaks for it
+        now, gen = datetime.now(UTC), mv.metadata.generation
+        again = (mv.status or ModelVersionStatus()).with_ready(
+            gen, now, ("Hashing", f"verifying generation {gen}")
+        )
+        await _patch_status(ctx, mv, _patch(again, "conditions"))
     try:
         verification = await _verify_with_progress(mv, ctx, log)
     except StorageError as exc:
