@@ -8,7 +8,10 @@ interval) → ``Ready`` with digests, per-file artifacts, the interface and the 
 version, or ``Failed`` with a message saying what to fix. A verified version whose
 interface changed more than its declared step allows, compared with the highest Ready
 version below it (:mod:`tinct.operator.interface`), is ``Misversioned`` with
-``InterfaceCompatible=False`` and the differences. A LoRA adapter (``spec.adapter``) waits
+``InterfaceCompatible=False`` and the differences; one that has a version below it still
+being verified waits for it (``Pending``, ``WaitingForEarlierVersion``), and a version that
+settles has the later ones compared with it again (:func:`settled_modelversion`,
+:func:`compare_waiting`). ``Ready`` is True exactly when the phase is. A LoRA adapter (``spec.adapter``) waits
 for its base to be Ready and is then held to it (:mod:`tinct.operator.adapter`): one that does
 not fit is ``Failed`` with ``BaseCompatible=False``. A resync of an unchanged generation is a
 no-op. A delete or a new generation stops the hashing of the old one within a progress
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +38,6 @@ from tinct.api.v1alpha1.modelversion import (
     InterfaceStatus,
     LineageRef,
     ModelVersion,
-    ModelVersionPhase,
     ModelVersionStatus,
 )
 from tinct.api.v1alpha1.modelversion import Progress as ProgressStatus
@@ -45,7 +48,7 @@ from tinct.artifacts.verify import Failure, Verification, verify
 from tinct.lineage.records import BaseRef, Rows, model_version_rows
 from tinct.operator import adapter as adapters
 from tinct.operator import context
-from tinct.operator.interface import Comparison, compare, condition_of
+from tinct.operator.interface import WAITING, Comparison, compare, compare_again, judged, to_compare_again
 from tinct.text import clip
 
 __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
@@ -53,6 +56,8 @@ __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
 PLURAL = "modelversions"
 #: Characters of an Event's note (kopf cuts longer ones in the middle, without a word).
 EVENT_NOTE_MAX = 1024
+#: Seconds between looks of a version waiting for an earlier one (which also wakes it when it settles).
+COMPARE_AGAIN_INTERVAL = 5.0
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
@@ -131,18 +136,7 @@ def build_status(
             lineage=lineage,
             conditions=conds,
         ).with_ready(gen, now)
-    total = sum(d.size for _, d in verification.files)
-    phase: ModelVersionPhase = "Ready"
-    message = f"{len(verification.files)} file(s), {total} bytes verified"
-    if comparison is not None:
-        status, reason, text = condition_of(comparison, mv.spec.version)
-        cond("InterfaceCompatible", status, reason, text)
-        if status == "False":
-            phase = "Misversioned"
-            message = f"cannot be released as {mv.spec.version}: {text}"[:1024]
-    return ModelVersionStatus(
-        phase=phase,
-        message=message,
+    verified = ModelVersionStatus(
         observed_generation=gen,
         digests=Digests.model_validate(verification.digests),
         artifacts=[
@@ -158,15 +152,21 @@ def build_status(
         progress=None,
         lineage=lineage,
         conditions=conds,
-    ).with_ready(gen, now)
+    )
+    return judged(verified, comparison, mv.spec.version, gen, now)
 
 
 def _unchanged(mv: ModelVersion) -> bool:
+    """Whether this generation has its verdict (a version waiting for an earlier one to
+    compare with is verified and recorded: :func:`compare_waiting` finishes it)."""
     st = mv.status
     return (
         st is not None
         and st.observed_generation == mv.metadata.generation
-        and st.phase in ("Ready", "Misversioned", "Failed")
+        and (
+            st.phase in ("Ready", "Misversioned", "Failed")
+            or (st.phase == "Pending" and st.lineage is not None)
+        )
     )
 
 
@@ -345,12 +345,75 @@ async def verify_modelversion(
         return
     # Merge patch: the fields the new status sets, and a stale progress block dropped.
     patch.status.update(_patch(status, "progress") | status.wire())
+    _announce(body, status)
+
+
+def _announce(body: Any, status: ModelVersionStatus) -> None:
+    """The Event of a verdict: Normal when Ready or waiting for an earlier version to compare
+    with, else a Warning with the reason of what holds it."""
     note = clip(status.message or "", EVENT_NOTE_MAX)
+    reason = next((c.reason for c in status.conditions if c.type == READY), "Failed")
     if status.phase == "Ready":
         kopf.info(body, reason="Verified", message=note)
+    elif status.phase == "Pending":
+        kopf.info(body, reason=reason, message=note)
     else:
-        reason = next((c.reason for c in status.conditions if c.status == "False"), "Failed")
         kopf.warn(body, reason=reason, message=note)
+
+
+async def _compare_again(obj: Mapping[str, Any], ctx: context.Context, log: Any) -> None:
+    """Compare the verified version ``obj`` again; its status written unless it changed meanwhile."""
+    meta = obj["metadata"]
+    try:
+        patch = await compare_again(obj, ctx)
+    except Exception as exc:
+        log.warning("could not compare %s again: %s", meta.get("name"), exc)
+        return
+    if patch is None:
+        return
+    ns, name = meta.get("namespace") or "", meta["name"]
+    written = await asyncio.get_running_loop().run_in_executor(
+        ctx.io, ctx.status.patch_status, PLURAL, ns, name, patch, meta.get("resourceVersion")
+    )
+    if written is not None:
+        log.info("%s compared again: %s", name, patch.get("message"))
+        _announce(written, ModelVersion.model_validate(written).status or ModelVersionStatus())
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def settled_modelversion(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: _Logger, **_: Any
+) -> None:
+    """A version that settled is compared with by the later ones it may concern (see
+    :mod:`tinct.operator.interface`): those it is now the predecessor of, and those waiting."""
+    status = body.get("status") or {}
+    if type == "DELETED" or status.get("phase") not in ("Ready", "Misversioned", "Failed"):
+        return
+    ctx = context.of(memo)
+    ns = body["metadata"].get("namespace") or "default"
+    try:
+        objects = await asyncio.get_running_loop().run_in_executor(
+            ctx.io, ctx.status.list_objects, PLURAL, ns
+        )
+    except Exception as exc:
+        logger.warning("could not list the ModelVersions of %s: %s", ns, exc)
+        return
+    model = (body.get("spec") or {}).get("model")
+    for obj in to_compare_again(body, [o for o in objects if (o.get("spec") or {}).get("model") == model]):
+        await _compare_again(obj, ctx, logger)
+
+
+def _waiting(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") == "Pending" and any(
+        c.get("type") == "InterfaceCompatible" and c.get("reason") == WAITING
+        for c in status.get("conditions") or []
+    )
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=COMPARE_AGAIN_INTERVAL, when=_waiting)
+async def compare_waiting(body: kopf.Body, memo: kopf.Memo, logger: _Logger, **_: Any) -> None:
+    """A version waiting for an earlier one looks again on its own, whatever it missed."""
+    await _compare_again(body, context.of(memo), logger)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -213,7 +213,7 @@ class InterfaceStatus(Model):
     summary: str = Field(default="", max_length=1024, description="The interface in one line.")
     compared_with: str | None = Field(
         default=None,
-        max_length=256,
+        max_length=512,
         description="The ModelVersion (name@version) the interface was compared with, if any.",
     )
 
@@ -247,7 +247,9 @@ class ModelVersionStatus(Model):
 
     phase: ModelVersionPhase = Field(
         default="Pending",
-        description="Pending, Hashing (reading the artifacts), Ready (verified and recorded), "
+        description="Pending (not verified yet, or verified and recorded but waiting for an earlier "
+        "version of its model to be compared with), Hashing (reading the artifacts), Ready (verified "
+        "and recorded), "
         "Misversioned (its interface changed more than its version step allows), Failed (the "
         "message says why) or Retired (being deleted).",
     )
