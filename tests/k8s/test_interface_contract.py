@@ -125,7 +125,7 @@ def test_order_does_not_matter_the_later_version_waits_for_the_earlier(
     with it: Misversioned, not Ready against nothing. A 2.0.0 verified before any earlier
     version of its model is compared again when one appears."""
     from tinct_testing.controlplane.harness import free_port
-    from tinct_testing.lineage_artifacts import moto_process, s3_client, tcp_forward
+    from tinct_testing.lineage_artifacts import store_comes_up
 
     ns, root = namespace, tmp_path / "lineage"
     base = make_version(tmp_path / "1.2.0")
@@ -155,14 +155,10 @@ def test_order_does_not_matter_the_later_version_waits_for_the_earlier(
         ready = cond(held, "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "WaitingForEarlierVersion")
 
-        with moto_process(free_port()) as behind:
-            client = s3_client(behind)
-            client.create_bucket(Bucket="ckpt")
-            client.upload_file(str(checkpoint), "ckpt", "step.pt")
-            with tcp_forward(port, int(behind.rsplit(":", 1)[1])):
-                first = wait_phase(cluster, ns, "llama3-8b-1-2-0", "Ready", "Failed")
-                assert first["status"]["phase"] == "Ready", first["status"]
-                minor = wait_phase(cluster, ns, "llama3-8b-1-3-0", "Misversioned", "Ready")
+        with store_comes_up(port, "ckpt", {"step.pt": checkpoint}):
+            first = wait_phase(cluster, ns, "llama3-8b-1-2-0", "Ready", "Failed")
+            assert first["status"]["phase"] == "Ready", first["status"]
+            minor = wait_phase(cluster, ns, "llama3-8b-1-3-0", "Misversioned", "Ready")
         st = minor["status"]
         assert st["phase"] == "Misversioned", st
         c = cond(minor, "InterfaceCompatible")

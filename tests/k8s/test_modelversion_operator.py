@@ -283,7 +283,7 @@ def test_unreachable_store_retries_then_becomes_ready(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     from tinct_testing.controlplane.harness import free_port
-    from tinct_testing.lineage_artifacts import make_ptx, moto_process, s3_client, tcp_forward
+    from tinct_testing.lineage_artifacts import make_ptx, store_comes_up
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -305,12 +305,8 @@ def test_unreachable_store_retries_then_becomes_ready(
         assert "retrying in" in waiting["status"]["message"]
         # The store comes up elsewhere, is filled, and only then becomes reachable at the
         # endpoint the operator retries: a retry must never see an empty store.
-        with moto_process(free_port()) as behind:
-            client = s3_client(behind)
-            client.create_bucket(Bucket="late")
-            client.upload_file(str(ptx), "late", "k.ptx")
-            with tcp_forward(port, int(behind.rsplit(":", 1)[1])):
-                obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
+        with store_comes_up(port, "late", {"k.ptx": ptx}):
+            obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["digests"]["ptx"] == sha256_file(ptx)
 
