@@ -324,9 +324,9 @@ def test_release_steps_to_promoted_though_the_active_operator_is_deleted(
     rows = history(cluster, install.ns, "chat-a")
     moves = [(r["reason"].split(":")[0], r["step"]) for r in rows if r["state"] != "Pending"]
     assert [m for m in moves if m[0] in ("Started", "StepAdvanced", "Promoted")] == [
-        ("Started", 0),
-        ("StepAdvanced", 1),
-        ("Promoted", 2),
+        ("Started", 1),
+        ("StepAdvanced", 2),
+        ("Promoted", 3),
     ], rows
     assert [r["step"] for r in rows] == sorted(r["step"] for r in rows), rows
     assert rows[-1]["state"] == "Promoted", rows

@@ -279,7 +279,7 @@ def test_grayrelease_steps_to_promoted_with_the_chart_identity(
     assert json.loads(table["data"][DATA_KEY])["state"] == "Promoted"
     assert all(hpas.values()), "an HPA per backend, applied with the chart's verbs"
     steps = [(r["state"], r["step"]) for r in history(lineage)]
-    assert ("Promoted", 3) in steps
+    assert ("Promoted", 4) in steps
     # What the controller reads it may not change.
     _refused(cluster, op_kc, "scale", "deployment", "sched-v2", "-n", namespace, "--replicas=3")
     _refused(cluster, op_kc, "delete", "deployment", "sched-v2", "-n", namespace, "--dry-run=server")

@@ -240,6 +240,41 @@ def test_invalid_resources_are_rejected_naming_the_field(
     assert missing.returncode != 0, "a rejected object must not be stored"
 
 
+#: One mistake, one error: the whole of what ``kubectl apply`` says about it.
+ONE_ERROR: list[tuple[str, Mutation, str]] = [
+    (
+        # Over the maximum and above the next step: the order rule leaves it to the maximum.
+        "weight-150",
+        setting("spec.cells.0.weights", [5, 150, 50, 100]),
+        'The GrayRelease "chat" is invalid: spec.cells[0].weights[1]: Invalid value: 150: '
+        "spec.cells[0].weights[1] in body should be less than or equal to 100",
+    ),
+    (
+        "interval-in-words",
+        setting("spec.analysis.interval", "1 minute"),
+        "The GrayRelease \"chat\" is invalid: spec.analysis.interval: Invalid value: '1 minute' is not a "
+        "duration: write a number and a unit (ms, s, m or h) such as 30s, 1m, 2h or 1m30s",
+    ),
+    (
+        "interval-too-short",
+        setting("spec.analysis.interval", "1s"),
+        'The GrayRelease "chat" is invalid: spec.analysis.interval: Invalid value: '
+        "interval must be at least 2s",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "expected"), ONE_ERROR, ids=[c[0] for c in ONE_ERROR])
+def test_one_mistake_is_one_readable_error(
+    cluster: Cluster, namespace: str, case: str, mutate: Mutation, expected: str
+) -> None:
+    doc = copy.deepcopy(_example("grayrelease.yaml"))
+    mutate(doc)
+    proc = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc), check=False)
+    assert proc.returncode != 0, f"{case}: the API server accepted it"
+    assert proc.stderr.strip() == expected
+
+
 def test_kubectl_get_shows_printer_columns(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES))
     out = cluster.kubectl("get", "mv,gr", "-n", namespace).stdout

@@ -175,9 +175,9 @@ def test_healthy_candidate_steps_to_promoted_with_router_shares_matching(stack: 
     assert by["latency-p95"]["value"] < 800
     rows = history(stack.root)
     assert [(r["reason"].split(":")[0], r["state"], r["step"]) for r in rows] == [
-        ("Started", "Progressing", 0),
-        ("StepAdvanced", "Progressing", 1),
-        ("Promoted", "Promoted", 2),
+        ("Started", "Progressing", 1),
+        ("StepAdvanced", "Progressing", 2),
+        ("Promoted", "Promoted", 3),
     ]
     assert dict(rows[1]["metrics"])["success-rate"] == pytest.approx(100.0)
 

@@ -19,6 +19,7 @@ from tinct_testing.release_cluster import (
     backends,
     example,
     operator,
+    release_status,
     wait_release,
 )
 from tinct_testing.wait import eventually
@@ -121,3 +122,43 @@ def test_kubectl_tinct_lists_and_watches_a_release(cluster: Cluster, namespace: 
                 watch.wait()
         frames = [line for line in lines.seen if line.startswith(f"GrayRelease {ns}/chat")]
         assert len(frames) >= 2, lines.seen
+
+
+def test_an_action_on_a_promoted_release_is_refused_and_leaves_its_message(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    ns, root = namespace, tmp_path / "lineage"
+    backends(cluster, ns, tmp_path)
+    with operator(ns, root):
+        apply(cluster, ns, example(analysis={"interval": "1h"}))
+        wait_release(cluster, ns, lambda s: s.get("phase") == "Progressing", "Progressing")
+        promoted = _kubectl(cluster, "tinct", "promote", "chat", "-n", ns)
+        assert promoted.returncode == 0, promoted.stderr
+        done = wait_release(cluster, ns, lambda s: s.get("phase") == "Promoted", "Promoted")
+        said = done["message"]
+        assert said.startswith("promoted after step 1/4")
+
+        for verb in ("pause", "resume", "abort", "promote"):
+            refused = _kubectl(cluster, "tinct", verb, "chat", "-n", ns)
+            assert refused.returncode == 1, (verb, refused.stdout, refused.stderr)
+            assert refused.stdout == ""
+            assert refused.stderr == (
+                f"tinct release: grayrelease {ns}/chat: {verb} refused: the release is Promoted, which is "
+                f"final: there is nothing to {verb}; release stable again as a new candidate to go back\n"
+            )
+        obj = yaml.safe_load(cluster.kubectl("get", "gr", "chat", "-n", ns, "-o", "yaml").stdout)
+        assert obj["spec"].get("paused") in (None, False), "a refused pause writes nothing"
+        assert obj["metadata"]["annotations"]["tinct.io/action"] == done["acknowledgedAction"]
+
+        # Written some other way, the operator refuses it, and the message stays the release's.
+        cluster.kubectl("annotate", "gr", "chat", "-n", ns, "tinct.io/action=abort@by-hand", "--overwrite")
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: (s.get("lastAction") or {}).get("value") == "abort@by-hand",
+            "the annotated abort handled",
+        )
+        assert st["lastAction"]["result"] == "Refused"
+        assert "the release is Promoted, which is final" in st["lastAction"]["message"]
+        assert (st["phase"], st["message"]) == ("Promoted", said)
+        assert release_status(cluster, ns)["message"] == said

@@ -64,9 +64,21 @@ def test_local_and_s3_artifacts_become_ready_and_queryable(
     root = tmp_path / "lineage"
     with operator(namespace, root, tmp_path):
         apply(cluster, namespace, doc)
-        obj = wait_phase(cluster, namespace, "llama-1-0-0", "Ready")
+        # What a script waits for: the Ready condition, as for any Kubernetes object.
+        cluster.kubectl(
+            "wait", "mv/llama-1-0-0", "-n", namespace, "--for=condition=Ready", f"--timeout={WAIT:.0f}s"
+        )
+        obj = get(cluster, namespace, "llama-1-0-0")
+    assert obj is not None
 
     st = obj["status"]
+    assert st["phase"] == "Ready"
+    ready = cond(obj, "Ready")
+    assert (ready["reason"], ready["message"], ready["observedGeneration"]) == (
+        "VerifiedAndRecorded",
+        st["message"],
+        1,
+    )
     assert st["digests"] == {
         "onnx": sha256_file(files.onnx),
         "ptx": sha256_file(files.ptx),
@@ -81,6 +93,7 @@ def test_local_and_s3_artifacts_become_ready_and_queryable(
         "Verified": "True",
         "Recorded": "True",
         "InterfaceCompatible": "True",
+        "Ready": "True",
     }
     # The first version of its model: nothing to hold its number to yet.
     assert {c["type"]: c["reason"] for c in st["conditions"]}["InterfaceCompatible"] == "NoEarlierVersion"
@@ -165,6 +178,9 @@ def test_bad_inputs_fail_with_actionable_reasons(cluster: Cluster, namespace: st
         c = cond(results[name], cond_type)
         assert (c["status"], c["reason"]) == ("False", reason), (name, c)
         assert st["message"]
+        # Ready says what holds the version: the reason of the condition that failed.
+        ready = cond(results[name], "Ready")
+        assert (ready["status"], ready["reason"], ready["message"]) == ("False", reason, c["message"])
     assert "spec.artifacts[0].sha256" in results["mismatch"]["status"]["message"]
     assert "upload it or fix spec.artifacts[0].uri" in results["missing"]["status"]["message"]
     assert any(e.get("reason") == "DigestMismatch" for e in events)
@@ -189,6 +205,8 @@ def test_spec_change_rehashes_resync_does_not_and_delete_retires(
     assert first["status"]["digests"]["onnx"] == sha256_file(a)
     assert second["status"]["digests"]["onnx"] == sha256_file(b)
     assert second["status"]["lineage"]["version"] > first["status"]["lineage"]["version"]
+    assert cond(second, "Ready")["status"] == "True"
+    assert cond(second, "Ready")["observedGeneration"] == 2
 
     # A restart resumes the object. Its generation is already handled, so none of its files
     # is read again (opens counted by the kernel, whoever opens them) and no row is added.
@@ -265,7 +283,7 @@ def test_unreachable_store_retries_then_becomes_ready(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     from tinct_testing.controlplane.harness import free_port
-    from tinct_testing.lineage_artifacts import make_ptx, moto_process, s3_client, tcp_forward
+    from tinct_testing.lineage_artifacts import make_ptx, store_comes_up
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -287,12 +305,8 @@ def test_unreachable_store_retries_then_becomes_ready(
         assert "retrying in" in waiting["status"]["message"]
         # The store comes up elsewhere, is filled, and only then becomes reachable at the
         # endpoint the operator retries: a retry must never see an empty store.
-        with moto_process(free_port()) as behind:
-            client = s3_client(behind)
-            client.create_bucket(Bucket="late")
-            client.upload_file(str(ptx), "late", "k.ptx")
-            with tcp_forward(port, int(behind.rsplit(":", 1)[1])):
-                obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
+        with store_comes_up(port, "late", {"k.ptx": ptx}):
+            obj = wait_phase(cluster, namespace, "later", "Ready", "Failed")
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["digests"]["ptx"] == sha256_file(ptx)
 

@@ -584,7 +584,7 @@ def test_a_lineage_outage_delays_the_history_never_the_traffic(
         wait_history_written(cluster, ns)
         uid = get(cluster, ns, "grayrelease", "chat")["metadata"]["uid"]
     rows = history(root)
-    assert [(r["state"], r["step"]) for r in before] == [("Progressing", 0)]
+    assert [(r["state"], r["step"]) for r in before] == [("Progressing", 1)]
     assert [(h["seq"], h["reason"], h["step"]) for h in held["history"]] == [
         (1, "StepAdvanced", 1),
         (2, "StepAdvanced", 2),
@@ -658,7 +658,7 @@ def test_a_release_recreated_under_the_same_name_starts_from_its_own_status(
     assert max(s.get("candidateWeight", 0) for s in mine) == 5
     st = later["status"]
     assert (st["phase"], st["step"], st["attempt"], st["transitions"]) == ("Progressing", 0, 1, 1)
-    assert [(r["state"], r["step"]) for r in rows] == [("Progressing", 0)]
+    assert [(r["state"], r["step"]) for r in rows] == [("Progressing", 1)]
     # The table follows the new release, never with weights the old one had reached.
     ours = _in_force(releases, tables, uid)
     assert ours

@@ -18,7 +18,7 @@ from tinct.artifacts.hashing import FileDigest
 from tinct.artifacts.interface import Interface, combine, digest
 from tinct.artifacts.verify import Verification
 from tinct.operator.grayrelease.preconditions import preconditions
-from tinct.operator.interface import Comparison, predecessor, semver_key
+from tinct.operator.interface import Comparison, predecessor, semver_key, to_compare_again, unsettled
 from tinct.operator.modelversion import build_status
 from tinct_testing.interface_artifacts import make_version
 from tinct_testing.paths import EXAMPLES
@@ -129,6 +129,66 @@ def test_no_earlier_version_and_unreadable_comparison() -> None:
     st = build_status(_mv("1.0.0"), _ok({}), "t", 1, NOW, Comparison(error="lineage down"))
     cond = _compatible(st)
     assert (st.phase, cond.status, cond.reason) == ("Ready", "Unknown", "ComparisonUnavailable")
+
+
+def _at(obj: dict[str, Any], reason: str | None = None, compared: str | None = None) -> dict[str, Any]:
+    """``obj`` verified at generation 1, compared with ``compared`` (InterfaceCompatible ``reason``)."""
+    obj["metadata"]["generation"] = 1
+    obj["status"]["observedGeneration"] = 1
+    obj["status"]["interface"]["comparedWith"] = compared
+    if reason is not None:
+        obj["status"]["conditions"] = [{"type": "InterfaceCompatible", "status": "True", "reason": reason}]
+    return obj
+
+
+def test_an_earlier_version_still_verifying_is_waited_for() -> None:
+    objects = [_obj("a", "1.2.0"), _obj("b", "1.4.0", phase="Hashing"), _obj("c", "1.3.0", phase="Failed")]
+    waiting = unsettled(_mv("2.0.0"), objects)
+    assert waiting is not None
+    assert waiting["metadata"]["name"] == "b"
+    # Below the predecessor, or settled, it changes nothing.
+    assert unsettled(_mv("1.3.5"), objects) is None
+    objects[1]["status"]["phase"] = "Ready"
+    assert unsettled(_mv("2.0.0"), objects) is None
+    # Waiting for an earlier one itself: not settled either.
+    assert unsettled(_mv("2.0.0"), [_obj("b", "1.4.0", phase="Pending")]) is not None
+    # One on its way out is not waited for.
+    going = _obj("b", "1.4.0", phase="Hashing")
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert unsettled(_mv("2.0.0"), [going]) is None
+
+
+def test_waiting_is_pending_and_not_ready() -> None:
+    st = build_status(_mv("2.0.0"), _ok({}), "t", 1, NOW, Comparison(waiting="b@1.4.0"))
+    cond = _compatible(st)
+    assert (st.phase, cond.status, cond.reason) == ("Pending", "Unknown", "WaitingForEarlierVersion")
+    assert "b@1.4.0 is not verified yet" in cond.message
+    assert st.message == "1 file(s), 10 bytes verified; waiting for b@1.4.0 to compare interfaces with"
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "WaitingForEarlierVersion")
+    assert st.lineage is not None  # verified and recorded all the same
+
+
+def test_a_version_that_settles_is_compared_with_by_the_later_ones() -> None:
+    settled = _at(_obj("b", "1.4.0"))
+    objects = [
+        _at(_obj("a", "1.2.0")),
+        settled,
+        _at(_obj("new", "2.0.0"), "NoEarlierVersion"),  # verified first: compared with nothing
+        _at(_obj("older", "2.1.0"), "InterfaceMatchesVersion", "a@1.2.0"),  # 2.0.0 is between
+        _at(_obj("w", "3.0.0", phase="Pending"), "WaitingForEarlierVersion"),
+        _at(_obj("done", "1.5.0"), "InterfaceMatchesVersion", "b@1.4.0"),  # already compared with it
+        _at(_obj("low", "1.3.0"), "NoEarlierVersion"),  # below it
+        _at(_obj("x", "2.5.0", model="other"), "NoEarlierVersion"),
+    ]
+    again = [o["metadata"]["name"] for o in to_compare_again(settled, objects)]
+    # 1.5.0 is the predecessor of 2.0.0 and 2.1.0, not 1.4.0; the one waiting looks again anyway.
+    assert again == ["w"]
+    objects = [o for o in objects if o["metadata"]["name"] != "done"]
+    assert [o["metadata"]["name"] for o in to_compare_again(settled, objects)] == ["new", "w"]
+    # A version still being verified is no reason to look again.
+    hashing = _at(_obj("b", "1.4.0", phase="Hashing"))
+    assert to_compare_again(hashing, objects) == []
 
 
 def _release(allow_major: bool) -> GrayReleaseSpec:

@@ -134,7 +134,7 @@ def _diff(root: str, capsys: pytest.CaptureFixture[str], a: str, b: str, *extra:
 
 def test_diff_input_removed_in_a_minor_bump(root: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _diff(root, capsys, "llama3-8b@1.2.0", _name("1.3.0"))
-    assert code == 1
+    assert code == 3
     assert "breaking  InputRemoved  onnx model.onnx input attention_mask  INT64[batch,seq] removed" in out
     assert "declared MINOR, measured MAJOR: NOT compatible" in out
     assert "cannot be released as declared" in out
@@ -143,15 +143,16 @@ def test_diff_input_removed_in_a_minor_bump(root: str, capsys: pytest.CaptureFix
 def test_diff_input_removed_in_a_major_bump(root: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _diff(root, capsys, "llama3-8b@1.2.0", "llama3-8b@2.0.0", "-o", "json")
     report = json.loads(out)
-    assert code == 1  # still breaking: scripts see it, the release decides with allowMajorUpgrade
+    assert code == 0  # the MAJOR step covers it; "breaking" tells scripts it is one
     assert (report["declared"], report["measured"], report["compatible"]) == ("major", "major", True)
+    assert report["breaking"] is True
     assert [d["kind"] for d in report["differences"]] == ["InputRemoved"]
 
 
 def test_diff_vocabulary_change(root: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _diff(root, capsys, "llama3-8b@1.2.0", "llama3-8b@1.4.0", "-o", "json")
     report = json.loads(out)
-    assert code == 1
+    assert code == 3
     assert "VocabularyChanged" in {d["kind"] for d in report["differences"]}
     assert not report["compatible"]
 
@@ -172,13 +173,30 @@ def test_diff_identical_across_a_patch(root: str, capsys: pytest.CaptureFixture[
 
 def test_diff_of_an_unknown_version_says_so(root: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _diff(root, capsys, "llama3-8b@1.2.0", "llama3-8b@9.9.9")
-    assert code == 2
+    assert code == 1
     assert "llama3-8b@9.9.9: no verified interface recorded" in out
     assert "Traceback" not in out
 
 
 def test_diff_without_tables_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _diff(str(tmp_path / "none"), capsys, "a@1.0.0", "a@1.0.1")
-    assert code == 2
+    assert code == 1
     assert "tinct lineage diff:" in out
     assert "Traceback" not in out
+
+
+def test_diff_backwards_is_not_compatible(root: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _diff(root, capsys, "llama3-8b@1.2.1", "llama3-8b@1.2.0")
+    assert code == 3
+    assert "1.2.0 is not above 1.2.1" in out
+
+
+def test_diff_help_gives_each_exit_status_its_meaning(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["lineage", "diff", "--help"])
+    text = capsys.readouterr().out
+    epilog = text[text.index("exit status:") :]
+    assert "\n  0    compatible: the declared version step covers" in epilog
+    assert "\n  1    could not compare:" in epilog
+    assert "\n  3    NOT compatible:" in epilog
+    assert "\n  2    usage" in epilog

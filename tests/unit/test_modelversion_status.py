@@ -55,7 +55,14 @@ def test_ready_status() -> None:
         "Compatible": "True",
         "Verified": "True",
         "Recorded": "True",
+        "Ready": "True",
     }
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.reason, ready.message, ready.observed_generation) == (
+        "VerifiedAndRecorded",
+        "1 file(s), 10 bytes verified",
+        1,
+    )
     assert "progress" not in st.wire()
 
 
@@ -70,6 +77,14 @@ def test_failed_status_keeps_transition_time_of_unchanged_conditions() -> None:
     assert (conds["Verified"].status, conds["Verified"].reason) == ("False", "DigestMismatch")
     assert conds["Verified"].last_transition_time == later
     assert conds["Compatible"].last_transition_time == NOW
+    # Ready says what holds it: the failed condition's reason, from the moment it failed.
+    ready = conds["Ready"]
+    assert (ready.status, ready.reason, ready.message) == (
+        "False",
+        "DigestMismatch",
+        "declared digest differs",
+    )
+    assert (ready.observed_generation, ready.last_transition_time) == (2, later)
 
 
 def test_incompatible_is_reported_on_compatible() -> None:
@@ -77,6 +92,22 @@ def test_incompatible_is_reported_on_compatible() -> None:
     conds = {c.type: c for c in build_status(_mv(), bad, "/t", 1, NOW).conditions}
     assert (conds["Compatible"].status, conds["Compatible"].reason) == ("False", "AsymmetricAWQUnsupported")
     assert conds["Verified"].status == "Unknown"
+    assert (conds["Ready"].status, conds["Ready"].reason) == ("False", "AsymmetricAWQUnsupported")
+
+
+def test_ready_is_false_while_something_holds_the_version() -> None:
+    ready = build_status(_mv(), _ok(), "/t", 1, NOW)
+    later = datetime(2026, 2, 1, tzinfo=UTC)
+    st = ready.held("Verified", "StorageUnavailable", "retrying in 5s: s3 down", 2, later)
+    conds = {c.type: c for c in st.conditions}
+    assert st.phase == "Ready"  # the phase is the last verdict; Ready speaks for generation 2
+    assert (conds["Verified"].status, conds["Verified"].reason) == ("Unknown", "StorageUnavailable")
+    assert (conds["Ready"].status, conds["Ready"].reason, conds["Ready"].message) == (
+        "False",
+        "StorageUnavailable",
+        "retrying in 5s: s3 down",
+    )
+    assert st.merge_patch("phase", "message", "conditions").keys() == {"phase", "message", "conditions"}
 
 
 def test_rows() -> None:

@@ -14,7 +14,8 @@ class _Release:
     """A GrayRelease on a stand-in API: each read sees the operator's latest status write, and a
     guarded patch conflicts while the operator writes faster than ``conflicts`` allows."""
 
-    def __init__(self, conflicts: int) -> None:
+    def __init__(self, conflicts: int, phase: str = "Progressing") -> None:
+        self.phase = phase
         self.version = 7
         self.attempt = 1
         self.conflicts = conflicts
@@ -22,8 +23,13 @@ class _Release:
 
     def get_namespaced_custom_object(self, *_: Any) -> dict[str, Any]:
         return {
-            "metadata": {"name": "chat", "resourceVersion": str(self.version), "annotations": {}},
-            "status": {"attempt": self.attempt},
+            "metadata": {
+                "name": "chat",
+                "namespace": "llm",
+                "resourceVersion": str(self.version),
+                "annotations": {},
+            },
+            "status": {"attempt": self.attempt, "phase": self.phase},
         }
 
     def patch_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
@@ -55,3 +61,15 @@ def test_a_release_that_never_holds_still_is_a_conflict_said_once() -> None:
         _request(release, "llm", "chat", "promote", wait=0)
     assert conflict.value.status == 409
     assert len(release.patches) == REQUEST_TRIES
+
+
+@pytest.mark.parametrize("verb", ["promote", "abort", "resume", "retry"])
+def test_a_request_to_a_promoted_release_is_refused_in_one_line_and_not_written(
+    verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    release = _Release(conflicts=0, phase="Promoted")
+    assert _request(release, "llm", "chat", verb, wait=0) == 1
+    assert release.patches == []
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"tinct release: grayrelease llm/chat: {verb} refused: ")

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from tinct.api.v1alpha1.action import ActionRequest, action_value, handled, parse_action
+from tinct.api.v1alpha1.action import ActionRequest, action_value, final_refusal, handled, parse_action
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus, cell_key, parse_duration
 from tinct.operator.grayrelease.decision import Capacity, Inputs
 from tinct.operator.grayrelease.preconditions import Claim, Problem, model_conflict, preconditions
@@ -613,3 +613,37 @@ def test_the_routers_follow_the_same_owner() -> None:
     ):
         with pytest.raises(ValueError, match=why):
             parse_model_owners(bad)
+
+
+def test_a_final_release_refuses_every_action_but_retry_and_keeps_its_message() -> None:
+    promoted = step(release(), T0, actions=[])
+    promoted = step(promoted, T0 + timedelta(seconds=1), actions=["promote@a1-p"])
+    assert st(promoted).phase == "Promoted"
+    said = st(promoted).message
+    for verb in ("promote", "abort", "resume", "retry"):
+        d = round_(promoted, T0 + MINUTE, actions=[f"{verb}@a1-{verb}"])
+        assert d.status.phase == "Promoted", verb
+        assert d.status.last_action is not None
+        assert d.status.last_action.result == "Refused", verb
+        assert d.status.message == said, "a refused request does not speak for the release"
+        assert [(t.reason, t.warning, t.record) for t in d.transitions] == [("ActionRefused", True, False)]
+    aborted = step(step(release(), T0), T0 + timedelta(seconds=1), actions=["abort@a1-x"])
+    d = round_(aborted, T0 + MINUTE, actions=["resume@a1-r"])
+    assert d.status.last_action is not None
+    assert "RolledBack, which is final" in d.status.last_action.message
+    assert d.status.message == st(aborted).message
+    assert round_(aborted, T0 + MINUTE, actions=["retry@a1-t"]).status.phase == "Progressing"
+
+
+def test_final_refusal_names_what_to_do_instead() -> None:
+    assert final_refusal("pause", "Progressing") is None
+    assert final_refusal("retry", "RolledBack") is None
+    assert final_refusal("pause", "Promoted") == (
+        "the release is Promoted, which is final: there is nothing to pause; "
+        "release stable again as a new candidate to go back"
+    )
+    assert "`tinct release retry` starts it over" in (final_refusal("pause", "RolledBack") or "")
+    assert (
+        final_refusal("retry", "Promoted")
+        == "only a rolled-back or failed release is retried; it is Promoted"
+    )

@@ -198,8 +198,23 @@ def _diff_text(report: dict[str, Any], out: TextIO) -> None:
     out.write(("compatible" if report["compatible"] else "NOT compatible") + f" ({report['verdict']})\n")
 
 
+#: Exit statuses of ``tinct lineage diff``: what a script gating a release reads.
+DIFF_COMPATIBLE = 0
+DIFF_UNCOMPARED = 1
+DIFF_INCOMPATIBLE = 3
+DIFF_EXIT_CODES = {
+    DIFF_COMPATIBLE: "compatible: the declared version step covers every measured difference",
+    DIFF_UNCOMPARED: "could not compare: a version is not recorded, a name is ambiguous, or the "
+    "lineage tables could not be read",
+    2: "usage: an argument tinct refuses before doing anything",
+    DIFF_INCOMPATIBLE: "NOT compatible: the declared step is smaller than the measured change (or "
+    "MV_B is not above MV_A)",
+    130: "interrupted (Ctrl-C)",
+}
+
+
 def _cmd_diff(args: argparse.Namespace) -> int:
-    """0: no breaking difference; 1: breaking; 2: the versions could not be compared."""
+    """Print the comparison; its exit status is one of :data:`DIFF_EXIT_CODES`."""
     from tinct.artifacts.contract import verdict
     from tinct.lineage.interfaces import RecordedNotFoundError, recorded_interface
 
@@ -208,10 +223,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         new = recorded_interface(args.new, _root(args), namespace=args.namespace)
     except RecordedNotFoundError as exc:
         print(f"tinct lineage diff: {exc}", file=sys.stderr)
-        return 2
+        return DIFF_UNCOMPARED
     except Exception as exc:
         print(f"tinct lineage diff: cannot read the lineage tables: {exc}", file=sys.stderr)
-        return 2
+        return DIFF_UNCOMPARED
     v = verdict(old.version, new.version, old.interface, new.interface)
     report = {
         "from": {"label": old.label, "model": old.model, "version": old.version, "name": old.name},
@@ -230,7 +245,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _diff_text(report, sys.stdout)
-    return 1 if v.breaking else 0
+    return DIFF_COMPATIBLE if v.ok else DIFF_INCOMPATIBLE
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -290,9 +305,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Print the differences between the interfaces of two ModelVersions as recorded in the "
             "interfaces table, each with its class (breaking, additive, none), and whether the declared "
-            "version step allows them. Exit status: 0 no breaking difference, 1 breaking, "
-            "2 the versions could not be compared."
+            "version step allows them. The exit status says which, so a script can gate a release "
+            "on it: 0 compatible, 3 not compatible, 1 could not compare."
         ),
+        epilog="exit status:\n" + "\n".join(f"  {code:<4} {what}" for code, what in DIFF_EXIT_CODES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d.add_argument("old", metavar="MV_A", help="ModelVersion name or model@version, e.g. llama3-8b@1.2.0")
     d.add_argument("new", metavar="MV_B", help="the ModelVersion compared with MV_A")

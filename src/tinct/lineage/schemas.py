@@ -158,6 +158,8 @@ ADAPTERS = pa.schema(
     ]
 )
 
+#: One row per recorded transition of a GrayRelease; ``step`` counts from 1, as ``2/4`` reads
+#: (the operator's rows are keyed ``<uid>/<transition>/<state>/<step index>``).
 RELEASE_EVENTS = pa.schema(
     [
         _text("event_id", required=True),

@@ -35,12 +35,23 @@ class StatusPatcher:
             return self._api
 
     def patch_status(
-        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
     ) -> dict[str, Any] | None:
-        """The object after the patch; None when the patch failed (logged, never raised)."""
+        """The object after the patch; None when the patch failed (logged, never raised).
+
+        With ``resource_version``, the patch applies only to the object as it was then (a
+        409 Conflict otherwise, which is a failure here too)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             obj: dict[str, Any] = self._client().patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, {"status": status}
+                GROUP, VERSION, namespace, plural, name, body
             )
         except Exception as exc:
             log.debug("status patch of %s %s/%s failed: %s", plural, namespace, name, exc)

@@ -8,7 +8,10 @@ interval) → ``Ready`` with digests, per-file artifacts, the interface and the 
 version, or ``Failed`` with a message saying what to fix. A verified version whose
 interface changed more than its declared step allows, compared with the highest Ready
 version below it (:mod:`tinct.operator.interface`), is ``Misversioned`` with
-``InterfaceCompatible=False`` and the differences. A LoRA adapter (``spec.adapter``) waits
+``InterfaceCompatible=False`` and the differences; one that has a version below it still
+being verified waits for it (``Pending``, ``WaitingForEarlierVersion``), and a version that
+settles has the later ones compared with it again (:func:`settled_modelversion`,
+:func:`compare_waiting`). ``Ready`` is True exactly when the phase is. A LoRA adapter (``spec.adapter``) waits
 for its base to be Ready and is then held to it (:mod:`tinct.operator.adapter`): one that does
 not fit is ``Failed`` with ``BaseCompatible=False``. A resync of an unchanged generation is a
 no-op. A delete or a new generation stops the hashing of the old one within a progress
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,12 +32,12 @@ import kopf
 
 from tinct.api.v1alpha1.common import GROUP, VERSION, Condition, set_condition
 from tinct.api.v1alpha1.modelversion import (
+    READY,
     ArtifactStatus,
     Digests,
     InterfaceStatus,
     LineageRef,
     ModelVersion,
-    ModelVersionPhase,
     ModelVersionStatus,
 )
 from tinct.api.v1alpha1.modelversion import Progress as ProgressStatus
@@ -44,7 +48,7 @@ from tinct.artifacts.verify import Failure, Verification, verify
 from tinct.lineage.records import BaseRef, Rows, model_version_rows
 from tinct.operator import adapter as adapters
 from tinct.operator import context
-from tinct.operator.interface import Comparison, compare, condition_of
+from tinct.operator.interface import WAITING, Comparison, compare, compare_again, judged, to_compare_again
 from tinct.text import clip
 
 __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
@@ -52,6 +56,8 @@ __all__ = ["PLURAL", "build_status", "event_for", "reconcile", "retire"]
 PLURAL = "modelversions"
 #: Characters of an Event's note (kopf cuts longer ones in the middle, without a word).
 EVENT_NOTE_MAX = 1024
+#: Seconds between looks of a version waiting for an earlier one (which also wakes it when it settles).
+COMPARE_AGAIN_INTERVAL = 5.0
 _Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
@@ -129,19 +135,8 @@ def build_status(
             observed_generation=gen,
             lineage=lineage,
             conditions=conds,
-        )
-    total = sum(d.size for _, d in verification.files)
-    phase: ModelVersionPhase = "Ready"
-    message = f"{len(verification.files)} file(s), {total} bytes verified"
-    if comparison is not None:
-        status, reason, text = condition_of(comparison, mv.spec.version)
-        cond("InterfaceCompatible", status, reason, text)
-        if status == "False":
-            phase = "Misversioned"
-            message = f"cannot be released as {mv.spec.version}: {text}"[:1024]
-    return ModelVersionStatus(
-        phase=phase,
-        message=message,
+        ).with_ready(gen, now)
+    verified = ModelVersionStatus(
         observed_generation=gen,
         digests=Digests.model_validate(verification.digests),
         artifacts=[
@@ -158,21 +153,35 @@ def build_status(
         lineage=lineage,
         conditions=conds,
     )
+    return judged(verified, comparison, mv.spec.version, gen, now)
 
 
 def _unchanged(mv: ModelVersion) -> bool:
+    """Whether this generation has its verdict (a version waiting for an earlier one to
+    compare with is verified and recorded: :func:`compare_waiting` finishes it)."""
     st = mv.status
     return (
         st is not None
         and st.observed_generation == mv.metadata.generation
-        and st.phase in ("Ready", "Misversioned", "Failed")
+        and (
+            st.phase in ("Ready", "Misversioned", "Failed")
+            or (st.phase == "Pending" and st.lineage is not None)
+        )
+    )
+
+
+def _claims_ready(mv: ModelVersion) -> bool:
+    """Whether ``mv``'s status still says Ready=True, for another generation than its own."""
+    st = mv.status
+    return st is not None and any(
+        c.type == READY and c.status == "True" and c.observed_generation != mv.metadata.generation
+        for c in st.conditions
     )
 
 
 def _patch(status: ModelVersionStatus, *fields: str) -> dict[str, Any]:
     """The merge patch that sets ``fields`` of ``status`` and leaves the others alone."""
-    patch: dict[str, Any] = status.model_dump(by_alias=True, mode="json", include=set(fields))
-    return patch
+    return status.merge_patch(*fields)
 
 
 async def _patch_status(
@@ -224,13 +233,16 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context, log: Any
                 return task.result()
             bytes_done, bytes_total = progress.snapshot()
             pct = 100 * bytes_done // bytes_total if bytes_total else 0
+            message = f"hashing: {pct}% of {bytes_total} bytes"
             hashing = ModelVersionStatus(
                 phase="Hashing",
-                message=f"hashing: {pct}% of {bytes_total} bytes",
+                message=message,
                 progress=ProgressStatus(bytes_done=bytes_done, bytes_total=bytes_total),
-            )
+                conditions=(mv.status or ModelVersionStatus()).conditions,
+            ).with_ready(mv.metadata.generation, datetime.now(UTC), ("Hashing", message))
             why = _superseded(
-                mv, await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress"))
+                mv,
+                await _patch_status(ctx, mv, _patch(hashing, "phase", "message", "progress", "conditions")),
             )
             if why is not None:
                 log.info("stopped verifying generation %s: %s", mv.metadata.generation, why)
@@ -242,24 +254,10 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context, log: Any
 
 async def _report_transient(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
     """Say in status why the version is not Ready yet; the phase is left as it is."""
-    old = mv.status or ModelVersionStatus()
-    waiting = old.model_copy(
-        update={
-            "message": message[:1024],
-            "conditions": set_condition(
-                old.conditions,
-                Condition(
-                    type="Verified",
-                    status="Unknown",
-                    reason=reason,
-                    message=message[:1024],
-                    observed_generation=mv.metadata.generation,
-                ),
-                datetime.now(UTC),
-            ),
-        }
+    st = (mv.status or ModelVersionStatus()).held(
+        "Verified", reason, message, mv.metadata.generation, datetime.now(UTC)
     )
-    await _patch_status(ctx, mv, _patch(waiting, "phase", "message", "conditions"))
+    await _patch_status(ctx, mv, st.merge_patch("phase", "message", "conditions"))
 
 
 async def _record(ctx: context.Context, rows: Rows, retry: int) -> int:
@@ -289,6 +287,12 @@ async def reconcile(
         log.debug("generation %s already handled", mv.metadata.generation)
         return None
     base = await adapters.wait_for_base(mv, ctx, retry) if mv.spec.adapter is not None else None
+    if _claims_ready(mv):  # a new generation: Ready no longer speaks for it
+        now, gen = datetime.now(UTC), mv.metadata.generation
+        again = (mv.status or ModelVersionStatus()).with_ready(
+            gen, now, ("Hashing", f"verifying generation {gen}")
+        )
+        await _patch_status(ctx, mv, _patch(again, "conditions"))
     try:
         verification = await _verify_with_progress(mv, ctx, log)
     except StorageError as exc:
@@ -341,12 +345,75 @@ async def verify_modelversion(
         return
     # Merge patch: the fields the new status sets, and a stale progress block dropped.
     patch.status.update(_patch(status, "progress") | status.wire())
+    _announce(body, status)
+
+
+def _announce(body: Any, status: ModelVersionStatus) -> None:
+    """The Event of a verdict: Normal when Ready or waiting for an earlier version to compare
+    with, else a Warning with the reason of what holds it."""
     note = clip(status.message or "", EVENT_NOTE_MAX)
+    reason = next((c.reason for c in status.conditions if c.type == READY), "Failed")
     if status.phase == "Ready":
         kopf.info(body, reason="Verified", message=note)
+    elif status.phase == "Pending":
+        kopf.info(body, reason=reason, message=note)
     else:
-        reason = next((c.reason for c in status.conditions if c.status == "False"), "Failed")
         kopf.warn(body, reason=reason, message=note)
+
+
+async def _compare_again(obj: Mapping[str, Any], ctx: context.Context, log: Any) -> None:
+    """Compare the verified version ``obj`` again; its status written unless it changed meanwhile."""
+    meta = obj["metadata"]
+    try:
+        patch = await compare_again(obj, ctx)
+    except Exception as exc:
+        log.warning("could not compare %s again: %s", meta.get("name"), exc)
+        return
+    if patch is None:
+        return
+    ns, name = meta.get("namespace") or "", meta["name"]
+    written = await asyncio.get_running_loop().run_in_executor(
+        ctx.io, ctx.status.patch_status, PLURAL, ns, name, patch, meta.get("resourceVersion")
+    )
+    if written is not None:
+        log.info("%s compared again: %s", name, patch.get("message"))
+        _announce(written, ModelVersion.model_validate(written).status or ModelVersionStatus())
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def settled_modelversion(
+    body: kopf.Body, type: str | None, memo: kopf.Memo, logger: _Logger, **_: Any
+) -> None:
+    """A version that settled is compared with by the later ones it may concern (see
+    :mod:`tinct.operator.interface`): those it is now the predecessor of, and those waiting."""
+    status = body.get("status") or {}
+    if type == "DELETED" or status.get("phase") not in ("Ready", "Misversioned", "Failed"):
+        return
+    ctx = context.of(memo)
+    ns = body["metadata"].get("namespace") or "default"
+    try:
+        objects = await asyncio.get_running_loop().run_in_executor(
+            ctx.io, ctx.status.list_objects, PLURAL, ns
+        )
+    except Exception as exc:
+        logger.warning("could not list the ModelVersions of %s: %s", ns, exc)
+        return
+    model = (body.get("spec") or {}).get("model")
+    for obj in to_compare_again(body, [o for o in objects if (o.get("spec") or {}).get("model") == model]):
+        await _compare_again(obj, ctx, logger)
+
+
+def _waiting(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") == "Pending" and any(
+        c.get("type") == "InterfaceCompatible" and c.get("reason") == WAITING
+        for c in status.get("conditions") or []
+    )
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=COMPARE_AGAIN_INTERVAL, when=_waiting)
+async def compare_waiting(body: kopf.Body, memo: kopf.Memo, logger: _Logger, **_: Any) -> None:
+    """A version waiting for an earlier one looks again on its own, whatever it missed."""
+    await _compare_again(body, context.of(memo), logger)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

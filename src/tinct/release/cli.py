@@ -8,8 +8,9 @@ from an earlier attempt is refused rather than carried out. The operator carries
 request once and records the outcome in ``status.lastAction`` (``Done`` or ``Refused``,
 with why). ``tinct release`` waits for that outcome (``--wait``, 60 s by default), exits 1
 when the request was refused or not acknowledged in time, and refuses to write a request
-while an earlier one is not handled yet (it would replace it unseen). The same from GitOps
-or kubectl::
+while an earlier one is not handled yet (it would replace it unseen). On a final release
+(Promoted, RolledBack) every verb but ``retry`` of a rolled-back one is refused, exit 1 and
+one line, and nothing is written. The same from GitOps or kubectl::
 
     kubectl patch gr chat --type merge -p '{"spec":{"paused":true}}'
     kubectl annotate gr chat tinct.io/action=promote@$(date +%s) --overwrite
@@ -85,6 +86,22 @@ def _list(api: Any, ns: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def _refused_on_final(obj: dict[str, Any], verb: str) -> bool:
+    """Whether ``verb`` is refused, said in one line, because the release is final: then
+    nothing is written (:func:`~tinct.api.v1alpha1.action.final_refusal`)."""
+    from tinct.api.v1alpha1.action import final_refusal
+
+    why = final_refusal(verb, (obj.get("status") or {}).get("phase"))
+    if why is None:
+        return False
+    meta = obj["metadata"]
+    print(
+        f"tinct release: grayrelease {meta.get('namespace')}/{meta['name']}: {verb} refused: {why}",
+        file=sys.stderr,
+    )
+    return True
+
+
 #: Times a request is written again after the release changed under it (409 Conflict): the
 #: operator writes its status every round, and each write makes the read stale.
 REQUEST_TRIES = 5
@@ -98,6 +115,8 @@ def _request(api: Any, ns: str, name: str, verb: str, wait: float) -> int:
     for tries_left in reversed(range(REQUEST_TRIES)):
         # The checks and the attempt number come from the version the write is guarded by.
         obj = _get(api, ns, name)
+        if _refused_on_final(obj, verb):
+            return 1
         status = obj.get("status") or {}
         current = (obj["metadata"].get("annotations") or {}).get(ACTION_ANNOTATION)
         if current and not handled(current, status):
@@ -167,6 +186,9 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.verb == "status":
             return _status(api, ns, args.name, args)
         if args.verb == "pause":
+            # A release that became final since has spec.paused ignored: nothing to undo.
+            if _refused_on_final(_get(api, ns, args.name), "pause"):
+                return 1
             _patch(api, ns, args.name, {"spec": {"paused": True}})
             print(f"grayrelease {ns}/{args.name}: paused (spec.paused=true)")
             return 0
@@ -193,7 +215,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Show a GrayRelease's dye matrix (status, live with --watch) or every release "
         "(list), or steer one through the Kubernetes API. pause/resume set spec.paused; "
         "promote/abort/retry are requests in the tinct.io/action annotation that the operator "
-        "carries out once. As a kubectl plugin: kubectl tinct status chat --watch.",
+        "carries out once. A Promoted or RolledBack release is final: pause, resume, promote and "
+        "abort are refused there (exit 1, one line, nothing written), and so is retry of a promoted "
+        "one. As a kubectl plugin: kubectl tinct status chat --watch.",
     )
     p.add_argument("verb", choices=RELEASE_VERBS, help="what to do: " + ", ".join(RELEASE_VERBS))
     p.add_argument("name", nargs="?", help="GrayRelease name (every verb but list)")

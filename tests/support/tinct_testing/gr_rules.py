@@ -317,6 +317,18 @@ CASES = [
     ),
     Case("min-equals-max-replicas", _spec("autoscaling.minReplicas", 12), None),
     Case("interval-too-short", _spec("analysis.interval", "1500ms"), "interval must be at least 2s"),
+    Case(
+        "interval-in-words",
+        _spec("analysis.interval", "1 minute"),
+        "'1 minute' is not a duration: write a number and a unit (ms, s, m or h) such as 30s, 1m, 2h or 1m30s",
+        rule="interval must be a duration: a number and a unit (ms, s, m or h) such as 30s, 1m, 2h or 1m30s",
+    ),
+    Case(
+        "interval-without-unit",
+        _spec("analysis.interval", "60"),
+        "'60' is not a duration",
+        rule="interval must be a duration: a number and a unit (ms, s, m or h) such as 30s, 1m, 2h or 1m30s",
+    ),
     Case("interval-at-the-minimum", _spec("analysis.interval", "2s"), None),
     Case(
         "prometheus-name-and-url",

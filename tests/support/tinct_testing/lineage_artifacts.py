@@ -273,6 +273,19 @@ def tcp_forward(listen_port: int, target_port: int) -> Iterator[None]:
         server.close()
 
 
+@contextmanager
+def store_comes_up(port: int, bucket: str, files: dict[str, Path]) -> Iterator[None]:
+    """An S3 store that was down at ``port`` comes up there holding ``files`` (key -> path)
+    in ``bucket``: filled elsewhere first, so no retry ever sees it empty."""
+    with moto_process(free_port()) as behind:
+        client = s3_client(behind)
+        client.create_bucket(Bucket=bucket)
+        for key, path in files.items():
+            client.upload_file(str(path), bucket, key)
+        with tcp_forward(port, int(behind.rsplit(":", 1)[1])):
+            yield
+
+
 def lineage_event(i: int, gen: int = 1, event: str = "registered") -> dict[str, list[dict[str, Any]]]:
     """Rows of one registered event of object ``uid-<i>`` (one model_versions row, two artifacts)."""
     eid = f"uid-{i}/{gen}/{event}"

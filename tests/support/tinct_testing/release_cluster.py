@@ -301,8 +301,8 @@ def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
 
 
 #: (state, step) of each history row of the shipped example stepped to its end: it starts,
-#: steps twice and is promoted.
-PROMOTED_PATH = [("Progressing", 0), ("Progressing", 1), ("Progressing", 2), ("Promoted", 3)]
+#: steps twice and is promoted (``step`` counts from 1, as ``2/4`` reads).
+PROMOTED_PATH = [("Progressing", 1), ("Progressing", 2), ("Progressing", 3), ("Promoted", 4)]
 
 
 def path(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:

@@ -9,7 +9,10 @@ The controller carries out each request once, in the order given, and records it
 ``status.acknowledgedAction``, ``status.lastAction`` and ``status.seenActions`` (the last
 :data:`SEEN_ACTIONS` values). It refuses to replay one (:func:`replay_refusal`): a value present
 when the release is created, one handled before, one that names no verb, or one addressed to
-another attempt.
+another attempt. On a release in a final phase, Promoted or RolledBack, only ``retry`` of a
+rolled-back one means anything: every other action, ``pause`` included, is refused
+(:func:`final_refusal`), by ``tinct release`` before it writes anything and by the controller
+for a request written otherwise.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Any
 __all__ = [
     "ACTIONS",
     "ACTION_ANNOTATION",
+    "FINAL_PHASES",
     "SEEN_ACTIONS",
     "VALUE_LIMIT",
     "ActionRequest",
     "action_value",
     "bounded",
+    "final_refusal",
     "handled",
     "parse_action",
     "replay_refusal",
@@ -106,5 +111,27 @@ def replay_refusal(
     if request.attempt is not None and request.attempt != attempt:
         return (
             f"meant for attempt {request.attempt}, but the release is on attempt {attempt}: request it anew"
+        )
+    return None
+
+
+#: Phases a release stays in until a person acts (``retry``) or what it releases changes.
+FINAL_PHASES = ("Promoted", "RolledBack")
+
+
+def final_refusal(verb: str, phase: str | None) -> str | None:
+    """Why ``verb`` (an action, or ``pause``) means nothing to a release in ``phase``, a final
+    one; None when it is not refused for that."""
+    if phase == "Promoted":
+        if verb == "retry":
+            return "only a rolled-back or failed release is retried; it is Promoted"
+        return (
+            f"the release is Promoted, which is final: there is nothing to {verb}; "
+            "release stable again as a new candidate to go back"
+        )
+    if phase == "RolledBack" and verb != "retry":
+        return (
+            f"the release is RolledBack, which is final: there is nothing to {verb}; "
+            "`tinct release retry` starts it over"
         )
     return None

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from tinct.api.v1alpha1.common import Model, defaulted
 from tinct.api.v1alpha1.prometheus import PrometheusRef
-from tinct.api.v1alpha1.rules import Rule, cel
+from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
 __all__ = [
     "DEFAULT_MIN_PAIRS",
@@ -36,7 +36,12 @@ __all__ = [
     "parse_duration",
 ]
 
-Duration = Annotated[str, Field(pattern=r"^([0-9]+(ms|s|m|h))+$", max_length=32)]
+#: A duration as the schema takes it: whole numbers with a unit each (ms, s, m, h), e.g. 1m30s.
+#: Held by a rule of :class:`Analysis` rather than a schema pattern, whose refusal quotes the regular
+#: expression instead of saying how to write one.
+DURATION_PATTERN = r"^([0-9]+(ms|s|m|h))+$"
+_DURATION_HELP = "a number and a unit (ms, s, m or h) such as 30s, 1m, 2h or 1m30s"
+Duration = Annotated[str, Field(min_length=1, max_length=32)]
 
 _DURATION = re.compile(r"([0-9]+)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -188,11 +193,24 @@ class Analysis(Model):
 
     model_config = cel(
         Rule(
-            cel=f"duration(self.interval) >= duration('{MIN_INTERVAL_SECONDS}s')",
-            holds=lambda s: parse_duration(s.interval) >= MIN_INTERVAL_SECONDS,
+            cel=f"self.interval.matches(r'{DURATION_PATTERN}')",
+            holds=lambda s: re.fullmatch(DURATION_PATTERN, s.interval) is not None,
+            message=f"interval must be a duration: {_DURATION_HELP}",
+            field_path=".interval",
+            message_expression=cel_format(f"'%s' is not a duration: write {_DURATION_HELP}", "self.interval"),
+            describe=lambda s: f"'{s.interval}' is not a duration: write {_DURATION_HELP}",
+        ),
+        # Only for a duration: what is not one has the rule above say how to write it.
+        Rule(
+            cel=f"!self.interval.matches(r'{DURATION_PATTERN}') "
+            f"|| duration(self.interval) >= duration('{MIN_INTERVAL_SECONDS}s')",
+            holds=lambda s: (
+                re.fullmatch(DURATION_PATTERN, s.interval) is None
+                or parse_duration(s.interval) >= MIN_INTERVAL_SECONDS
+            ),
             message=f"interval must be at least {MIN_INTERVAL_SECONDS}s",
             field_path=".interval",
-        )
+        ),
     )
 
     interval: Duration = Field(

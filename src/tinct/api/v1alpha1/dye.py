@@ -198,9 +198,12 @@ class Cell(Model):
     mirrored to the candidate at each step."""
 
     model_config = cel(
+        # Only for weights in range: a weight over 100 is refused once, by the schema's maximum.
         Rule(
-            cel="self.weights.isSorted()",
-            holds=lambda s: all(a <= b for a, b in pairwise(s.weights)),
+            cel="self.weights.exists(w, w < 0.0 || w > 100.0) || self.weights.isSorted()",
+            holds=lambda s: (
+                any(not 0 <= w <= 100 for w in s.weights) or all(a <= b for a, b in pairwise(s.weights))
+            ),
             message="weights must never decrease from one step to the next",
             field_path=".weights",
         ),

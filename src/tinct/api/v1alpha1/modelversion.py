@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import DNS_NAME, MESSAGE_MAX, Condition, Message, Model, Resource
+from tinct.api.v1alpha1.common import (
+    DNS_NAME,
+    MESSAGE_MAX,
+    Condition,
+    Message,
+    Model,
+    Resource,
+    set_condition,
+)
 from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
 #: semver 2.0.0, https://semver.org (no leading "v"); RE2 and Python alike.
@@ -27,6 +36,8 @@ Runtime = Literal["tensorrt-llm", "vllm", "onnxruntime", "triton", "tgi", "llama
 #: Misversioned: verified and recorded, but its interface changed more than its declared
 #: version step allows (condition InterfaceCompatible=False); it cannot be released as declared.
 ModelVersionPhase = Literal["Pending", "Hashing", "Ready", "Misversioned", "Failed", "Retired"]
+#: The condition that is True exactly when the phase is Ready (``kubectl wait --for=condition=Ready``).
+READY = "Ready"
 
 Uri = Annotated[
     str,
@@ -202,7 +213,7 @@ class InterfaceStatus(Model):
     summary: str = Field(default="", max_length=1024, description="The interface in one line.")
     compared_with: str | None = Field(
         default=None,
-        max_length=256,
+        max_length=512,
         description="The ModelVersion (name@version) the interface was compared with, if any.",
     )
 
@@ -236,7 +247,9 @@ class ModelVersionStatus(Model):
 
     phase: ModelVersionPhase = Field(
         default="Pending",
-        description="Pending, Hashing (reading the artifacts), Ready (verified and recorded), "
+        description="Pending (not verified yet, or verified and recorded but waiting for an earlier "
+        "version of its model to be compared with), Hashing (reading the artifacts), Ready (verified "
+        "and recorded), "
         "Misversioned (its interface changed more than its version step allows), Failed (the "
         "message says why) or Retired (being deleted).",
     )
@@ -262,10 +275,56 @@ class ModelVersionStatus(Model):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Verified (artifacts hashed and valid), InterfaceCompatible (the version step "
-        "fits the interface change), BaseCompatible (an adapter fits its base), and others; each "
-        "reason has a section in docs/troubleshooting.md.",
+        description="Ready (verified, recorded and usable: kubectl wait --for=condition=Ready; False "
+        "with the reason of what holds it), Verified (artifacts hashed and valid), InterfaceCompatible "
+        "(the version step fits the interface change), BaseCompatible (an adapter fits its base), and "
+        "others; each reason has a section in docs/troubleshooting.md.",
     )
+
+    def held(
+        self, type_: str, reason: str, message: str, generation: int | None, now: datetime
+    ) -> ModelVersionStatus:
+        """This status with ``reason`` holding the version: condition ``type_`` Unknown, Ready
+        False, the message saying why; the phase as it is."""
+        message = message[:1024]
+        why = Condition(
+            type=type_, status="Unknown", reason=reason, message=message, observed_generation=generation
+        )
+        waiting = self.model_copy(
+            update={"message": message, "conditions": set_condition(self.conditions, why, now)}
+        )
+        return waiting.with_ready(generation, now, (reason, message))
+
+    def merge_patch(self, *fields: str) -> dict[str, Any]:
+        """The merge patch of ``status`` that sets ``fields`` and leaves the others alone."""
+        patch: dict[str, Any] = self.model_dump(by_alias=True, mode="json", include=set(fields))
+        return patch
+
+    def with_ready(
+        self, generation: int | None, now: datetime, held: tuple[str, str] | None = None
+    ) -> ModelVersionStatus:
+        """This status with its ``Ready`` condition said from the rest of it.
+
+        False with ``held`` (reason, message) when the writer knows what holds the version
+        (hashing, a store to retry: the phase may still be the last generation's), else True
+        when the phase is Ready, else False with the reason of the first condition that is
+        False, then of the first that is Unknown.
+        """
+        if held is not None:
+            status, (reason, message) = "False", held
+        elif self.phase == "Ready":
+            status, reason, message = "True", "VerifiedAndRecorded", self.message or "verified and recorded"
+        else:
+            others = [c for c in self.conditions if c.type != READY]
+            why = next((c for c in others if c.status == "False"), None) or next(
+                (c for c in others if c.status == "Unknown"), None
+            )
+            status = "False"
+            reason, message = (why.reason, why.message) if why else (self.phase, self.message or "")
+        ready = Condition(
+            type=READY, status=status, reason=reason, message=message, observed_generation=generation
+        )
+        return self.model_copy(update={"conditions": set_condition(self.conditions, ready, now)})
 
 
 class ModelVersion(Resource[ModelVersionSpec, ModelVersionStatus]):

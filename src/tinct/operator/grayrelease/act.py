@@ -123,7 +123,10 @@ async def retire_standing(rt: Runtime, gr: GrayRelease, table: RoutingTable) -> 
 
 
 async def record_history(gr: GrayRelease, st: GrayReleaseStatus, lineage: context.Context) -> list[Any]:
-    """Append the status's pending transitions to ``release_events``; the ones left unwritten."""
+    """Append the status's pending transitions to ``release_events``; the ones left unwritten.
+
+    A row's ``step`` counts from 1, as ``2/4`` reads everywhere else; its key keeps the
+    transition's own index, so a row retried across versions of the operator is still one row."""
     ns, name = gr.metadata.namespace or "default", gr.metadata.name
     rows: list[Any] = []
     for h in st.history:
@@ -133,7 +136,7 @@ async def record_history(gr: GrayRelease, st: GrayReleaseStatus, lineage: contex
                 namespace=ns,
                 uid=gr.metadata.uid or "",
                 generation=int(gr.metadata.generation or 0),
-                step=h.step,
+                step=h.step + 1,  # as people read it: 1 is the first step, as in 1/4
                 state=h.phase,
                 from_model_version=gr.spec.stable.model_version,
                 to_model_version=gr.spec.candidate.model_version,

@@ -312,8 +312,9 @@ def _finish(r: Round) -> Decision:
     st.shadows = shadows_for(spec, st, r.withdrawn)
     st.candidate_weight = max(st.weights.values(), default=0.0)
     st.progress = f"{r.n}/{r.n}" if st.phase == "Promoted" else r.label()
-    if r.out:
-        st.message = r.out[-1].message[:1024]
+    said = [t for t in r.out if t.informs]
+    if said:
+        st.message = said[-1].message[:1024]
     elif r.held and st.phase == "Progressing":
         also = f"; {r.inputs.conflict}" if r.inputs.conflict else ""
         st.message = f"holding step {r.label()}: {r.held}{also}"[:1024]

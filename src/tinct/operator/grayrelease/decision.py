@@ -58,12 +58,14 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Transition:
-    """A change worth an Event; a ``release_events`` row too when ``record``."""
+    """A change worth an Event; a ``release_events`` row too when ``record``; what
+    ``status.message`` says when ``informs`` (a refused request does not speak for the release)."""
 
     reason: str
     message: str
     warning: bool = False
     record: bool = True
+    informs: bool = True
 
 
 @dataclass

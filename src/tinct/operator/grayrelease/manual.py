@@ -5,15 +5,24 @@ gives (:func:`~tinct.api.v1alpha1.action.replay_refusal`); the rest are carried 
 order they were given, each once: ``abort`` rolls back, ``promote`` decides the promotion
 (which waits for the candidate's replicas like any step), ``retry`` starts a rolled-back or
 failed release over as a new attempt, ``resume`` lifts a pause the operator made. Each
-outcome is recorded in ``status.lastAction``, and a refusal is a Warning Event.
+outcome is recorded in ``status.lastAction``, and a refusal is a Warning Event; a refusal
+leaves ``status.message`` alone, which goes on saying where the release is. On a final release
+every action but the ``retry`` of a rolled-back one is refused
+(:func:`~tinct.api.v1alpha1.action.final_refusal`).
 """
 
 from __future__ import annotations
 
-from tinct.api.v1alpha1.action import ACTION_ANNOTATION, SEEN_ACTIONS, parse_action, replay_refusal
+from tinct.api.v1alpha1.action import (
+    ACTION_ANNOTATION,
+    SEEN_ACTIONS,
+    final_refusal,
+    parse_action,
+    replay_refusal,
+)
 from tinct.api.v1alpha1.grayrelease import ActionRecord, ActionResult
 from tinct.operator.grayrelease.decision import Transition
-from tinct.operator.grayrelease.round import FINAL, Round
+from tinct.operator.grayrelease.round import Round
 
 __all__ = ["handle"]
 
@@ -44,6 +53,7 @@ def _settle(r: Round, value: str, result: ActionResult, message: str) -> None:
                 f"{ACTION_ANNOTATION}={value}: {message}"[:1024],
                 warning=True,
                 record=False,
+                informs=False,
             )
         )
 
@@ -51,18 +61,16 @@ def _settle(r: Round, value: str, result: ActionResult, message: str) -> None:
 def _carry_out(r: Round, value: str, verb: str) -> None:
     st = r.st
     phase = st.phase
+    final = final_refusal(verb, phase)
+    if final is not None:
+        _settle(r, value, "Refused", final)
+        return
     if verb == "abort":
-        if phase == "RolledBack":
-            _settle(r, value, "Refused", "the release is already rolled back")
-            return
-        if phase == "Promoted":
-            _settle(r, value, "Refused", "the release is promoted; release stable again as a new candidate")
-            return
         _settle(r, value, "Done", f"aborted at step {r.label()}")
         r.emit(r.rollback("Aborted", f"aborted by request at step {r.label()}; stable serves everything"))
     elif verb == "promote":
         problems = [p.message for p in r.inputs.problems]
-        if phase in (*FINAL, "Failed"):
+        if phase == "Failed":
             _settle(r, value, "Refused", f"the release is {phase}")
             return
         if problems:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tinct.api.v1alpha1.action import FINAL_PHASES
 from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleasePhase, GrayReleaseStatus
 from tinct.operator.grayrelease.decision import Inputs, Transition
@@ -21,7 +22,7 @@ from tinct.operator.grayrelease.shares import needed, share_at, steps_of
 __all__ = ["FINAL", "Round", "Shortfall"]
 
 #: Phases that change only by a person's act or a change of what is released.
-FINAL = ("Promoted", "RolledBack")
+FINAL = FINAL_PHASES
 
 
 def _fmt(v: float) -> str:
