@@ -12,15 +12,9 @@ from typing import Any
 import pytest
 
 from tinct.cli import main
+from tinct.lineage.errors import NotAQueryError, OutsideHistoryError, QueryError, QueryLimitError
 from tinct.lineage.limits import Limits
-from tinct.lineage.sql import (
-    NotAQueryError,
-    OutsideHistoryError,
-    QueryError,
-    QueryLimitError,
-    history,
-    query,
-)
+from tinct.lineage.sql import history, query
 from tinct.lineage.store import LineageStore
 from tinct_testing.lineage_artifacts import lineage_event as _event
 
