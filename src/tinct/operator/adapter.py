@@ -22,7 +22,6 @@ from typing import Any
 
 import kopf
 
-from tinct.api.v1alpha1.common import Condition, set_condition
 from tinct.api.v1alpha1.modelversion import AdapterStatus, ModelVersion, ModelVersionStatus
 from tinct.artifacts.lora import BaseMismatch, adapter_directory, check_against_base, served_name
 from tinct.artifacts.verify import Verification
@@ -64,24 +63,8 @@ def max_rank_of(spec: dict[str, Any]) -> int | None:
 
 async def _report_waiting(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
     old = mv.status or ModelVersionStatus()
-    waiting = {
-        "phase": old.phase,
-        "message": message[:1024],
-        "conditions": [
-            c.model_dump(by_alias=True, mode="json")
-            for c in set_condition(
-                old.conditions,
-                Condition(
-                    type="BaseCompatible",
-                    status="Unknown",
-                    reason=reason,
-                    message=message[:1024],
-                    observed_generation=mv.metadata.generation,
-                ),
-                datetime.now(UTC),
-            )
-        ],
-    }
+    status = old.waiting("BaseCompatible", reason, message, mv.metadata.generation, datetime.now(UTC))
+    waiting = status.model_dump(by_alias=True, mode="json", include={"phase", "message", "conditions"})
     ns, name = mv.metadata.namespace or "", mv.metadata.name
     await asyncio.get_running_loop().run_in_executor(
         ctx.io, ctx.status.patch_status, "modelversions", ns, name, waiting

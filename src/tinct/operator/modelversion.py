@@ -243,22 +243,7 @@ async def _verify_with_progress(mv: ModelVersion, ctx: context.Context, log: Any
 async def _report_transient(mv: ModelVersion, ctx: context.Context, reason: str, message: str) -> None:
     """Say in status why the version is not Ready yet; the phase is left as it is."""
     old = mv.status or ModelVersionStatus()
-    waiting = old.model_copy(
-        update={
-            "message": message[:1024],
-            "conditions": set_condition(
-                old.conditions,
-                Condition(
-                    type="Verified",
-                    status="Unknown",
-                    reason=reason,
-                    message=message[:1024],
-                    observed_generation=mv.metadata.generation,
-                ),
-                datetime.now(UTC),
-            ),
-        }
-    )
+    waiting = old.waiting("Verified", reason, message, mv.metadata.generation, datetime.now(UTC))
     await _patch_status(ctx, mv, _patch(waiting, "phase", "message", "conditions"))
 
 

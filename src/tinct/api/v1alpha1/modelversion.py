@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tinct.api.v1alpha1.common import DNS_NAME, MESSAGE_MAX, Condition, Message, Model, Resource
+from tinct.api.v1alpha1.common import (
+    DNS_NAME,
+    MESSAGE_MAX,
+    Condition,
+    Message,
+    Model,
+    Resource,
+    set_condition,
+)
 from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 
 #: semver 2.0.0, https://semver.org (no leading "v"); RE2 and Python alike.
@@ -266,6 +275,19 @@ class ModelVersionStatus(Model):
         "fits the interface change), BaseCompatible (an adapter fits its base), and others; each "
         "reason has a section in docs/troubleshooting.md.",
     )
+
+    def waiting(
+        self, condition: str, reason: str, message: str, generation: int | None, now: datetime
+    ) -> ModelVersionStatus:
+        """This status saying why the version is not Ready yet: ``message``, and the condition
+        of type ``condition`` Unknown for ``reason``; the phase stays as it is."""
+        message = message[:1024]
+        unknown = Condition(
+            type=condition, status="Unknown", reason=reason, message=message, observed_generation=generation
+        )
+        return self.model_copy(
+            update={"message": message, "conditions": set_condition(self.conditions, unknown, now)}
+        )
 
 
 class ModelVersion(Resource[ModelVersionSpec, ModelVersionStatus]):
