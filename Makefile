@@ -7,12 +7,16 @@ PYTEST_ARGS ?=
 # process, until every test passes under workers too.
 TEST_WORKERS ?= 0
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+# `make unit` runs in two workers (its tests are in-process and independent); 0: one process.
+UNIT_WORKERS ?= 2
+UNIT_XDIST = $(if $(filter 0,$(UNIT_WORKERS)),,-n $(UNIT_WORKERS))
 
-.PHONY: help bootstrap test unit k8s e2e lint format crds docs demo dev bench clean
+
+.PHONY: help bootstrap test unit integration k8s e2e lint format crds docs demo dev bench clean
 
 # Every target carries a `## what it does` comment on its line; `make help` prints them.
 help: ## list the targets and what each does
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 bootstrap: ## install what the rest needs: .venv, and the Go-built binaries (cached)
 	@scripts/bootstrap.sh
@@ -22,11 +26,14 @@ lint: bootstrap ## ruff (lint and format check) and mypy --strict
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 
-test: lint ## lint, type-check and run every test (unit, real kube-apiserver, real node)
+test: lint ## lint, type-check and run every test (unit, integration, real kube-apiserver, real node)
 	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
-unit: bootstrap ## unit tests only (no control plane; about a minute)
-	$(BIN)/pytest $(XDIST) tests/unit $(PYTEST_ARGS)
+unit: bootstrap ## the fast tests, tests/unit (under a minute, in two workers)
+	$(BIN)/pytest $(UNIT_XDIST) tests/unit $(PYTEST_ARGS)
+
+integration: bootstrap ## tests/integration: no cluster, real processes that take seconds each
+	$(BIN)/pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 k8s: bootstrap ## only the tests on the real control plane
 	$(BIN)/pytest $(XDIST) -m k8s $(PYTEST_ARGS)

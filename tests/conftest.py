@@ -1,5 +1,9 @@
 """Shared fixtures: the real control plane, the CRDs, a namespace per test, Prometheus, helm, KEDA.
 
+Tests under ``tests/integration/`` are marked ``integration``: they need no cluster, but each
+starts processes (router workers under load, the CLI in a child, writers on the S3 server, a
+fresh virtualenv) and takes seconds; ``make unit`` leaves them to ``make test``.
+
 Tests under ``tests/k8s/`` are marked ``k8s`` automatically; they run against the
 kube-apiserver + etcd + kube-controller-manager that ``tinct_testing.controlplane`` builds and
 starts (or the cluster ``TINCT_TEST_KUBECONFIG`` names). If the control plane cannot
@@ -46,7 +50,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     here = Path(__file__).parent
     for item in items:
         parents = Path(str(item.fspath)).parents
-        if here / "k8s" in parents:
+        if here / "integration" in parents:
+            item.add_marker(pytest.mark.integration)
+        elif here / "k8s" in parents:
             item.add_marker(pytest.mark.k8s)
         elif here / "e2e" in parents:
             item.add_marker(pytest.mark.e2e)

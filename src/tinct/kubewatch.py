@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["WATCH_SECONDS", "ListCall", "ListWatch"]
+__all__ = ["WATCH_SECONDS", "Following", "ListCall", "ListWatch"]
 
 #: Seconds the API server keeps one watch request open before the loop resumes it.
 WATCH_SECONDS = 60
@@ -141,3 +141,15 @@ class ListWatch:
                 rv = w.resource_version or rv
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self.on_event(kind, obj)
+
+
+class Following:
+    """What keeps a view of objects through the :class:`ListWatch` it holds as ``_watch``."""
+
+    _watch: ListWatch
+
+    def start(self) -> None:
+        self._watch.start()
+
+    def stop(self) -> None:
+        self._watch.stop()

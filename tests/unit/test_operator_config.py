@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from tinct.kubeconfig import choose
-from tinct.lineage.root import DEFAULT_ROOT
 from tinct.operator.settings import OperatorConfig
-from tinct_testing.commands import tinct
 from tinct_testing.controlplane.environ import patched_environ
 
 
@@ -43,18 +41,6 @@ def test_single_writer_lineage_is_said_explicitly() -> None:
     # The flag left out keeps what the environment said.
     env = OperatorConfig.from_env({"TINCT_LINEAGE_SINGLE_WRITER": "1"})
     assert env.with_flags({"lineage_single_writer": None}).lineage_single_writer is True
-
-
-def test_operator_and_lineage_share_the_root_default() -> None:
-    assert OperatorConfig.from_env({}).lineage_root == DEFAULT_ROOT
-    out = tinct("lineage", "sql", "--help").stdout
-    assert DEFAULT_ROOT in out
-
-
-def test_operator_refuses_a_bad_flag_before_starting() -> None:
-    proc = tinct("operator", "--hash-workers", "lots")
-    assert proc.returncode == 2
-    assert "tinct operator: hash-workers 'lots'" in proc.stderr
 
 
 def test_cluster_access_order(tmp_path: Path) -> None:
@@ -133,9 +119,3 @@ def test_bad_prometheus_settings_are_refused(env: dict[str, str], message: str) 
     with pytest.raises(ValueError, match=re.escape(variable)) as info:
         OperatorConfig.from_env(env)
     assert message in str(info.value)
-
-
-def test_operator_refuses_a_bad_prometheus_before_starting() -> None:
-    proc = tinct("operator", "--prometheus", "fleet-b=ftp://prom")
-    assert proc.returncode == 2
-    assert "tinct operator: prometheus ['fleet-b=ftp://prom']: fleet-b: a Prometheus URL" in proc.stderr

@@ -4,42 +4,26 @@ its intake rules; the judge against a small OpenAI-compatible judge server."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from deltalake import DeltaTable
 from prometheus_client.parser import text_string_to_metric_families
 
-from tinct.api.routing import RoutingTable, routing_table_from
-from tinct.api.v1alpha1 import GrayRelease
+from tinct.api.routing import RoutingTable
 from tinct.emulator import Behaviour
 from tinct.emulator import serving as emulating
 from tinct.emulator.server import Emulator
 from tinct.router.table import TableHolder
 from tinct.shadow.service import MAX_LINES, Comparer, ComparerConfig, serving
-from tinct_testing.paths import EXAMPLES
 from tinct_testing.shadow_helpers import TAG, judge_server, mirror, post_pairs
+from tinct_testing.shadow_helpers import example_table as table
 
 TOKEN = "s3cret-token"
 CHAT = {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": "what is a dye tag?"}]}
-
-
-def table(
-    shadow: dict[str, Any] | None = None, *, cell_shadow: float = 10, uid: str = "uid-1"
-) -> RoutingTable:
-    doc = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
-    doc["metadata"].update(namespace="llm", uid=uid)
-    doc["spec"]["cells"][1].update(weights=[0, 1, 10, 100], shadow=[cell_shadow, 0, 0, 0])
-    if shadow is not None:
-        doc["spec"]["shadow"] = shadow
-    return routing_table_from(GrayRelease.model_validate(doc), 0, "Progressing", version=1)
 
 
 @pytest.fixture
@@ -262,60 +246,6 @@ async def test_judge_budget_and_unknown_judge_are_counted_never_waited_for(
         assert (await post_pairs(http, c.url, [await mirror(http, v1.url, v2.url, CHAT)], TOKEN))[0] == 202
         await settle(c, 1)
         assert (await counts(http, c))("tinct_shadow_judge_total", outcome="error") == 1
-
-
-def test_the_command_refuses_to_start_without_a_token(tmp_path: Path) -> None:
-    path = tmp_path / "table.json"
-    path.write_text(table().to_json())
-    run = subprocess.run(
-        [sys.executable, "-m", "tinct.cli", "comparer", "--table", str(path), "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
-    )
-    assert run.returncode == 2
-    assert "no token: give --comparer-token-file" in run.stderr
-    empty = tmp_path / "token"
-    empty.write_text("\n")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tinct.cli",
-            "comparer",
-            "--table",
-            str(path),
-            "--comparer-token-file",
-            str(empty),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert (run.returncode, run.stderr.strip()) == (2, f"tinct comparer: the token file {empty} is empty")
-    assert json.loads(path.read_text())["shadow"]["noiseShare"] == 10
-
-
-def test_the_comparer_follows_the_tables_the_routers_follow() -> None:
-    from tinct.cli import build_parser
-    from tinct.shadow.cli import config_from_args
-
-    argv = ["comparer", "--watch", "--allow-backend", "127.0.0.1", "--cluster-domain", "corp.internal"]
-    config = config_from_args(build_parser().parse_args(argv))
-    assert isinstance(config, ComparerConfig)
-    assert config.backends.refusal("http://127.0.0.1:8000", "llm") is None
-    assert config.backends.refusal("http://sched-v1.llm.svc.corp.internal:8000", "llm") is None
-    assert config.backends.refusal("http://sched-v1.other.svc.corp.internal:8000", "llm") is not None
-    assert ComparerConfig().backends.refusal("http://127.0.0.1:8000", "llm") is not None, "as a router's"
-    run = subprocess.run(
-        [sys.executable, "-m", "tinct.cli", "comparer", "--watch", "--allow-backend", "http://x"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 2
-    assert run.stderr.startswith("tinct comparer: 'http://x' is neither a host name")
 
 
 TOOLS = [

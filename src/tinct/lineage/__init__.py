@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tinct.lineage.sql import NotAQueryError, history, query
+    from tinct.lineage.errors import NotAQueryError
+    from tinct.lineage.sql import history, query
     from tinct.lineage.store import LineageStore
     from tinct.lineage.writer import BatchWriter
 
@@ -30,7 +31,7 @@ __all__ = ["BatchWriter", "LineageStore", "NotAQueryError", "history", "query"]
 _WHERE = {
     "BatchWriter": "tinct.lineage.writer",
     "LineageStore": "tinct.lineage.store",
-    "NotAQueryError": "tinct.lineage.sql",
+    "NotAQueryError": "tinct.lineage.errors",
     "history": "tinct.lineage.sql",
     "query": "tinct.lineage.sql",
 }

@@ -61,15 +61,19 @@ def model_version_rows(
     digests = verification.digests if verification else {}
     failure = verification.failure if verification else None
     q = spec.quantization
-    row: dict[str, Any] = {
+    # The columns naming this event of this version, which the rows of every table carry
+    # (``artifacts`` without the resource's name).
+    event_key: dict[str, Any] = {
         "event_id": event_id,
-        "event": event,
-        "model": spec.model,
-        "version": spec.version,
-        "namespace": meta.namespace,
-        "name": meta.name,
         "uid": uid,
         "generation": generation,
+        "model": spec.model,
+        "version": spec.version,
+    }
+    named = {**event_key, "namespace": meta.namespace, "name": meta.name}
+    row: dict[str, Any] = {
+        **named,
+        "event": event,
         "onnx_sha256": digests.get("onnx"),
         "ptx_sha256": digests.get("ptx"),
         "safetensors_sha256": digests.get("safetensors"),
@@ -88,11 +92,7 @@ def model_version_rows(
     }
     artifacts = [
         {
-            "event_id": event_id,
-            "uid": uid,
-            "generation": generation,
-            "model": spec.model,
-            "version": spec.version,
+            **event_key,
             "uri": d.uri,
             "format": fmt,
             "sha256": d.sha256,
@@ -105,13 +105,7 @@ def model_version_rows(
     interface_digest = digest(interface)  # once: the interface of half a million tensors is big
     interfaces = [
         {
-            "event_id": event_id,
-            "uid": uid,
-            "generation": generation,
-            "model": spec.model,
-            "version": spec.version,
-            "namespace": meta.namespace,
-            "name": meta.name,
+            **named,
             "recorded_at": ts,
             **interface_columns(fmt, uri, facts, interface, interface_digest),
         }
@@ -124,13 +118,7 @@ def model_version_rows(
         targets = lora.get("target_modules")
         rows["adapters"] = [
             {
-                "event_id": event_id,
-                "uid": uid,
-                "generation": generation,
-                "model": spec.model,
-                "version": spec.version,
-                "namespace": meta.namespace,
-                "name": meta.name,
+                **named,
                 "base_model_version": base.name,
                 "base_uid": base.uid,
                 "base_model": base.model,

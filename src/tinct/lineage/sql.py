@@ -50,23 +50,12 @@ from tinct.lineage.errors import (
     NotAQueryError,
     OutsideHistoryError,
     QueryError,
-    QueryLimitError,
 )
 from tinct.lineage.limits import Limits, collect, deadline
 from tinct.lineage.schemas import SCHEMAS
 
-__all__ = [
-    "MODEL_LINEAGE",
-    "LineageError",
-    "NoTablesError",
-    "NotAQueryError",
-    "OutsideHistoryError",
-    "QueryError",
-    "QueryLimitError",
-    "history",
-    "literal",
-    "query",
-]
+# The errors these raise are in tinct.lineage.errors.
+__all__ = ["MODEL_LINEAGE", "history", "literal", "query"]
 
 #: The ``model_lineage`` view: one row per model_versions row, under common lineage names;
 #: a LoRA adapter's row adds its base version and facts from ``adapters`` (NULL for others).

@@ -46,6 +46,7 @@ from tinct.router.proxy import Proxy
 from tinct.router.request import BodyTimeoutError, BodyTooLargeError, Request
 from tinct.router.server import HttpServer
 from tinct.router.shadow import Shadow, open_shadow
+from tinct.router.sources import table_sources
 from tinct.router.table import CompiledTable, TableHolder
 from tinct.router.trust import RoleTrust
 from tinct.router.upstream import UpstreamPool
@@ -153,24 +154,9 @@ class Router:
         if st.holder.current is not None:
             for cb in st.holder.on_change:
                 cb(st.holder.current)
-        if cfg.table_files:
-            from tinct.router.sources import file_source
-
-            await self._sources.enter_async_context(file_source(cfg.table_files, st.holder, st.reloaders))
-        if cfg.watch:
-            from tinct.router.watch import watch_source
-
-            await self._sources.enter_async_context(
-                watch_source(
-                    st.holder,
-                    namespace=cfg.namespace,
-                    selector=cfg.selector,
-                    kubeconfig=cfg.kubeconfig,
-                    context=cfg.context,
-                    post_events=cfg.post_events,
-                    backends=cfg.backends,
-                )
-            )
+        await self._sources.enter_async_context(
+            table_sources(cfg, st.holder, st.reloaders, post_events=cfg.post_events)
+        )
         self._server = HttpServer(
             self.handle,
             keepalive_timeout=cfg.client_keepalive_timeout,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tinct.api.backends import BackendPolicy, parse_allowed
@@ -165,24 +166,23 @@ def add_backend_flags(p: argparse.ArgumentParser, *, same: str) -> None:
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
+def _whole_number(least: int) -> Callable[[str], int]:
+    """The argparse type of a whole number of at least ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least {least}, not {text!r}")
+        return value
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, not {text!r}")
-    return value
+_positive_int = _whole_number(1)
+_count = _whole_number(0)
 
 
 def _seconds(text: str) -> float:

@@ -15,7 +15,9 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
+from tinct.api.backends import BackendPolicy
 from tinct.api.routing import RoutingTableError, parse_table
 from tinct.router.table import TableHolder, TableRefusedError
 
@@ -94,4 +96,56 @@ async def file_source(
             await task
 
 
-__all__ = ["FileTable", "file_source"]
+class TableSources(Protocol):
+    """Where a router's (or the comparer's) tables come from: the files ``table_files``, and
+    with ``watch`` the routing-table ConfigMaps of ``namespace`` (None: all) under ``selector``,
+    whose backends ``backends`` judges."""
+
+    @property
+    def table_files(self) -> tuple[Path, ...]: ...
+    @property
+    def watch(self) -> bool: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def selector(self) -> str: ...
+    @property
+    def kubeconfig(self) -> Path | None: ...
+    @property
+    def context(self) -> str | None: ...
+    @property
+    def backends(self) -> BackendPolicy: ...
+
+
+@contextlib.asynccontextmanager
+async def table_sources(
+    config: TableSources,
+    holder: TableHolder,
+    reloaders: list[Callable[[], None]],
+    *,
+    post_events: bool,
+) -> AsyncIterator[None]:
+    """Keep ``holder`` on the tables ``config`` names while the context is open; with
+    ``post_events``, a table from the cluster that is rejected gets a Warning Event."""
+    async with contextlib.AsyncExitStack() as stack:
+        if config.table_files:
+            await stack.enter_async_context(file_source(config.table_files, holder, reloaders))
+        if config.watch:
+            from tinct.router.watch import ConfigMapWatch  # the kubernetes client, only when asked
+
+            watch = ConfigMapWatch(
+                holder,
+                asyncio.get_running_loop(),
+                namespace=config.namespace,
+                selector=config.selector,
+                kubeconfig=config.kubeconfig,
+                context=config.context,
+                post_events=post_events,
+                backends=config.backends,
+            )
+            watch.start()
+            stack.callback(watch.stop)
+        yield
+
+
+__all__ = ["FileTable", "TableSources", "file_source", "table_sources"]

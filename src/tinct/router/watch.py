@@ -29,10 +29,8 @@ last one, which stays: a router without a table could only answer 503.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ from typing import Any
 from tinct.api.backends import BackendPolicy
 from tinct.api.routing import DATA_KEY, RoutingTable, RoutingTableError, configmap_name, parse_table
 from tinct.kubeconfig import api_client
-from tinct.kubewatch import ListWatch
+from tinct.kubewatch import Following, ListWatch
 from tinct.router.table import TableHolder, TableRefusedError
 
 _log = logging.getLogger(__name__)
@@ -50,7 +48,7 @@ EVENT_REASON = "InvalidRoutingTable"
 CONFLICT_REASON = "ModelConflict"
 
 
-class ConfigMapWatch:
+class ConfigMapWatch(Following):
     """Keeps ``holder`` on the table of the ConfigMaps matching ``selector``."""
 
     def __init__(
@@ -88,12 +86,6 @@ class ConfigMapWatch:
             log=_log,
             name="tinct-table-watch",
         )
-
-    def start(self) -> None:
-        self._watch.start()
-
-    def stop(self) -> None:
-        self._watch.stop()
 
     # --- on the loop -------------------------------------------------------------------
 
@@ -234,33 +226,4 @@ def _rejected(reason: str) -> str:
     return f"routing table rejected, the last valid one stays in force: {reason}"
 
 
-@contextlib.asynccontextmanager
-async def watch_source(
-    holder: TableHolder,
-    *,
-    namespace: str | None,
-    selector: str,
-    kubeconfig: Path | None = None,
-    context: str | None = None,
-    post_events: bool = True,
-    backends: BackendPolicy | None = None,
-) -> AsyncIterator[None]:
-    """Keep ``holder`` on the ConfigMaps ``namespace`` and ``selector`` name while open."""
-    w = ConfigMapWatch(
-        holder,
-        asyncio.get_running_loop(),
-        namespace=namespace,
-        selector=selector,
-        kubeconfig=kubeconfig,
-        context=context,
-        post_events=post_events,
-        backends=backends,
-    )
-    w.start()
-    try:
-        yield
-    finally:
-        w.stop()
-
-
-__all__ = ["CONFLICT_REASON", "EVENT_REASON", "ConfigMapWatch", "watch_source"]
+__all__ = ["CONFLICT_REASON", "EVENT_REASON", "ConfigMapWatch"]

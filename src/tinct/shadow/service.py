@@ -32,6 +32,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tinct.api.backends import BackendPolicy
+from tinct.router.sources import table_sources
 from tinct.router.table import TableHolder
 from tinct.shadow.compare import Outcome, compare
 from tinct.shadow.intake import Accepted, Refused, admit
@@ -243,31 +244,6 @@ def _writer(config: ComparerConfig) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _tables(c: Comparer, reloaders: list[Callable[[], None]]) -> AsyncIterator[None]:
-    config = c.config
-    async with contextlib.AsyncExitStack() as stack:
-        if config.table_files:
-            from tinct.router.sources import file_source
-
-            await stack.enter_async_context(file_source(config.table_files, c.holder, reloaders))
-        if config.watch:
-            from tinct.router.watch import watch_source
-
-            await stack.enter_async_context(
-                watch_source(
-                    c.holder,
-                    namespace=config.namespace,
-                    selector=config.selector,
-                    kubeconfig=config.kubeconfig,
-                    context=config.context,
-                    post_events=False,
-                    backends=config.backends,
-                )
-            )
-        yield
-
-
-@contextlib.asynccontextmanager
 async def serving(config: ComparerConfig, *, holder: TableHolder | None = None) -> AsyncIterator[Comparer]:
     """Run a comparer for the duration of the block (port 0: a free port)."""
     if config.token is None and not config.insecure_no_token:
@@ -298,7 +274,8 @@ async def serving(config: ComparerConfig, *, holder: TableHolder | None = None) 
     runner = web.AppRunner(make_app(c), access_log=None, shutdown_timeout=2.0)
     worker = asyncio.create_task(_work(c), name="tinct-shadow-compare")
     try:
-        async with _tables(c, reloaders):
+        # The routers post the Events of rejected tables; the comparer follows them quietly.
+        async with table_sources(config, c.holder, reloaders, post_events=False):
             await runner.setup()
             site = web.TCPSite(runner, config.host, config.port)
             await site.start()

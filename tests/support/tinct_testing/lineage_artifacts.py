@@ -318,3 +318,11 @@ def lineage_event(i: int, gen: int = 1, event: str = "registered") -> dict[str, 
             for n in range(2)
         ],
     }
+
+
+def count_events(root: Path | str, table: str = "model_versions") -> tuple[int, int]:
+    """Rows of ``table`` under ``root``, and distinct event ids among them (equal: no duplicates)."""
+    from tinct.lineage.sql import query
+
+    t = query(f"SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM {table}", str(root))
+    return t.column("n")[0].as_py(), t.column("d")[0].as_py()

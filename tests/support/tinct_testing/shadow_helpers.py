@@ -24,10 +24,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from tinct.api.routing import RoutingTable
 
 TAG = "len:short+role:user+latency:low"
 
@@ -282,3 +285,22 @@ class PairPump:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
+
+
+def example_table(
+    shadow: dict[str, Any] | None = None, *, cell_shadow: float = 10, uid: str = "uid-1"
+) -> RoutingTable:
+    """The routing table of ``examples/grayrelease.yaml`` in namespace llm at its first step:
+    its second cell mirrors ``cell_shadow`` percent; ``shadow`` the release's shadow settings."""
+    import yaml
+
+    from tinct.api.routing import routing_table_from
+    from tinct.api.v1alpha1 import GrayRelease
+    from tinct_testing.paths import EXAMPLES
+
+    doc = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
+    doc["metadata"].update(namespace="llm", uid=uid)
+    doc["spec"]["cells"][1].update(weights=[0, 1, 10, 100], shadow=[cell_shadow, 0, 0, 0])
+    if shadow is not None:
+        doc["spec"]["shadow"] = shadow
+    return routing_table_from(GrayRelease.model_validate(doc), 0, "Progressing", version=1)

@@ -33,7 +33,7 @@ from tinct.api.routing import (
     parse_table,
 )
 from tinct.api.v1alpha1.common import GROUP, VERSION
-from tinct.kubewatch import ListWatch
+from tinct.kubewatch import Following, ListWatch
 from tinct.operator.grayrelease.seal import RECORD_ANNOTATION, Record, parse_record
 
 __all__ = ["FIELD_MANAGER", "ConflictError", "FoundTable", "ReleaseKube", "TableWatch"]
@@ -235,7 +235,7 @@ def _found(cm: Any) -> FoundTable:
     )
 
 
-class TableWatch:
+class TableWatch(Following):
     """The routing-table ConfigMaps of ``namespace``, kept current by list+watch in a thread."""
 
     def __init__(self, namespace: str, api: Callable[[], Any]) -> None:
@@ -253,12 +253,6 @@ class TableWatch:
             log=_log,
             name="tinct-table-watch",
         )
-
-    def start(self) -> None:
-        self._watch.start()
-
-    def stop(self) -> None:
-        self._watch.stop()
 
     def get(self, name: str) -> FoundTable | None:
         return self.tables.get(name)

@@ -4,13 +4,12 @@ The Dockerfile builds a wheel of tinct with pip from a throwaway virtualenv and 
 it into a virtualenv created without pip; the final stage is that virtualenv on the slim
 Python base. This test does the same in a
 fresh virtualenv outside the source tree (without extras: the base dependencies must be
-enough) and runs both entry points the chart uses, then checks the Dockerfile's promises.
+enough) and runs both entry points the chart uses. ``tests/unit/test_dockerfile.py`` checks
+the Dockerfile's promises.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import subprocess
 import sys
@@ -69,37 +68,3 @@ def test_wheel_installs_into_a_bare_virtualenv_and_both_commands_run(tmp_path: P
     assert "--selector" in router
     emulator = _run(tinct, "emulator", "--help", cwd=tmp_path, env=env).stdout
     assert "no model runs" in emulator
-
-
-def _stages(dockerfile: str) -> list[str]:
-    return re.split(r"(?m)^FROM ", dockerfile)[1:]
-
-
-def test_dockerfile_is_multistage_pinned_and_non_root() -> None:
-    text = (ROOT / "Dockerfile").read_text()
-    base = re.search(r"(?m)^ARG PYTHON_IMAGE=(\S+)$", text)
-    assert base, "the base image is one ARG"
-    assert re.fullmatch(r"python:3\.\d+\.\d+-slim-\w+", base.group(1)), (
-        f"not pinned by version: {base.group(1)}"
-    )
-    stages = _stages(text)
-    assert len(stages) == 2
-    assert stages[0].startswith("${PYTHON_IMAGE} AS build")
-    final = stages[1]
-    assert final.startswith("${PYTHON_IMAGE}\n")
-    assert "COPY --from=build /opt/tinct /opt/tinct" in final
-    assert re.search(r"(?m)^USER 10001:10001$", final), "runs as a numeric non-root user"
-    assert 'ENTRYPOINT ["tinct"]' in final
-    for tool in ("gcc", "build-essential", "apt-get install", "pip install", "pip wheel"):
-        assert tool not in final, f"{tool} in the final stage"
-    assert "pip uninstall" in final, "the base image's pip is removed from the runtime"
-
-
-def test_dockerignore_sends_only_what_the_build_copies() -> None:
-    lines = [x for x in (ROOT / ".dockerignore").read_text().splitlines() if x and not x.startswith("#")]
-    assert lines[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!src/"} <= set(lines)
-    copied = re.findall(r"(?m)^COPY (?!--from)(.+) \S+$", (ROOT / "Dockerfile").read_text())
-    sources = {s for line in copied for s in line.split()}
-    assert sources == {"pyproject.toml", "README.md", "src"}
-    assert os.path.exists(ROOT / "README.md")
