@@ -61,12 +61,12 @@ def test_demo_runs_end_to_end() -> None:
     assert re.search(r"len:long\+role:admin\+latency:high\s+5\s+20\s+50\s+100\s+0\n", matrix.group(1))
     history = re.findall(r"^\s+(chat(?:-2)?)\s+(\w+)\s+(\d)\s+llama3-8b-2-0-0\s+([\d.]+)\s", out, re.M)
     assert history == [
-        ("chat", "Progressing", "0", "5.0"),
-        ("chat", "Progressing", "1", "20.0"),
-        ("chat", "Paused", "1", "20.0"),
-        ("chat", "Progressing", "1", "20.0"),
-        ("chat", "Progressing", "2", "50.0"),
-        ("chat", "Promoted", "3", "100.0"),
-        ("chat-2", "Progressing", "0", "5.0"),
-        ("chat-2", "RolledBack", "0", "0.0"),
+        ("chat", "Progressing", "1", "5.0"),
+        ("chat", "Progressing", "2", "20.0"),
+        ("chat", "Paused", "2", "20.0"),
+        ("chat", "Progressing", "2", "20.0"),
+        ("chat", "Progressing", "3", "50.0"),
+        ("chat", "Promoted", "4", "100.0"),
+        ("chat-2", "Progressing", "1", "5.0"),
+        ("chat-2", "RolledBack", "1", "0.0"),
     ]

@@ -136,7 +136,7 @@ def test_spark_reads_the_operator_tables_as_tinct_lineage_sql_does(
         assert ours, f"{table} is empty"
         assert _theirs(spark, root, table) == ours, table
     states = {(r[4], r[5]) for r in _ours(root, "release_events")}
-    assert (3, "Promoted") in states
+    assert (4, "Promoted") in states  # steps count from 1: the Promoted row is 4 of 4
 
     past = _ours(root, "model_versions", "--as-of-version", str(then))
     assert _theirs(spark, root, "model_versions", version=then) == past
