@@ -7,9 +7,12 @@ Each subcommand is one ``_add_<name>`` function that registers its parser and se
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from tinct import __version__
 
@@ -179,10 +182,14 @@ def build_parser(prog: str = "tinct") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tinct") -> int:
-    from tinct.clierrors import run
+    from tinct.clierrors import INTERRUPTED, run
 
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    try:  # building the parser imports the commands' modules: Ctrl-C may come meanwhile
+        parser = build_parser(prog)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -190,5 +197,23 @@ def main(argv: Sequence[str] | None = None, prog: str = "tinct") -> int:
     return run(f"tinct {args.command}", lambda: func(args))
 
 
+def entry() -> NoReturn:
+    """The ``tinct`` command: :func:`main`, and its exit status.
+
+    Interrupted, the process leaves at once once its output is flushed: the interpreter's
+    shutdown would wait on the native threads of a query Ctrl-C has just dropped (DataFusion's
+    runtime), and a signal they still deliver would end the process as killed instead of 130.
+    """
+    from tinct.clierrors import INTERRUPTED
+
+    code = main()
+    if code == INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -17,13 +17,16 @@ from collections.abc import Callable
 
 __all__ = ["EXIT_CODES", "EXIT_STATUS_HELP", "UserError", "explain", "run"]
 
+#: The exit status of a command Ctrl-C stopped.
+INTERRUPTED = 130
+
 #: The exit statuses every ``tinct`` command keeps to.
 EXIT_CODES = {
     0: "success",
     1: "the command failed: not found, refused, or the cluster, Prometheus or lineage tables "
     "could not be reached or read",
     2: "usage: an argument or input tinct refuses before doing anything",
-    130: "interrupted (Ctrl-C)",
+    INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
 #: The ``exit status`` section of ``--help``.
@@ -141,7 +144,7 @@ def run(prog: str, func: Callable[[], int]) -> int:
         return func()
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except SystemExit:
         raise
     except Exception as exc:

@@ -273,7 +273,12 @@ def test_an_endless_query_ends_at_its_timeout_or_at_ctrl_c(lineage: Path) -> Non
             assert running.poll() is None, running.communicate()
             time.sleep(0.1)
         running.send_signal(signal.SIGINT)
-        out, err = running.communicate(timeout=120)
+        try:
+            out, err = running.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            running.kill()
+            out, err = running.communicate()
+            raise AssertionError(f"Ctrl-C did not end the query in 120 s: {err[-2000:]}") from None
     assert (running.returncode, out, err) == (130, "", "tinct lineage: interrupted\n")
 
 

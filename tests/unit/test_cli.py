@@ -84,3 +84,16 @@ def test_crds_stdout_is_one_yaml_stream(tmp_path: Path) -> None:
     )
     docs = list(yaml.safe_load_all(proc.stdout))
     assert [d["metadata"]["name"] for d in docs] == ["modelversions.tinct.io", "grayreleases.tinct.io"]
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line_and_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tinct.cli
+
+    def interrupted(prog: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tinct.cli, "build_parser", interrupted)
+    assert main(["lineage", "sql", "SELECT 1"]) == 130
+    assert capsys.readouterr() == ("", "tinct: interrupted\n")
