@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -59,6 +59,9 @@ VERSION_ANNOTATION = "tinct.io/table-version"
 Side = Literal["stable", "candidate"]
 
 
+_ADDRESS_URL = r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$"
+
+
 class Endpoint(Model):
     """A backend as the router reaches it."""
 
@@ -69,6 +72,20 @@ class Endpoint(Model):
     )
     scheduler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)
     model_version: str | None = Field(default=None, max_length=253)
+    adapter: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[^\s]+$",
+        description="A LoRA adapter candidate: the served name the router writes into the "
+        "request's 'model' (the url is then stable's Service).",
+    )
+    addresses: list[Annotated[str, Field(pattern=_ADDRESS_URL, max_length=512)]] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="A LoRA adapter candidate: the base URLs of the pods that have it loaded; "
+        "the candidate's share goes only to them (none: the candidate gets no traffic).",
+    )
 
 
 class RoutingCell(Model):
@@ -86,8 +103,8 @@ class RoutingTable(Model):
     model_config = cel(
         *CELL_RULES,
         Rule(
-            cel="self.stable.url != self.candidate.url",
-            holds=lambda t: t.stable.url != t.candidate.url,
+            cel="has(self.candidate.adapter) || self.stable.url != self.candidate.url",
+            holds=lambda t: t.candidate.adapter is not None or t.stable.url != t.candidate.url,
             message="stable and candidate must be different endpoints",
         ),
     )
