@@ -30,6 +30,7 @@ from tinct.api.names import label_value
 from tinct.api.v1alpha1.common import Model
 from tinct.api.v1alpha1.grayrelease import (
     CELL_RULES,
+    AdapterRelease,
     Backend,
     CellMatch,
     Dye,
@@ -192,6 +193,11 @@ def _endpoint(backend: Backend, namespace: str, cluster_domain: str) -> Endpoint
     )
 
 
+def _pod_url(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
+
+
 def cell_weights(
     spec: GrayReleaseSpec, state: str, step: int, *, serving: bool = True, shadow: bool = False
 ) -> dict[str, float]:
@@ -244,6 +250,7 @@ def routing_table_from(
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
     claimed: Mapping[str, float] | None = None,
+    adapter: AdapterRelease | None = None,
 ) -> RoutingTable:
     """The table the routers get for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
 
@@ -268,6 +275,9 @@ def routing_table_from(
         models: the ``model`` of the release's ModelVersions, the table's model names when
             the GrayRelease lists none.
         claimed: earlier claims on its models the table carries over (:mod:`tinct.api.ownership`).
+        adapter: a LoRA adapter candidate's ``status.adapter``: the served name the routers
+            write into 'model' and the pods that have it. Without a served name or a pod
+            holding it the candidate gets nothing, whatever ``weights`` say.
     """
     spec = release.spec
     namespace = release.metadata.namespace or "default"
@@ -275,6 +285,15 @@ def routing_table_from(
         weights = cell_weights(spec, state, step)
     if shadows is None:
         shadows = cell_weights(spec, state, step, shadow=True)
+    candidate = _endpoint(spec.candidate, namespace, cluster_domain)
+    if spec.candidate.adapter is not None:
+        served = adapter.served_name if adapter is not None else None
+        addresses = [_pod_url(a, spec.stable.port) for a in adapter.addresses] if adapter and served else []
+        candidate = candidate.model_copy(
+            update={"adapter": served or spec.candidate.adapter.model_version, "addresses": addresses}
+        )
+        if not addresses:
+            weights, shadows = {}, {}
     table = RoutingTable.model_validate(
         {
             "release": release.metadata.name,
@@ -285,7 +304,7 @@ def routing_table_from(
             "state": state,
             "step": step,
             "stable": _endpoint(spec.stable, namespace, cluster_domain),
-            "candidate": _endpoint(spec.candidate, namespace, cluster_domain),
+            "candidate": candidate,
             "models": list(spec.models) or sorted(set(models)),
             "claimed": dict(claimed or {}),
             "dye": spec.dye,

@@ -48,6 +48,7 @@ from tinct.api.v1alpha1.dye import (
 )
 from tinct.api.v1alpha1.prometheus import PrometheusRef
 from tinct.api.v1alpha1.releasestatus import (
+    ADAPTER_ADDRESSES_LIMIT,
     ADAPTER_PODS_LIMIT,
     READABLE_DIGITS,
     ActionRecord,
@@ -73,6 +74,7 @@ from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 from tinct.api.v1alpha1.shadow import Judge, LengthRatio, Shadow, ShadowTable
 
 __all__ = [
+    "ADAPTER_ADDRESSES_LIMIT",
     "ADAPTER_PODS_LIMIT",
     "CELL_RULES",
     "ENGINE_METRICS",

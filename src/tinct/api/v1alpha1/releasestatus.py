@@ -195,6 +195,11 @@ class AdapterRelease(Model):
     )
     loaded: int = Field(default=0, ge=0, description="Stable's ready pods that have it loaded.")
     total: int = Field(default=0, ge=0, description="Stable's ready pods.")
+    withdrawn_at: datetime | None = Field(
+        default=None,
+        description="When the adapter lost its traffic for good (rollback, abort, deletion): it "
+        "is unloaded once the requests in flight then have drained.",
+    )
     pods: list[AdapterPod] = Field(
         default_factory=list,
         max_length=ADAPTER_PODS_LIMIT,
