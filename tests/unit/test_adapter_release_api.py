@@ -80,3 +80,26 @@ def test_table_of_adapter_candidate_names_served_name_and_pods() -> None:
     assert table.candidate.adapter == "llama3-8b-support-0123456789ab"
     assert table.stable.adapter is None
     assert table.stable.addresses == []
+
+
+def test_status_shows_on_how_many_pods_the_adapter_is() -> None:
+    from tinct.release.matrix import matrix, render
+
+    doc = _adapter_release()
+    doc["metadata"]["namespace"] = "llm"
+    doc["status"] = {
+        "phase": "Progressing",
+        "adapter": {
+            "modelVersion": "llama3-8b-support-1-0-0",
+            "servedName": "llama3-8b-support-0123456789ab",
+            "loaded": 5,
+            "total": 6,
+            "pods": [
+                {"name": "sched-v1-f", "address": "10.0.0.6", "state": "Failed", "reason": "out of memory"}
+            ],
+        },
+    }
+    text = render(matrix(GrayRelease.model_validate(doc)))
+    assert (
+        "adapter llama3-8b-support-0123456789ab loaded on 5/6 pods: sched-v1-f Failed (out of memory)" in text
+    )
