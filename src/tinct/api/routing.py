@@ -288,7 +288,8 @@ def routing_table_from(
     candidate = _endpoint(spec.candidate, namespace, cluster_domain)
     if spec.candidate.adapter is not None:
         served = adapter.served_name if adapter is not None else None
-        addresses = [_pod_url(a, spec.stable.port) for a in adapter.addresses] if adapter and served else []
+        port = (adapter.port if adapter else None) or spec.stable.port
+        addresses = [_pod_url(a, port) for a in adapter.addresses] if adapter and served else []
         candidate = candidate.model_copy(
             update={"adapter": served or spec.candidate.adapter.model_version, "addresses": addresses}
         )

@@ -193,6 +193,13 @@ class AdapterRelease(Model):
         description="The addresses (status.podIP) of the ready pods that have it loaded, sorted: "
         "the routing table sends the candidate's share to these only.",
     )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="The pods' port behind stable's Service port (its targetPort), where the "
+        "routers reach the pods holding it; default: the Service port.",
+    )
     loaded: int = Field(default=0, ge=0, description="Stable's ready pods that have it loaded.")
     total: int = Field(default=0, ge=0, description="Stable's ready pods.")
     withdrawn_at: datetime | None = Field(

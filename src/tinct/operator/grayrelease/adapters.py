@@ -130,7 +130,7 @@ async def sync(
     listing = iter(answers)
     pods = [PodSeen(n, a, r, next(listing) if r else None) for n, a, r in ready]
     if served is None or engine not in loading.LOADING_ENGINES:
-        return loading.record(ref.model_version, served, digest, path, pods)
+        return loading.record(ref.model_version, served, digest, path, pods, port=port)
     keep = loading.keeps_adapter(old.phase, deleting)
     withdrawn = (old.adapter.withdrawn_at if old.adapter else None) or now
     if keep and path is not None:
@@ -144,7 +144,9 @@ async def sync(
                 ]
             else:
                 _log.info("unloading %s from pod %s: %s", served, pod.name, why)
-    return loading.record(ref.model_version, served, digest, path, pods, wanted=keep, withdrawn_at=withdrawn)
+    return loading.record(
+        ref.model_version, served, digest, path, pods, wanted=keep, withdrawn_at=withdrawn, port=port
+    )
 
 
 async def _load(

@@ -99,6 +99,7 @@ def record(
     pods: Sequence[PodSeen],
     wanted: bool = True,
     withdrawn_at: datetime | None = None,
+    port: int | None = None,
 ) -> AdapterRelease:
     """``status.adapter``: on how many of stable's ready pods the adapter is, and which.
 
@@ -124,6 +125,7 @@ def record(
         digest=digest,
         path=path,
         addresses=loaded[:ADAPTER_ADDRESSES_LIMIT],
+        port=port,
         loaded=len(loaded),
         total=len(ready),
         withdrawn_at=None if wanted else withdrawn_at,

@@ -321,11 +321,17 @@ def tinct_modelversions(
     return {
         (namespace, name): {
             "uid": meta.get("uid"),
-            "spec": {"model": spec.get("model"), "version": spec.get("version")},
+            "spec": {
+                "model": spec.get("model"),
+                "version": spec.get("version"),
+                **({"adapter": dict(spec["adapter"])} if spec.get("adapter") else {}),
+            },
             "status": {
                 "phase": status.get("phase"),
                 "digests": dict(status.get("digests") or {}),
                 "interface": {"digest": (status.get("interface") or {}).get("digest")},
+                # A LoRA adapter's served name and directory, which a release loads into pods.
+                **({"adapter": dict(status["adapter"])} if status.get("adapter") else {}),
             },
         }
     }
