@@ -114,7 +114,7 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch]
-# The pods behind stable's Service: a LoRA adapter candidate is loaded into each of them.
+# application: the pods behind stable's Service, each of which a LoRA adapter candidate is loaded into.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list]

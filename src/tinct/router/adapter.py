@@ -18,12 +18,12 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
 from tinct.router.fallback import Reason
 
-if TYPE_CHECKING:
-    from tinct.router.table import Upstream
+#: What a pod is to the router (its :class:`~tinct.router.table.Upstream`).
+P = TypeVar("P")
 
 __all__ = ["AdapterRoute", "NameBack", "model_span", "reason_for_adapter", "with_model"]
 
@@ -109,14 +109,14 @@ def reason_for_adapter(status: int) -> Reason | None:
 
 
 @dataclass
-class AdapterRoute:
+class AdapterRoute(Generic[P]):
     """The served name of a table's adapter candidate and the pods (their base URLs) holding it."""
 
     served: str
-    pods: tuple[Upstream, ...]
+    pods: tuple[P, ...]
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
-    def pick(self) -> Upstream | None:
+    def pick(self) -> P | None:
         """The next pod in turn; None when no pod holds the adapter."""
         if not self.pods:
             return None

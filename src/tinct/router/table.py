@@ -111,7 +111,7 @@ class CompiledTable:
         self.stable = _upstream("stable", table.stable)
         self.candidate = _upstream("candidate", table.candidate)
         #: A LoRA adapter candidate: its served name and the pods holding it; None otherwise.
-        self.adapter = (
+        self.adapter: AdapterRoute[Upstream] | None = (
             AdapterRoute(
                 table.candidate.adapter,
                 tuple(
