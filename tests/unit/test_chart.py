@@ -34,6 +34,7 @@ OPERATOR_NAMESPACED = {
     ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "create", "patch", "delete"},
     ("keda.sh", "scaledobjects"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list"},
     ("apps", "deployments"): {"get", "list", "watch"},
 }
 DISCOVERY = {

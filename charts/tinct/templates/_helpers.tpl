@@ -114,6 +114,10 @@ ClusterRole of scope=cluster; a Role cannot grant them.
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch]
+# application: the pods behind stable's Service, each of which a LoRA adapter candidate is loaded into.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -30,6 +30,7 @@ from tinct.api.names import label_value
 from tinct.api.v1alpha1.common import Model
 from tinct.api.v1alpha1.grayrelease import (
     CELL_RULES,
+    AdapterRelease,
     Backend,
     CellMatch,
     Dye,
@@ -59,6 +60,9 @@ VERSION_ANNOTATION = "tinct.io/table-version"
 Side = Literal["stable", "candidate"]
 
 
+_ADDRESS_URL = r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$"
+
+
 class Endpoint(Model):
     """A backend as the router reaches it."""
 
@@ -69,6 +73,20 @@ class Endpoint(Model):
     )
     scheduler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)
     model_version: str | None = Field(default=None, max_length=253)
+    adapter: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[^\s]+$",
+        description="A LoRA adapter candidate: the served name the router writes into the "
+        "request's 'model' (the url is then stable's Service).",
+    )
+    addresses: list[Annotated[str, Field(pattern=_ADDRESS_URL, max_length=512)]] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="A LoRA adapter candidate: the base URLs of the pods that have it loaded; "
+        "the candidate's share goes only to them (none: the candidate gets no traffic).",
+    )
 
 
 class RoutingCell(Model):
@@ -86,8 +104,8 @@ class RoutingTable(Model):
     model_config = cel(
         *CELL_RULES,
         Rule(
-            cel="self.stable.url != self.candidate.url",
-            holds=lambda t: t.stable.url != t.candidate.url,
+            cel="has(self.candidate.adapter) || self.stable.url != self.candidate.url",
+            holds=lambda t: t.candidate.adapter is not None or t.stable.url != t.candidate.url,
             message="stable and candidate must be different endpoints",
         ),
     )
@@ -175,6 +193,11 @@ def _endpoint(backend: Backend, namespace: str, cluster_domain: str) -> Endpoint
     )
 
 
+def _pod_url(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
+
+
 def cell_weights(
     spec: GrayReleaseSpec, state: str, step: int, *, serving: bool = True, shadow: bool = False
 ) -> dict[str, float]:
@@ -227,6 +250,7 @@ def routing_table_from(
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
     claimed: Mapping[str, float] | None = None,
+    adapter: AdapterRelease | None = None,
 ) -> RoutingTable:
     """The table the routers get for ``release`` at ``step`` in ``state`` (a GrayRelease phase).
 
@@ -251,6 +275,9 @@ def routing_table_from(
         models: the ``model`` of the release's ModelVersions, the table's model names when
             the GrayRelease lists none.
         claimed: earlier claims on its models the table carries over (:mod:`tinct.api.ownership`).
+        adapter: a LoRA adapter candidate's ``status.adapter``: the served name the routers
+            write into 'model' and the pods that have it. Without a served name or a pod
+            holding it the candidate gets nothing, whatever ``weights`` say.
     """
     spec = release.spec
     namespace = release.metadata.namespace or "default"
@@ -258,6 +285,16 @@ def routing_table_from(
         weights = cell_weights(spec, state, step)
     if shadows is None:
         shadows = cell_weights(spec, state, step, shadow=True)
+    candidate = _endpoint(spec.candidate, namespace, cluster_domain)
+    if spec.candidate.adapter is not None:
+        served = adapter.served_name if adapter is not None else None
+        port = (adapter.port if adapter else None) or spec.stable.port
+        addresses = [_pod_url(a, port) for a in adapter.addresses] if adapter and served else []
+        candidate = candidate.model_copy(
+            update={"adapter": served or spec.candidate.adapter.model_version, "addresses": addresses}
+        )
+        if not addresses:
+            weights, shadows = {}, {}
     table = RoutingTable.model_validate(
         {
             "release": release.metadata.name,
@@ -268,7 +305,7 @@ def routing_table_from(
             "state": state,
             "step": step,
             "stable": _endpoint(spec.stable, namespace, cluster_domain),
-            "candidate": _endpoint(spec.candidate, namespace, cluster_domain),
+            "candidate": candidate,
             "models": list(spec.models) or sorted(set(models)),
             "claimed": dict(claimed or {}),
             "dye": spec.dye,

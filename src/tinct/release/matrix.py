@@ -76,8 +76,21 @@ def matrix(release: GrayRelease) -> dict[str, Any]:
         "inconclusiveAnalyses": st.inconclusive_analyses,
         "lastAnalysis": last,
         "autoscaling": [s.wire() for s in st.autoscaling],
+        "adapter": st.adapter.wire() if st.adapter else None,
         "conditions": [c.wire() for c in st.conditions],
     }
+
+
+def adapter_line(adapter: dict[str, Any]) -> str:
+    """``adapter NAME loaded on 5/6 pods``, and the pods that do not have it."""
+    name = adapter.get("servedName") or adapter["modelVersion"]
+    line = f"adapter {name} loaded on {adapter.get('loaded', 0)}/{adapter.get('total', 0)} pods"
+    missing = [p for p in adapter.get("pods", []) if p.get("state") != "Loaded"]
+    if missing:
+        line += ": " + ", ".join(
+            f"{p['name']} {p['state']}" + (f" ({p['reason']})" if p.get("reason") else "") for p in missing
+        )
+    return line
 
 
 def _time(value: Any) -> str:
@@ -188,6 +201,8 @@ def render(data: dict[str, Any], color: bool = False) -> str:
                 f"  cell {cell['cell']}: {paint(cell['verdict'], _VERDICT_STYLE.get(cell['verdict']))}"
                 f" ({cell.get('requests', 0):.0f} requests)"
             )
+    if data.get("adapter"):
+        lines.append(adapter_line(data["adapter"]))
     for s in data.get("autoscaling", []):
         managed = "" if s.get("managed", True) else "  (not managed: see AutoscalingReady)"
         scaler = f"scaledobject {s['scaledObject']}" if s.get("scaledObject") else f"hpa {s['hpa']}"

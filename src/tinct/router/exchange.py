@@ -45,6 +45,9 @@ class Exchange:
     body: bytes | None = None
     #: The sticky choice sent it to the candidate.
     candidate: bool = False
+    #: The model the client named, when a LoRA adapter candidate answers under its served
+    #: name (:mod:`tinct.router.adapter`): the answer names this one again.
+    base_model: str | None = None
     #: The request asked for a stream (``"stream": true``).
     stream: bool = False
     #: The request is mirrored (:mod:`tinct.router.shadow`): stable's answer is teed to it.

@@ -17,13 +17,16 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-Reason = Literal["version_mismatch", "latency_too_high", "upstream_error", "unreachable", "ejected"]
+Reason = Literal[
+    "version_mismatch", "latency_too_high", "upstream_error", "unreachable", "ejected", "adapter_missing"
+]
 REASONS: tuple[Reason, ...] = (
     "version_mismatch",
     "latency_too_high",
     "upstream_error",
     "unreachable",
     "ejected",
+    "adapter_missing",
 )
 
 

@@ -206,7 +206,7 @@ class RouterMetrics:
             "tinct_router_candidate_failures",
             "Failed candidate attempts, each counting towards fallback.consecutiveFailures: "
             "before any of the answer reached the client, so the request fell back "
-            "(version_mismatch, latency_too_high, upstream_error, unreachable), or cut "
+            "(version_mismatch, latency_too_high, upstream_error, unreachable, adapter_missing), or cut "
             "mid-answer (truncated: the backend failed; idle_timeout: it went silent).",
             ["namespace", "release", "reason"],
             registry=r,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import time
 
+from tinct.router import adapter as adapter_
 from tinct.router.exchange import Exchange
 from tinct.router.fallback import CandidateHealth, Reason, reason_for_status
 from tinct.router.framing import FramingError
@@ -179,7 +180,9 @@ class Proxy:
             gauge.set_function(lambda: 1.0 if h.ejected() else 0.0)
         return h
 
-    async def _send(self, up: Upstream, ex: Exchange, headers: bytes, timeout: float | None) -> Response:
+    async def _send(
+        self, up: Upstream, ex: Exchange, headers: bytes, timeout: float | None, sent: bytes | None = None
+    ) -> Response:
         """``ex``'s request sent to ``up``; its head in within ``timeout`` seconds, else
         :class:`~tinct.router.response.UpstreamTimeoutError`. A request the pool sends again
         (a reused connection the backend had closed) is counted in
@@ -188,7 +191,7 @@ class Proxy:
         head_only = request.method == "HEAD"
         lines = b"Host: %b\r\n%b%b: %b\r\n" % (up.authority, headers, SCHEDULER_VERSION, up.version_b)
         target = up.prefix + request.target
-        body: bytes | Body | None = ex.body
+        body: bytes | Body | None = ex.body if sent is None else sent
         if body is None:
             rb = request.body
             if rb.done:  # the whole body (or none) is in already: one write, and replayable
@@ -209,13 +212,23 @@ class Proxy:
             retried=lambda: self.metrics.upstream_retry(table, side),
         )
 
-    async def _try_candidate(self, ex: Exchange, headers: bytes) -> tuple[Response | None, Reason | None]:
+    async def _try_candidate(
+        self, ex: Exchange, headers: bytes
+    ) -> tuple[Response | None, Reason | None, Upstream]:
         table = ex.table
         health = self.health(table)
+        up, sent = table.candidate, None
         if health.ejected():
-            return None, "ejected"
+            return None, "ejected", up
+        route = table.adapter
+        if route is not None:
+            pod = route.pick()
+            rewritten = adapter_.with_model(ex.body or b"", route.served) if pod is not None else None
+            if pod is None or rewritten is None:
+                return None, "adapter_missing", up
+            up, (sent, ex.base_model) = pod, rewritten
         try:
-            resp = await self._send(table.candidate, ex, headers, table.latency_limit)
+            resp = await self._send(up, ex, headers, table.latency_limit, sent)
         except (UpstreamError, OSError) as e:
             reason: Reason = (
                 "latency_too_high"
@@ -229,6 +242,8 @@ class Proxy:
                 self._rejected(ex, "candidate", e)
         else:
             reason_ = reason_for_status(resp.status)
+            if reason_ is None and route is not None:
+                reason_ = adapter_.reason_for_adapter(resp.status)
             if reason_ == "version_mismatch":
                 self.metrics.version_mismatch(table, "candidate")
             failed = resp.failed
@@ -240,7 +255,7 @@ class Proxy:
                 reason_ = "upstream_error"
             if reason_ is None:
                 health.success()
-                return resp, None
+                return resp, None, up
             resp.close()
             reason = reason_
         if reason != "latency_too_high":
@@ -258,7 +273,8 @@ class Proxy:
                 table.consecutive_failures,
                 reason,
             )
-        return None, reason
+        ex.base_model = None
+        return None, reason, up
 
     async def forward(self, ex: Exchange) -> None:
         """Answer ``ex.request`` from the chosen side, falling back to stable as documented.
@@ -273,9 +289,9 @@ class Proxy:
         reason: Reason | None = None
         up = table.stable
         if ex.candidate and ex.body is not None:
-            resp, reason = await self._try_candidate(ex, headers)
+            resp, reason, tried = await self._try_candidate(ex, headers)
             if resp is not None:
-                up = table.candidate
+                up = tried
             else:
                 self.metrics.fallback(table, reason or "upstream_error", ex.tag)
         ex.side = up.side
@@ -344,6 +360,15 @@ class Proxy:
         if reason is not None:
             headers.append((FALLBACK_REASON, reason.encode()))
         ex.status = resp.status
+        length = resp.content_length
+        write = conn.write
+        back: adapter_.NameBack | None = None
+        if ex.base_model is not None and up.side == "candidate":
+            # The adapter answers under its served name; the client hears the name it sent.
+            back = adapter_.NameBack(
+                ex.table.adapter.served if ex.table.adapter else "", ex.base_model, write
+            )
+            write, length = back, None
         meter = None
         if ex.body is not None:
             if self.measure_tokens:
@@ -353,14 +378,14 @@ class Proxy:
         complete = False
         mirror = ex.mirror
         try:
-            conn.start_response(resp.status, headers, resp.content_length, resp.reason, has_date)
+            conn.start_response(resp.status, headers, length, resp.reason, has_date)
             ex.ttfb = time.perf_counter() - since
             conn.source = resp
             sink: Sink
             if meter is None:
-                sink = conn.write
+                sink = write
             else:
-                write, feed = conn.write, meter.feed
+                feed = meter.feed
 
                 def measured(data: bytes) -> None:
                     write(data)  # to the client first: measuring never holds a byte back
@@ -375,6 +400,8 @@ class Proxy:
             if done is not None:
                 conn.send_head()  # the client learns the answer started even if the body waits
                 await done
+            if back is not None:
+                back.flush()
             conn.end_response()
             complete = True
         except ClientBodyError as e:

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tinct.router.adapter import with_model
 from tinct.router.choose import salted_point, sticky_key
 from tinct.router.classify import CHAT_PATH, chat_chars, completion_size
 from tinct.router.pairs import AnswerCopy, Held, PairSender, ReleaseKey, content_type, pair_line
@@ -170,6 +171,12 @@ class Mirror:
         # once stable's answer is taken (its bytes are counted in ``reserved``).
         assert ex.body is not None
         self._body = ex.body
+        route = ex.table.adapter
+        if route is not None and up.side == "candidate":
+            # A LoRA adapter candidate: the same request under its served name, to a pod holding it.
+            pod, rewritten = route.pick(), with_model(ex.body, route.served)
+            if pod is not None and rewritten is not None:
+                up, self._body = pod, rewritten[0]
         self._up = up
         #: ``candidate``, or ``stable`` for a noise-floor mirror.
         self.target = "stable" if up.side == "stable" else "candidate"

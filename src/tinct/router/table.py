@@ -17,6 +17,7 @@ from yarl import URL
 
 from tinct.api.ownership import holders
 from tinct.api.routing import Endpoint, RoutingCell, RoutingTable, RoutingTableError
+from tinct.router.adapter import AdapterRoute
 
 _log = logging.getLogger(__name__)
 
@@ -109,6 +110,18 @@ class CompiledTable:
                     break
         self.stable = _upstream("stable", table.stable)
         self.candidate = _upstream("candidate", table.candidate)
+        #: A LoRA adapter candidate: its served name and the pods holding it; None otherwise.
+        self.adapter: AdapterRoute[Upstream] | None = (
+            AdapterRoute(
+                table.candidate.adapter,
+                tuple(
+                    _upstream("candidate", table.candidate.model_copy(update={"url": url}))
+                    for url in table.candidate.addresses
+                ),
+            )
+            if table.candidate.adapter is not None
+            else None
+        )
         self.latency_limit = table.fallback.latency_ms / 1000.0
         self.idle_timeout = table.fallback.idle_timeout_ms / 1000.0
         self.consecutive_failures = table.fallback.consecutive_failures

@@ -131,6 +131,13 @@ OWN_MATCH = "each cell needs its own match"
 UNEVEN = "every cell needs the same number of weights (one per step)"
 SAME_BACKEND = "stable and candidate must be different backends"
 SAME_MV = "stable and candidate must be different ModelVersions"
+ADAPTER_EXCLUSIVE = (
+    "give candidate.adapter (a LoRA adapter on stable's pods) or candidate's own service, port, "
+    "modelVersion and schedulerVersion, not both: an adapter candidate shares stable's Service, "
+    "pods and engine"
+)
+#: A LoRA adapter of stable's ModelVersion (examples/adapter.yaml) as the candidate.
+ADAPTER = {"adapter": {"modelVersion": "llama3-8b-support-1-0-0"}}
 NO_ANALYSIS = (
     "give spec.analysis: metrics that judge the candidate at each step, or analysis: {} to step "
     "forward every interval (1m) without judging it"
@@ -143,7 +150,8 @@ def _dyn(message: str, rule: str, *, table: bool = True) -> dict[str, Any]:
 
 
 ENGINE_NEEDED = (
-    "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine"
+    "engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine "
+    "(an adapter candidate's is stable.engine)"
 )
 QUEUE = [{"name": "queue-depth", "max": 4}]
 #: Metrics that need no engine: for cases that take the candidate's engine away.
@@ -246,6 +254,27 @@ CASES = [
     Case(
         "same-modelversion",
         _spec("candidate.modelVersion", "llama3-8b-1-4-0"),
+        **_dyn(
+            "stable and candidate are both ModelVersion llama3-8b-1-4-0: a release moves traffic from one "
+            "version of a model to another",
+            SAME_MV,
+            table=False,
+        ),
+    ),
+    Case("adapter-candidate", _spec("candidate", ADAPTER), None),
+    Case(
+        "adapter-and-service",
+        _spec("candidate", {**ADAPTER, "service": "sched-v2", "port": 8000}),
+        ADAPTER_EXCLUSIVE,
+    ),
+    Case(
+        "adapter-with-deployment",
+        _spec("candidate", {**ADAPTER, "deployment": "sched-v2"}),
+        ADAPTER_EXCLUSIVE,
+    ),
+    Case(
+        "adapter-of-stable-itself",
+        _spec("candidate", {"adapter": {"modelVersion": "llama3-8b-1-4-0"}}),
         **_dyn(
             "stable and candidate are both ModelVersion llama3-8b-1-4-0: a release moves traffic from one "
             "version of a model to another",
@@ -435,6 +464,13 @@ def table_doc(release: Doc) -> Doc:
 
     def endpoint(side: str) -> Doc:
         backend = spec[side]
+        if side == "candidate" and "adapter" in backend:  # served by stable's Service
+            stable = spec["stable"]
+            return {
+                "url": f"http://{stable['service']}:{stable['port']}",
+                "schedulerVersion": stable["schedulerVersion"],
+                "adapter": f"{backend['adapter']['modelVersion']}-0123456789ab",
+            }
         return {
             "url": f"http://{backend['service']}:{backend['port']}",
             "schedulerVersion": backend["schedulerVersion"],

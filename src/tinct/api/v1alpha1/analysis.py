@@ -270,11 +270,12 @@ SHADOW_METRIC_RULE = Rule(
 ENGINE_METRICS_RULE = Rule(
     cel="!has(self.analysis) || !has(self.analysis.metrics) || "
     f"!self.analysis.metrics.exists(m, m.name in {_cel_list(ENGINE_METRICS)}) "
-    "|| has(self.candidate.engine)",
+    "|| has(self.candidate.engine) || (has(self.candidate.adapter) && has(self.stable.engine))",
     holds=lambda s: (
         s.analysis is None
         or not any(m.name in ENGINE_METRICS for m in s.analysis.metrics)
         or s.candidate.engine is not None
     ),
-    message="engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine",
+    message="engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate) need spec.candidate.engine "
+    "(an adapter candidate's is stable.engine)",
 )

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
+from pydantic.json_schema import SkipJsonSchema
 
 from tinct.api.v1alpha1.autoscaling import LABEL_NAME
 from tinct.api.v1alpha1.common import DNS_NAME, Model
-from tinct.api.v1alpha1.rules import Rule, cel
+from tinct.api.v1alpha1.rules import Rule, Rules, cel
 
-__all__ = ["Backend", "Engine", "Name"]
+__all__ = ["SHARED_FIELDS", "AdapterCandidate", "Backend", "Candidate", "Engine", "Name"]
 
 #: A Kubernetes object name.
 Name = Annotated[str, Field(pattern=DNS_NAME, min_length=1, max_length=253)]
@@ -72,3 +73,125 @@ class Backend(Model):
         "prefix-cache-hit-rate; on stable, for their maxStableDelta). Default: namespace (the "
         "release's) and service (this side's Service), as autoscaling.keda's labels.",
     )
+
+
+class AdapterCandidate(Model):
+    """A LoRA adapter served as the candidate on stable's own pods, loaded at runtime."""
+
+    model_version: Name = Field(
+        description="Name of the adapter's ModelVersion (spec.adapter.baseModelVersion naming "
+        "stable's ModelVersion); it is loaded into every stable pod through the engine's API "
+        "(stable.engine: vllm or sglang) under its served name."
+    )
+    uri_prefix: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="Start of the adapter's artifact URIs that mountPath stands for on the engine "
+        "pods, e.g. s3://models/adapters/; default: the engines load the adapter's directory "
+        "URI as it is.",
+    )
+    mount_path: str | None = Field(
+        default=None,
+        pattern=r"^/[^\s]*$",
+        max_length=1024,
+        description="Where the engine pods mount uriPrefix, e.g. /adapters: the engines load "
+        "mountPath + the rest of the adapter's directory URI.",
+    )
+
+
+#: Candidate fields an adapter candidate takes from stable (the same Service, port and pods).
+SHARED_FIELDS = ("service", "port", "scheduler_version", "engine", "url", "metrics_selector")
+_OWN = ("service", "port", "scheduler_version", "model_version")
+
+
+class _CandidateRules(Rules):
+    """The candidate's rules; an adapter candidate names no Service of its own, so the fields a
+    plain candidate needs are optional on the wire (:class:`Candidate`'s rule requires them)."""
+
+    def __call__(self, schema: dict[str, JsonValue]) -> None:
+        super().__call__(schema)
+        required = schema.get("required")
+        if isinstance(required, list):
+            kept = [f for f in required if f not in ("service", "port", "schedulerVersion", "modelVersion")]
+            if kept:
+                schema["required"] = kept
+            else:
+                del schema["required"]
+
+
+_ADAPTER_EXCLUSIVE = (
+    "has(self.adapter) ? !has(self.service) && !has(self.port) && !has(self.deployment) && "
+    "!has(self.modelVersion) && !has(self.schedulerVersion) && !has(self.url) && !has(self.engine) : "
+    "has(self.service) && has(self.port) && has(self.modelVersion) && has(self.schedulerVersion)"
+)
+
+
+class Candidate(Backend):
+    """The candidate side: a backend of its own, or a LoRA adapter on stable's pods (adapter)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_CandidateRules(
+            (
+                *Backend.model_config["json_schema_extra"].rules,  # type: ignore[union-attr]
+                Rule(
+                    cel=_ADAPTER_EXCLUSIVE,
+                    holds=lambda s: (
+                        s.shares_stable and s.deployment is None
+                        if s.adapter is not None
+                        else not s.shares_stable
+                    ),
+                    message="give candidate.adapter (a LoRA adapter on stable's pods) or candidate's "
+                    "own service, port, modelVersion and schedulerVersion, not both: an adapter "
+                    "candidate shares stable's Service, pods and engine",
+                ),
+            )
+        )
+    )
+
+    adapter: AdapterCandidate | None = Field(
+        default=None,
+        description="Release a LoRA adapter instead of another backend: the candidate shares "
+        "stable's Service, pods and engine; tinct loads the adapter into every stable pod and "
+        "routes the candidate's share, with 'model' rewritten to the adapter's served name, to "
+        "the pods that have it. Excludes service, port, deployment, modelVersion, "
+        "schedulerVersion, url and engine here.",
+    )
+    shares_stable: SkipJsonSchema[bool] = Field(default=False, exclude=True)
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """An adapter candidate as written: without the fields it takes from stable."""
+        data = handler(self)
+        if self.shares_stable and isinstance(data, dict):
+            for name in (*SHARED_FIELDS, "model_version"):
+                data.pop(name, None)
+                data.pop(_camel(name), None)
+        return data
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def share_stable(spec: Any) -> Any:
+    """A GrayRelease spec as given, its adapter candidate completed from stable: the same
+    Service, port, scheduler version, engine, URL and metrics selector, and the adapter's
+    ModelVersion."""
+    if not isinstance(spec, dict):
+        return spec
+    candidate, stable = spec.get("candidate"), spec.get("stable")
+    if not isinstance(candidate, dict) or not isinstance(stable, dict):
+        return spec
+    adapter = candidate.get("adapter")
+    given = {k for k in candidate if k != "adapter"}
+    own = {n for name in (*_OWN, *SHARED_FIELDS, "deployment") for n in (name, _camel(name))}
+    plain = {k: v for k, v in candidate.items() if k not in ("sharesStable", "shares_stable")}
+    if not isinstance(adapter, dict):
+        return {**spec, "candidate": plain}
+    # Fields given beside the adapter stay as given, and the candidate's rule refuses them.
+    taken = {_camel(f): stable[key] for f in SHARED_FIELDS for key in (f, _camel(f)) if key in stable}
+    version = adapter.get("modelVersion", adapter.get("model_version"))
+    filled = {**taken, "modelVersion": version, **plain, "sharesStable": not (given & own)}
+    return {**spec, "candidate": filled}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tinct.api.v1alpha1.analysis import (
     ENGINE_METRICS,
@@ -26,7 +26,7 @@ from tinct.api.v1alpha1.analysis import (
     parse_duration,
 )
 from tinct.api.v1alpha1.autoscaling import Autoscaling, Keda, KedaSide, ScaleMetric
-from tinct.api.v1alpha1.backend import Backend, Engine
+from tinct.api.v1alpha1.backend import AdapterCandidate, Backend, Candidate, Engine, share_stable
 from tinct.api.v1alpha1.common import Model, Resource, defaulted
 from tinct.api.v1alpha1.dye import (
     CELL_RULES,
@@ -48,9 +48,14 @@ from tinct.api.v1alpha1.dye import (
 )
 from tinct.api.v1alpha1.prometheus import PrometheusRef
 from tinct.api.v1alpha1.releasestatus import (
+    ADAPTER_ADDRESSES_LIMIT,
+    ADAPTER_PODS_LIMIT,
     READABLE_DIGITS,
     ActionRecord,
     ActionResult,
+    AdapterPod,
+    AdapterPodState,
+    AdapterRelease,
     AnalysisResult,
     CellResult,
     GrayReleasePhase,
@@ -69,6 +74,8 @@ from tinct.api.v1alpha1.rules import Rule, cel, cel_format
 from tinct.api.v1alpha1.shadow import Judge, LengthRatio, Shadow, ShadowTable
 
 __all__ = [
+    "ADAPTER_ADDRESSES_LIMIT",
+    "ADAPTER_PODS_LIMIT",
     "CELL_RULES",
     "ENGINE_METRICS",
     "MIN_INTERVAL_SECONDS",
@@ -78,11 +85,16 @@ __all__ = [
     "SHADOW_METRIC",
     "ActionRecord",
     "ActionResult",
+    "AdapterCandidate",
+    "AdapterPod",
+    "AdapterPodState",
+    "AdapterRelease",
     "Analysis",
     "AnalysisResult",
     "Autoscaling",
     "Backend",
     "Bucket",
+    "Candidate",
     "Cell",
     "CellMatch",
     "CellResult",
@@ -253,8 +265,12 @@ class GrayReleaseSpec(Model):
             describe=_describe_uneven,
         ),
         Rule(
-            cel="self.stable.service != self.candidate.service || self.stable.port != self.candidate.port",
-            holds=lambda s: (s.stable.service, s.stable.port) != (s.candidate.service, s.candidate.port),
+            cel="has(self.candidate.adapter) || self.stable.service != self.candidate.service || "
+            "self.stable.port != self.candidate.port",
+            holds=lambda s: (
+                s.candidate.adapter is not None
+                or (s.stable.service, s.stable.port) != (s.candidate.service, s.candidate.port)
+            ),
             message="stable and candidate must be different backends",
             message_expression=cel_format(
                 "stable and candidate are both Service %s port %d: a release moves traffic between two "
@@ -268,7 +284,8 @@ class GrayReleaseSpec(Model):
             ),
         ),
         Rule(
-            cel="self.stable.modelVersion != self.candidate.modelVersion",
+            cel="self.stable.modelVersion != (has(self.candidate.adapter) ? "
+            "self.candidate.adapter.modelVersion : self.candidate.modelVersion)",
             holds=lambda s: s.stable.model_version != s.candidate.model_version,
             message="stable and candidate must be different ModelVersions",
             message_expression=cel_format(
@@ -295,7 +312,10 @@ class GrayReleaseSpec(Model):
     stable: Backend = Field(
         description="The backend serving today: it keeps the traffic cells do not send on."
     )
-    candidate: Backend = Field(description="The backend the release moves traffic to, cell by cell.")
+    candidate: Candidate = Field(
+        description="The backend the release moves traffic to, cell by cell: a Service of its own, "
+        "or a LoRA adapter loaded on stable's pods (adapter)."
+    )
     models: list[ModelName] = Field(
         default_factory=list,
         max_length=32,
@@ -366,6 +386,12 @@ class GrayReleaseSpec(Model):
         "release takes the model over; Remove takes the route away, and the model's requests "
         "get 404 (default Keep).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _adapter_on_stable(cls, data: Any) -> Any:
+        """An adapter candidate is served by stable's Service, pods and engine."""
+        return share_stable(data)
 
 
 class GrayRelease(Resource[GrayReleaseSpec, GrayReleaseStatus]):

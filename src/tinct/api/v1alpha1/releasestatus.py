@@ -13,10 +13,15 @@ from tinct.api.v1alpha1.action import SEEN_ACTIONS, VALUE_LIMIT
 from tinct.api.v1alpha1.common import Condition, Model
 
 __all__ = [
+    "ADAPTER_ADDRESSES_LIMIT",
+    "ADAPTER_PODS_LIMIT",
     "HISTORY_LIMIT",
     "READABLE_DIGITS",
     "ActionRecord",
     "ActionResult",
+    "AdapterPod",
+    "AdapterPodState",
+    "AdapterRelease",
     "AnalysisResult",
     "CellResult",
     "GrayReleasePhase",
@@ -139,6 +144,73 @@ class AnalysisResult(Model):
     shadow: ShadowResult | None = Field(
         default=None,
         description="shadow-agreement: the pairs compared, agreement and noise floor, overall and per cell.",
+    )
+
+
+#: Pods holding the adapter whose addresses ``status.adapter.addresses`` (and the table) carry.
+ADAPTER_ADDRESSES_LIMIT = 256
+#: Pods ``status.adapter.pods`` lists by name (the counts cover all of them).
+ADAPTER_PODS_LIMIT = 32
+
+#: Where a LoRA adapter is on one pod: Loaded (listed by the engine's /v1/models), Loading
+#: (asked, not yet listed), Failed (the engine refused; retried later), Unloaded (taken off).
+AdapterPodState = Literal["Loaded", "Loading", "Failed", "Unloaded"]
+
+
+class AdapterPod(Model):
+    """One stable pod and the adapter candidate on it."""
+
+    name: str = Field(max_length=253, description="The Pod.")
+    address: str = Field(max_length=64, description="The pod's IP address (status.podIP).")
+    state: AdapterPodState = Field(
+        description="Loaded (the engine's /v1/models lists it), Loading, Failed (the engine "
+        "refused it; tried again later) or Unloaded."
+    )
+    reason: str | None = Field(
+        default=None, max_length=1024, description="Why it is not Loaded: the engine's answer, clipped."
+    )
+
+
+class AdapterRelease(Model):
+    """A LoRA adapter candidate (spec.candidate.adapter) on stable's pods."""
+
+    model_version: str = Field(max_length=253, description="The adapter's ModelVersion.")
+    served_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The name the engines serve it under (the ModelVersion's status.adapter.servedName), "
+        "which the routers put in the candidate's requests' 'model'.",
+    )
+    digest: str | None = Field(
+        default=None, max_length=128, description="The digest of the adapter's content as verified."
+    )
+    path: str | None = Field(
+        default=None, max_length=2048, description="What the engines were told to load: the directory."
+    )
+    addresses: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list,
+        max_length=ADAPTER_ADDRESSES_LIMIT,
+        description="The addresses (status.podIP) of the ready pods that have it loaded, sorted: "
+        "the routing table sends the candidate's share to these only.",
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="The pods' port behind stable's Service port (its targetPort), where the "
+        "routers reach the pods holding it; default: the Service port.",
+    )
+    loaded: int = Field(default=0, ge=0, description="Stable's ready pods that have it loaded.")
+    total: int = Field(default=0, ge=0, description="Stable's ready pods.")
+    withdrawn_at: datetime | None = Field(
+        default=None,
+        description="When the adapter lost its traffic for good (rollback, abort, deletion): it "
+        "is unloaded once the requests in flight then have drained.",
+    )
+    pods: list[AdapterPod] = Field(
+        default_factory=list,
+        max_length=ADAPTER_PODS_LIMIT,
+        description=f"The pods, by name (at most {ADAPTER_PODS_LIMIT}: those not Loaded first).",
     )
 
 
@@ -306,6 +378,11 @@ class GrayReleaseStatus(Model):
         default_factory=list,
         max_length=HISTORY_LIMIT,
         description="Transitions recorded here and not yet in the release_events table.",
+    )
+    adapter: AdapterRelease | None = Field(
+        default=None,
+        description="A LoRA adapter candidate: its served name, digest and on how many of "
+        "stable's pods it is loaded.",
     )
     progress: str | None = Field(default=None, description="The step as shown: `2/4` is the second of four.")
     candidate_weight: float = Field(

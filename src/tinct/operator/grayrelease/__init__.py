@@ -35,6 +35,8 @@ The decision (pure):
   (:mod:`~tinct.operator.grayrelease.shares`); the conditions people read
   (:mod:`~tinct.operator.grayrelease.conditions`).
 - :mod:`~tinct.operator.grayrelease.tables`: the routing table a recorded status calls for.
+- :mod:`~tinct.operator.grayrelease.loading`: a LoRA adapter candidate on stable's pods: what
+  status records of it, where to load or unload it, and what holds it at weight 0.
 - :mod:`~tinct.operator.grayrelease.scaling`: the plan of what scales each side (HPA or KEDA
   ScaledObject, its bounds and signal, whose scalers are there); its writers
   :mod:`~tinct.operator.grayrelease.hpa` and :mod:`~tinct.operator.grayrelease.scaledobject`
@@ -46,6 +48,8 @@ Acting on the cluster:
   the history rows and Events, as the recorded status calls for them.
 - :mod:`~tinct.operator.grayrelease.kube`: the Kubernetes calls, and the watch of the
   routing tables.
+- :mod:`~tinct.operator.grayrelease.adapters`: loads a LoRA adapter candidate into stable's
+  pods through the engine's API, and unloads it after a rollback or deletion.
 - :mod:`~tinct.operator.grayrelease.notify`: the webhooks that hear of recorded transitions.
 - :mod:`~tinct.operator.grayrelease.metrics`: the controller's own Prometheus metrics.
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -20,6 +21,7 @@ from tinct.api.routing import RoutingTable, configmap_name
 from tinct.api.v1alpha1.grayrelease import GrayRelease, GrayReleaseStatus
 from tinct.lineage.records import release_event_rows
 from tinct.operator import context
+from tinct.operator.grayrelease import adapters, loading
 from tinct.operator.grayrelease.decision import Decision
 from tinct.operator.grayrelease.runtime import Runtime, key_of, so_key
 from tinct.operator.grayrelease.scaling import Plan
@@ -234,3 +236,36 @@ def post_events(body: kopf.Body, decision: Decision) -> None:
             kopf.warn(body, reason=t.reason, message=t.message[:1024])
         else:
             kopf.info(body, reason=t.reason, message=t.message[:1024])
+
+
+async def leave_adapter(rt: Runtime, body: kopf.Body, logger: _Logger) -> None:
+    """Before the deleted release of ``body`` goes, take its LoRA adapter candidate off stable's
+    pods once the requests in flight on it have drained; an adapter it promoted stays."""
+    gr, _ = rt.trusted(key_of(body), body)
+    ref, st = gr.spec.candidate.adapter, gr.status or GrayReleaseStatus()
+    if ref is None or st.adapter is None or st.adapter.served_name is None:
+        return
+    if loading.keeps_adapter(st.phase, deleting=True):
+        return
+    now = datetime.now(UTC)
+    since = st.adapter.withdrawn_at or now
+    await asyncio.sleep(max(0.0, (loading.DRAIN - (now - since)).total_seconds()))
+    recorded = {
+        "status": {
+            "adapter": {"servedName": st.adapter.served_name, "path": st.adapter.path},
+            "digests": {"lora": st.adapter.digest} if st.adapter.digest else {},
+        }
+    }
+    gone = gr.model_copy(
+        update={
+            "status": st.model_copy(update={"adapter": st.adapter.model_copy(update={"withdrawn_at": since})})
+        }
+    )
+    left = await adapters.sync(
+        gone, rt.kube, rt.run, rt.engine_session(), {ref.model_version: recorded}, datetime.now(UTC), True
+    )
+    if left is not None:
+        ns, name = gr.metadata.namespace or "default", gr.metadata.name
+        logger.info(
+            "%s/%s deleted: %s on %d/%d of stable's pods", ns, name, left.served_name, left.loaded, left.total
+        )

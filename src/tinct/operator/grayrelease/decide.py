@@ -66,6 +66,7 @@ def decide(release: GrayRelease, inputs: Inputs) -> Decision:
     conditions.observed(r)
     at_creation = r.old.released is None
     _target(r)
+    _adapter(r)
     for value in dict.fromkeys(inputs.actions):
         manual.handle(r, value, at_creation)
     t = _machine(r)
@@ -98,6 +99,24 @@ def _target(r: Round) -> None:
     if changed is not None:
         r.restart()
         r.emit(Transition("Restarted", f"{changed}: starting over from step 1/{r.n}"))
+
+
+def _adapter(r: Round) -> None:
+    """Record where a LoRA adapter candidate is; a change in how many pods hold it is a
+    transition of its own (a history row): loaded on n/m pods, or unloaded."""
+    new, old = r.inputs.adapter, r.old.adapter
+    if r.spec.candidate.adapter is None or new is None:
+        r.st.adapter = None
+        return
+    r.st.adapter = new
+    if new.served_name is None or (old is not None and (old.loaded, old.total) == (new.loaded, new.total)):
+        return
+    before = old.loaded if old is not None and old.served_name == new.served_name else 0
+    where = f"{new.served_name} loaded on {new.loaded}/{new.total} pods"
+    if new.loaded > before:
+        r.emit(Transition("AdapterLoaded", where, informs=False))
+    elif new.loaded < before:
+        r.emit(Transition("AdapterUnloaded", where, warning=new.withdrawn_at is None, informs=False))
 
 
 # --- the state machine -----------------------------------------------------------------------

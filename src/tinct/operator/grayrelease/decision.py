@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tinct.api.v1alpha1.grayrelease import AnalysisResult, GrayReleaseStatus
+from tinct.api.v1alpha1.grayrelease import AdapterRelease, AnalysisResult, GrayReleaseStatus
 from tinct.operator.grayrelease.preconditions import Problem
 
 __all__ = ["Capacity", "Decision", "Inputs", "Transition"]
@@ -54,6 +54,9 @@ class Inputs:
     #: Why the status on the server was not the operator's own (someone else wrote it) and
     #: what the round went on from instead (:mod:`~tinct.operator.grayrelease.seal`).
     tampered: str | None = None
+    #: Where a LoRA adapter candidate is on stable's pods, as the round found (and loaded) it;
+    #: None for a release without one.
+    adapter: AdapterRelease | None = None
 
 
 @dataclass(frozen=True)

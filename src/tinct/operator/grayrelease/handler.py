@@ -166,6 +166,7 @@ async def _release_deleted(body: kopf.Body, memo: Any, logger: _Logger, **_: Any
     rt = runtime(memo)
     rt.deleting.add(key_of(body))
     await act.leave_route(rt, body, logger)
+    await act.leave_adapter(rt, body, logger)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -92,6 +92,36 @@ class ReleaseKube:
             if e.status != 404:
                 raise
 
+    def service_pods(
+        self, namespace: str, service: str, port: int
+    ) -> tuple[int, list[tuple[str, str | None, bool]]]:
+        """The pods' port behind the Service ``service``'s ``port`` (its numeric targetPort, else
+        ``port``) and (name, status.podIP, Ready) of the pods it selects; none for a Service
+        without a selector, or one that does not exist."""
+        from kubernetes.client.exceptions import ApiException
+
+        core = self._core()
+        try:
+            spec = core.read_namespaced_service(service, namespace).spec
+        except ApiException as e:
+            if e.status == 404:
+                return port, []
+            raise
+        target = next((p.target_port for p in spec.ports or [] if p.port == port), None)
+        if isinstance(target, int) or (isinstance(target, str) and target.isdigit()):
+            port = int(target)
+        selector = spec.selector or {}
+        if not selector:
+            return port, []
+        labels = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        out: list[tuple[str, str | None, bool]] = []
+        for pod in core.list_namespaced_pod(namespace, label_selector=labels).items:
+            status = pod.status
+            ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or []) if status)
+            deleting = pod.metadata.deletion_timestamp is not None
+            out.append((pod.metadata.name, status.pod_ip if status else None, ready and not deleting))
+        return port, out
+
     def apply_hpa(self, manifest: dict[str, Any]) -> None:
         from kubernetes import client
 

@@ -94,7 +94,11 @@ def preconditions(
                     side=side,
                 )
             )
-    if len(found) == 2:
+    if len(found) == 2 and spec.candidate.adapter is not None:
+        problem = _adapter_base_problem(spec, modelversions)
+        if problem is not None:
+            out.append(problem)
+    elif len(found) == 2:
         (sm, sv, _), (cm, cv, _) = found["stable"], found["candidate"]
         if sm != cm:
             out.append(
@@ -152,6 +156,25 @@ def preconditions(
                 )
             )
     return out
+
+
+def _adapter_base_problem(
+    spec: GrayReleaseSpec, modelversions: Mapping[str, Mapping[str, Any] | None]
+) -> Problem | None:
+    """An adapter candidate runs on stable's pods: it must be an adapter of stable's ModelVersion."""
+    name = spec.candidate.model_version
+    adapter = ((modelversions.get(name) or {}).get("spec") or {}).get("adapter")
+    base = adapter.get("baseModelVersion") if isinstance(adapter, Mapping) else None
+    if base == spec.stable.model_version:
+        return None
+    what = f"an adapter of ModelVersion {base}" if base else "not a LoRA adapter (no spec.adapter)"
+    return Problem(
+        "ModelVersionsReady",
+        "NotAnAdapterOfStable",
+        f"candidate.adapter names ModelVersion {name}, {what}; it is loaded on stable's pods, so it "
+        f"must be an adapter of stable's ModelVersion {spec.stable.model_version}",
+        fatal=True,
+    )
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,8 @@ class Runtime:
     #: (namespace, child name) -> (when, the manifest last applied): covers the index's lag
     applied: dict[Key, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     session: Any = None
+    #: The session of the engines' own APIs (loading LoRA adapters), opened when first needed.
+    engines: Any = None
     #: Posts recorded transitions to the webhooks releases name (spec.notify).
     notify: Dispatcher | None = None
     #: (uid, interface digest) -> the interface recorded in the lineage tables (never changes)
@@ -166,12 +168,22 @@ class Runtime:
             self.tables.stop()
         if self.session is not None:
             await self.session.close()
+        if self.engines is not None:
+            await self.engines.close()
         if self.notify is not None:
             await self.notify.drain(2.0)  # what is queued gets a moment; the rest is said in the log
             await self.notify.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # --- the clients ---------------------------------------------------------------------------
+
+    def engine_session(self) -> Any:
+        """The session the adapter loader talks to the engines through (on the running loop)."""
+        if self.engines is None:
+            import aiohttp
+
+            self.engines = aiohttp.ClientSession(trust_env=False)
+        return self.engines
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))

@@ -153,6 +153,7 @@ def desired_table(
         cluster_domain=cluster_domain,
         models=models,
         claimed=claimed,
+        adapter=status.adapter,
     )
 
 
@@ -235,6 +236,7 @@ def standing_table(
         cluster_domain=cluster_domain,
         models=routing.models if routing is not None else [],
         claimed=claimed,
+        adapter=status.adapter,
     )
 
 

@@ -25,8 +25,8 @@ from tinct.api.routing import configmap_name
 from tinct.api.v1alpha1.common import GROUP, VERSION
 from tinct.api.v1alpha1.grayrelease import AnalysisResult, Backend, GrayRelease, GrayReleaseStatus
 from tinct.operator.bookkeeping import REFUSED
+from tinct.operator.grayrelease import adapters, loading, prometheus
 from tinct.operator.grayrelease import analysis as analysis_
-from tinct.operator.grayrelease import prometheus
 from tinct.operator.grayrelease.decision import Capacity, Inputs
 from tinct.operator.grayrelease.preconditions import Claim, Problem, Side, model_conflict, preconditions
 from tinct.operator.grayrelease.runtime import Runtime
@@ -246,6 +246,13 @@ async def gather(
     old = gr.status or GrayReleaseStatus()
     await _interfaces(gr, rt, view)
     problems = view.problems(gr, rt.config)
+    adapter = None
+    if spec.candidate.adapter is not None:
+        session = rt.engine_session()
+        adapter = await adapters.sync(gr, rt.kube, rt.run, session, view.modelversions, now)
+        held = loading.problem(spec, adapter)
+        if held is not None and old.phase not in ("Promoted", "RolledBack", "Failed"):
+            problems.append(held)
     conflict = _conflict(gr, rt, view)
     routers: int | None = None
     result: AnalysisResult | None = None
@@ -267,6 +274,7 @@ async def gather(
         conflict=conflict.message if conflict is not None else None,
         bookkeeping=REFUSED.get(gr.metadata.uid or ""),
         tampered=tampered,
+        adapter=adapter,
     )
 
 
@@ -313,11 +321,17 @@ def tinct_modelversions(
     return {
         (namespace, name): {
             "uid": meta.get("uid"),
-            "spec": {"model": spec.get("model"), "version": spec.get("version")},
+            "spec": {
+                "model": spec.get("model"),
+                "version": spec.get("version"),
+                **({"adapter": dict(spec["adapter"])} if spec.get("adapter") else {}),
+            },
             "status": {
                 "phase": status.get("phase"),
                 "digests": dict(status.get("digests") or {}),
                 "interface": {"digest": (status.get("interface") or {}).get("digest")},
+                # A LoRA adapter's served name and directory, which a release loads into pods.
+                **({"adapter": dict(status["adapter"])} if status.get("adapter") else {}),
             },
         }
     }
