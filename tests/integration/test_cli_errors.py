@@ -262,8 +262,21 @@ def test_an_endless_query_ends_at_its_timeout_or_at_ctrl_c(lineage: Path) -> Non
         "tinct lineage sql: the query ran longer than the timeout of 2 s and was stopped: add a filter or a "
         "LIMIT, or raise --timeout"
     )
+    # As from a terminal: Ctrl-C at its default, whatever this process inherited or set (a
+    # command started with SIGINT ignored keeps ignoring it, as every program does).
     with subprocess.Popen(
-        [*commands.TINCT, "lineage", "sql", endless, "--root", str(lineage), "--timeout", "3600"],
+        [
+            "env",
+            "--default-signal=INT",
+            *commands.TINCT,
+            "lineage",
+            "sql",
+            endless,
+            "--root",
+            str(lineage),
+            "--timeout",
+            "3600",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
