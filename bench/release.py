@@ -12,6 +12,8 @@ and measures:
 - ``rollback_reaction_s``: a release whose candidate answers 5xx under steady traffic, with
   ``failureLimit: 1`` (and a cooldown shorter than its interval): from the time of the analysis that fails (``status.lastAnalysis.time``)
   to the router serving the rollback table.
+- ``adapter_ready_s``, ``adapter_plain_p99_ms``, ``adapter_fallback_p99_ms``: a LoRA adapter
+  released on ``--adapter-pods`` emulated vLLM pods (:mod:`tinct_testing.adapter_bench`);
 - ``operator_rss_growth_mb_noisy_cluster`` / ``router_rss_growth_mb_noisy_cluster``: how much
   the operator's and the router's RSS grow when ``--noise`` unrelated ConfigMaps of 50 KB are
   created in the namespace of the releases and their tables (targets: under 30 MB each).
@@ -20,6 +22,7 @@ Everything listens on 127.0.0.1; everything started here is stopped at the end. 
 line printed is the JSON summary; progress goes to stderr.
 
 Usage: python bench/release.py [--releases N] [--cells N] [--window SECONDS] [--writes N] [--noise N]
+                               [--adapter-pods N] [--adapter-only]
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 import yaml
 
 from tinct.api.routing import routing_configmap
+from tinct_testing.adapter_bench import measure_adapter
 from tinct_testing.controlplane import build
 from tinct_testing.controlplane.harness import ControlPlane
 from tinct_testing.controlplane.process import spawned
@@ -130,6 +134,10 @@ def main() -> int:
     ap.add_argument(
         "--noise", type=int, default=5000, help="unrelated 50 KB ConfigMaps for the noisy-cluster RSS"
     )
+    ap.add_argument(
+        "--adapter-pods", type=int, default=10, help="emulated pods of the adapter release (0: none)"
+    )
+    ap.add_argument("--adapter-only", action="store_true", help="measure only the adapter release")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tinct-release-bench-"))
@@ -140,6 +148,10 @@ def main() -> int:
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         cp.wait_established("crd/grayreleases.tinct.io", "crd/modelversions.tinct.io")
+        adapter = measure_adapter(cp, work, log, args.adapter_pods) if args.adapter_pods else {}
+        if args.adapter_only:
+            print(json.dumps(adapter))
+            return 0
         cp.kubectl("create", "namespace", NS)
         onnx = make_onnx(work / "m.onnx")
         objs: list[dict[str, Any]] = [
@@ -192,7 +204,7 @@ def main() -> int:
             with spawned(argv, work / "operator.log", op_env, grace=20) as op:
                 result = run_releases(cp, prom, rt, schedulers, op, args)
     schedulers.stop()
-    summary = {**result, **propagation, "releases": args.releases, "cells_per_release": args.cells}
+    summary = {**result, **propagation, **adapter, "releases": args.releases, "cells_per_release": args.cells}
     print(json.dumps(summary))
     return 0
 

@@ -1,33 +1,38 @@
 """A LoRA adapter gray-released on stable's own pods, on the real API server.
 
 Stable's pods are Pod objects the stable Service selects, each standing for an emulated engine
-(vLLM or SGLang, runtime LoRA loading on) listening on its own loopback address; their
-``status.podIP`` is written through the status subresource (the API server refuses loopback
-addresses in EndpointSlices, not in a Pod's status). The operator loads the adapter into each
+(:mod:`tinct_testing.adapter_pods`). The operator loads the adapter into each
 through the engine's API, steps the release with no second Deployment, and unloads it after a
 rollback.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import socket
 import threading
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
-from kubernetes import client as kube_client
-from kubernetes import config as kube_config
 
-from tinct.emulator import Behaviour, Emulator, serving
+from tinct.lineage.sql import query
+from tinct_testing.adapter_pods import adapter_pods
 from tinct_testing.commands import tinct_ok
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lora_artifacts import adapter_artifacts, make_adapter, make_base
 from tinct_testing.modelversion_cluster import mv_doc, wait_phase
-from tinct_testing.release_cluster import apply, condition, history, operator, release_status, service, table
+from tinct_testing.release_cluster import (
+    apply,
+    condition,
+    history,
+    operator,
+    release_status,
+    service,
+    table,
+    wait_history_written,
+)
+from tinct_testing.release_traffic import router
 from tinct_testing.wait import WAIT, eventually
 
 pytestmark = pytest.mark.usefixtures("crds")
@@ -35,102 +40,6 @@ pytestmark = pytest.mark.usefixtures("crds")
 STEPPING = {"interval": "2s", "metrics": []}
 #: The adapter's rank; an engine started with a smaller --max-lora-rank refuses it.
 RANK = 8
-
-
-class Pods:
-    """Emulated engines on 127.0.0.2, .3, ... (one port for all), each a Pod of Service ``sched``."""
-
-    def __init__(self, cluster: Cluster, ns: str, engines: list[str]) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="pods")
-        self.thread.start()
-        self._stack = contextlib.AsyncExitStack()
-        self.port = _free_port_on([f"127.0.0.{i + 2}" for i in range(len(engines))])
-        self.engines: dict[str, Emulator] = {}
-        self.api = kube_client.CoreV1Api(
-            kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
-        )
-        self.ns = ns
-        for i, engine in enumerate(engines):
-            self.add(f"sched-{i}", f"127.0.0.{i + 2}", engine)
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def add(self, name: str, address: str, engine: str, **behaviour: Any) -> None:
-        """Serve an engine on ``address`` and publish it as a Ready Pod of the stable Service."""
-        settings = {
-            "model": "llama3-8b",
-            "engine": engine,
-            "runtime_lora": True,
-            "ttft_ms": 0,
-            "itl_ms": 0,
-            "output_tokens": 4,
-            **behaviour,
-        }
-        emu = self._run(self._stack.enter_async_context(serving(Behaviour(**settings), address, self.port)))
-        self.engines[name] = emu
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "sched"}},
-            # A node nothing manages: the Pod's status is this test's to write.
-            "spec": {
-                "nodeName": "nowhere",
-                "containers": [{"name": "engine", "image": "registry.invalid/e:1"}],
-            },
-        }
-        self.api.create_namespaced_pod(self.ns, pod)
-        status = {
-            "status": {
-                "phase": "Running",
-                "podIP": address,
-                "podIPs": [{"ip": address}],
-                "conditions": [{"type": "Ready", "status": "True"}],
-            }
-        }
-        self.api.patch_namespaced_pod_status(name, self.ns, status)
-
-    def set(self, name: str, **changes: Any) -> None:
-        emu = self.engines[name]
-
-        async def change() -> None:
-            emu.set(**changes)
-
-        self._run(change())
-
-    def adapters(self, name: str) -> set[str]:
-        """The adapters the engine of pod ``name`` holds."""
-        return set(self.engines[name].state.adapters)
-
-    def close(self) -> None:
-        self._run(self._stack.aclose())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
-def _free_port_on(addresses: list[str]) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((addresses[0], 0))
-            port = int(s.getsockname()[1])
-        try:
-            for a in addresses[1:]:
-                with socket.socket() as t:
-                    t.bind((a, port))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port free on every address")
-
-
-@contextlib.contextmanager
-def _pods(cluster: Cluster, ns: str, engines: list[str]) -> Iterator[Pods]:
-    pods = Pods(cluster, ns, engines)
-    try:
-        yield pods
-    finally:
-        pods.close()
 
 
 def _versions(cluster: Cluster, ns: str, tmp: Path) -> str:
@@ -180,7 +89,7 @@ def test_adapter_loads_on_every_pod_steps_and_promotes(
     ns, root = namespace, tmp_path / "lineage"
     with operator(ns, root, TINCT_ALLOW_BACKENDS="127.0.0.0/8"):
         served = _versions(cluster, ns, tmp_path)
-        with _pods(cluster, ns, [engine] * 3) as pods:
+        with adapter_pods(cluster.kubeconfig, ns, [engine] * 3) as pods:
             apply(cluster, ns, service("sched", target=pods.port))
             apply(cluster, ns, _release(pods.port, engine))
             seen: list[tuple[int, list[str], list[float]]] = []
@@ -225,7 +134,7 @@ def test_refused_load_holds_at_weight_zero_then_rollback_unloads(
     ns, root = namespace, tmp_path / "lineage"
     with operator(ns, root, TINCT_ALLOW_BACKENDS="127.0.0.0/8"):
         served = _versions(cluster, ns, tmp_path)
-        with _pods(cluster, ns, ["vllm", "vllm"]) as pods:
+        with adapter_pods(cluster.kubeconfig, ns, ["vllm", "vllm"]) as pods:
             pods.set("sched-1", max_lora_rank=RANK // 2)
             apply(cluster, ns, service("sched", target=pods.port))
             apply(cluster, ns, _release(pods.port, analysis={"interval": "1h", "metrics": []}))
@@ -274,3 +183,131 @@ def test_refused_load_holds_at_weight_zero_then_rollback_unloads(
             st = release_status(cluster, ns)
     assert st["adapter"]["withdrawnAt"]
     assert st["adapter"]["loaded"] == 0
+
+
+@dataclass
+class Asker:
+    """The official ``openai`` client through the router, asking for the base model."""
+
+    port: int
+    stream: bool
+    got: list[tuple[str, str, str]] = field(default_factory=list)  # (model named, content, fallback)
+
+    def ask(self) -> None:
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
+        messages: Any = [{"role": "user", "content": "which plan suits a team of five?"}]
+        raw = api.chat.completions.with_raw_response.create(
+            model="llama3-8b", messages=messages, stream=self.stream, max_tokens=4
+        )
+        reason = raw.headers.get("x-fallback-reason", "-")
+        if self.stream:
+            chunks = list(raw.parse())
+            names = {c.model for c in chunks}
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            self.got.append((",".join(sorted(names)), text, reason))
+        else:
+            done = raw.parse()
+            self.got.append((done.model, done.choices[0].message.content or "", reason))
+
+
+def test_openai_clients_see_the_base_name_while_a_pod_restarts_and_one_is_added(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """Real routers, the official client: an adapter release serves half its requests by the
+    adapter under the base name. A pod whose engine restarts (the adapter gone) costs no client
+    an error and gets the adapter again; a pod added mid-release is in no table before its
+    engine holds the adapter; after the promote every answer is the adapter's, recorded in
+    lineage as what the release promoted."""
+    ns, root = namespace, tmp_path / "lineage"
+    with operator(ns, root, TINCT_ALLOW_BACKENDS="127.0.0.0/8"):
+        served = _versions(cluster, ns, tmp_path)
+        with (
+            adapter_pods(cluster.kubeconfig, ns, ["vllm", "vllm"]) as pods,
+            router(ns, tmp_path / "router.log", extra=["--allow-backend", "127.0.0.0/8"]) as r,
+        ):
+            apply(cluster, ns, service("sched", target=pods.port))
+            doc = _release(pods.port, analysis={"interval": "1h", "metrics": []})
+            apply(cluster, ns, doc)
+            # Every table written, with the addresses whose engines held the adapter when read.
+            listed: list[tuple[int, list[str], set[str]]] = []
+            stop = threading.Event()
+
+            def watch() -> None:
+                while not stop.is_set():
+                    got = table(cluster, ns)
+                    if got is not None and (not listed or listed[-1][0] != got[0]):
+                        hosts = [
+                            a.split("//")[1].rsplit(":", 1)[0]
+                            for a in got[1]["candidate"].get("addresses", [])
+                        ]
+                        listed.append((got[0], hosts, pods.holding(served)))
+                    stop.wait(0.1)
+
+            def first_step() -> int | None:
+                got = table(cluster, ns)
+                return got[0] if got is not None and got[1]["cells"][0]["weight"] > 0 else None
+
+            version = eventually(first_step, timeout=WAIT, what="the first step's table")
+            eventually(lambda: (r.table_version() or -1) >= version, timeout=30, what="the router serving it")
+            askers = [Asker(r.port, stream=False), Asker(r.port, stream=True)]
+
+            def traffic(a: Asker) -> None:
+                while not stop.is_set():
+                    try:
+                        a.ask()
+                    except openai.OpenAIError as exc:
+                        a.got.append(("error", repr(exc), "-"))
+
+            threads = [threading.Thread(target=watch, daemon=True)]
+            threads += [threading.Thread(target=traffic, args=(a,), daemon=True) for a in askers]
+            for t in threads:
+                t.start()
+            try:
+                eventually(lambda: all(len(a.got) >= 5 for a in askers), timeout=WAIT, what="answers")
+                pods.restart("sched-1")
+                eventually(lambda: pods.adapters("sched-1") == {served}, timeout=WAIT, what="reloaded")
+                added = pods.add("vllm")
+                eventually(
+                    lambda: listed and pods.addresses[added] in listed[-1][1],
+                    timeout=WAIT,
+                    what=f"{added} in the table",
+                )
+                tinct_ok("release", "promote", "chat", "-n", ns)
+                st = eventually(
+                    lambda: (s := release_status(cluster, ns)).get("phase") == "Promoted" and s,
+                    timeout=WAIT,
+                    what="Promoted",
+                )
+                final = int((st.get("routing") or {}).get("version") or 0)
+                eventually(
+                    lambda: (r.table_version() or -1) >= final, timeout=30, what="the router serving it"
+                )
+                after = [len(a.got) for a in askers]
+                eventually(
+                    lambda: all(len(a.got) >= n + 3 for a, n in zip(askers, after, strict=True)),
+                    timeout=WAIT,
+                    what="answers after the promote",
+                )
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join(60)
+            held = {name: pods.adapters(name) for name in pods.engines}
+            wait_history_written(cluster, ns)
+    for a, n in zip(askers, after, strict=True):
+        assert not [g for g in a.got if g[0] == "error"], a.got
+        assert {name for name, _, _ in a.got} == {"llama3-8b"}, "the client only ever hears the base name"
+        assert any(served in text for _, text, _ in a.got), "some answers are the adapter's"
+        assert any(served not in text for _, text, _ in a.got), "some answers are the base model's"
+        assert all(served in text for _, text, _ in a.got[n + 1 :]), "after the promote, all the adapter's"
+    assert held == {name: {served} for name in pods.engines}, "promoted: it stays loaded everywhere"
+    added_at = pods.addresses[added]
+    assert all(added_at in holding for _, hosts, holding in listed if added_at in hosts), listed
+    rows = query(
+        "SELECT e.state, e.to_model_version, a.served_name, a.base_model_version FROM release_events e "
+        "JOIN adapters a ON a.name = e.to_model_version AND a.namespace = e.namespace "
+        f"WHERE e.release = 'chat' AND e.namespace = '{ns}' AND e.state = 'Promoted'",
+        str(root),
+    ).to_pylist()
+    promoted = {(x["to_model_version"], x["served_name"], x["base_model_version"]) for x in rows}
+    assert promoted == {("support-1-0-0", served, "base")}, rows
