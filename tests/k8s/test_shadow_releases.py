@@ -270,7 +270,9 @@ def test_routers_mirror_openai_traffic_to_the_comparer_and_the_gate_decides(
                         client.answers.append(("error", repr(exc)))
 
             with operator(namespace, stack.root, TINCT_PROMETHEUS_URL=prom.url):
-                apply(cluster, namespace, stack.release())
+                # Windows long enough for a loaded machine's few long-prompt requests a second
+                # to bring minPairs pairs each: a window short of them is only inconclusive.
+                apply(cluster, namespace, stack.release(interval="10s", min_pairs=5))
 
                 def dark_step() -> int | None:  # the table the routers serve, mirroring
                     got = table(cluster, namespace)
@@ -284,7 +286,12 @@ def test_routers_mirror_openai_traffic_to_the_comparer_and_the_gate_decides(
                 for t in threads:
                     t.start()
                 try:
-                    st = eventually(_phase(stack, "RolledBack", "Promoted"), timeout=240, what="RolledBack")
+                    st = eventually(
+                        _phase(stack, "RolledBack", "Promoted"),
+                        timeout=480,
+                        what="RolledBack or Promoted",
+                        explain=lambda: json.dumps(stack.status(), indent=1)[-3000:],
+                    )
                 finally:
                     stop.set()
                     for t in threads:
