@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tinct.lineage.sql import query
-from tinct_testing.adapter_pods import adapter_pods
+from tinct_testing.adapter_pods import adapter_pods, adapter_release
 from tinct_testing.commands import tinct_ok
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lora_artifacts import adapter_artifacts, make_adapter, make_base
@@ -60,28 +60,6 @@ def _versions(cluster: Cluster, ns: str, tmp: Path) -> str:
     return served
 
 
-def _release(port: int, engine: str = "vllm", analysis: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "GrayRelease",
-        "metadata": {"name": "chat"},
-        "spec": {
-            "stable": {
-                "modelVersion": "base",
-                "service": "sched",
-                "port": 8000,
-                "schedulerVersion": "v1",
-                "engine": engine,
-                "url": f"http://127.0.0.2:{port}",
-            },
-            "candidate": {"adapter": {"modelVersion": "support-1-0-0"}},
-            "dye": {"promptLength": {"buckets": [{"name": "all"}]}},
-            "cells": [{"match": {}, "weights": [10, 50]}],
-            "analysis": analysis or STEPPING,
-        },
-    }
-
-
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_adapter_loads_on_every_pod_steps_and_promotes(
     cluster: Cluster, namespace: str, tmp_path: Path, engine: str
@@ -91,7 +69,7 @@ def test_adapter_loads_on_every_pod_steps_and_promotes(
         served = _versions(cluster, ns, tmp_path)
         with adapter_pods(cluster.kubeconfig, ns, [engine] * 3) as pods:
             apply(cluster, ns, service("sched", target=pods.port))
-            apply(cluster, ns, _release(pods.port, engine))
+            apply(cluster, ns, adapter_release(pods.port, engine, STEPPING))
             seen: list[tuple[int, list[str], list[float]]] = []
 
             def promoted() -> bool:
@@ -137,7 +115,7 @@ def test_refused_load_holds_at_weight_zero_then_rollback_unloads(
         with adapter_pods(cluster.kubeconfig, ns, ["vllm", "vllm"]) as pods:
             pods.set("sched-1", max_lora_rank=RANK // 2)
             apply(cluster, ns, service("sched", target=pods.port))
-            apply(cluster, ns, _release(pods.port, analysis={"interval": "1h", "metrics": []}))
+            apply(cluster, ns, adapter_release(pods.port, analysis={"interval": "1h", "metrics": []}))
 
             def refused() -> dict[str, Any] | None:
                 got = release_status(cluster, ns)
@@ -226,7 +204,7 @@ def test_openai_clients_see_the_base_name_while_a_pod_restarts_and_one_is_added(
             router(ns, tmp_path / "router.log", extra=["--allow-backend", "127.0.0.0/8"]) as r,
         ):
             apply(cluster, ns, service("sched", target=pods.port))
-            doc = _release(pods.port, analysis={"interval": "1h", "metrics": []})
+            doc = adapter_release(pods.port, analysis={"interval": "1h", "metrics": []})
             apply(cluster, ns, doc)
             # Every table written, with the addresses whose engines held the adapter when read.
             listed: list[tuple[int, list[str], set[str]]] = []

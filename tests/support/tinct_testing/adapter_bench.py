@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from tinct.api.routing import DATA_KEY, VERSION_ANNOTATION, configmap_name
-from tinct_testing.adapter_pods import adapter_pods
+from tinct_testing.adapter_pods import adapter_pods, adapter_release
 from tinct_testing.controlplane.harness import ControlPlane
 from tinct_testing.controlplane.process import spawned
 from tinct_testing.lora_artifacts import adapter_artifacts, make_adapter, make_base
@@ -71,30 +71,6 @@ def _timed(port: int, n: int, reason: str) -> list[float]:
     finally:
         conn.close()
     return out
-
-
-def _release(port: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "tinct.io/v1alpha1",
-        "kind": "GrayRelease",
-        "metadata": {"name": "chat"},
-        "spec": {
-            "stable": {
-                "modelVersion": "base",
-                "service": "sched",
-                "port": 8000,
-                "schedulerVersion": "v1",
-                "engine": "vllm",
-                "url": f"http://127.0.0.2:{port}",
-            },
-            "candidate": {"adapter": {"modelVersion": "support-1-0-0"}},
-            "dye": {"promptLength": {"buckets": [{"name": "all"}]}},
-            "cells": [{"match": {}, "weights": [100, 100]}],
-            # Never ejected: every request of the fallback measure tries the adapter first.
-            "fallback": {"consecutiveFailures": 1000},
-            "analysis": {"interval": "1h", "metrics": []},
-        },
-    }
 
 
 def measure_adapter(
@@ -149,7 +125,13 @@ def measure_adapter(
             )
             applied = time.perf_counter()
             apply(adapter_doc)
-            apply(_release(pods.port))
+            # Every request to the adapter, never ejected: each request of the fallback measure
+            # tries it first.
+            release = adapter_release(
+                pods.port, analysis={"interval": "1h", "metrics": []}, weights=[100, 100]
+            )
+            release["spec"]["fallback"] = {"consecutiveFailures": 1000}
+            apply(release)
 
             def in_force() -> int | None:
                 cm = get("configmap", configmap_name(NS, "chat"))

@@ -23,7 +23,7 @@ from kubernetes import config as kube_config
 
 from tinct.emulator import Behaviour, Emulator, serving
 
-__all__ = ["Pods", "adapter_pods", "address_of"]
+__all__ = ["Pods", "adapter_pods", "adapter_release", "address_of"]
 
 
 def address_of(i: int) -> str:
@@ -146,3 +146,29 @@ def adapter_pods(kubeconfig: Path, ns: str, engines: list[str], **behaviour: Any
         yield pods
     finally:
         pods.close()
+
+
+def adapter_release(
+    port: int, engine: str = "vllm", analysis: dict[str, Any] | None = None, weights: list[int] | None = None
+) -> dict[str, Any]:
+    """GrayRelease ``chat`` of the adapter ModelVersion ``support-1-0-0`` on the base ``base``
+    served by Service ``sched`` (the pods' ``port``): one cell, ``weights`` (10 then 50)."""
+    return {
+        "apiVersion": "tinct.io/v1alpha1",
+        "kind": "GrayRelease",
+        "metadata": {"name": "chat"},
+        "spec": {
+            "stable": {
+                "modelVersion": "base",
+                "service": "sched",
+                "port": 8000,
+                "schedulerVersion": "v1",
+                "engine": engine,
+                "url": f"http://{address_of(0)}:{port}",
+            },
+            "candidate": {"adapter": {"modelVersion": "support-1-0-0"}},
+            "dye": {"promptLength": {"buckets": [{"name": "all"}]}},
+            "cells": [{"match": {}, "weights": weights or [10, 50]}],
+            "analysis": analysis or {"interval": "2s", "metrics": []},
+        },
+    }
