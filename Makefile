@@ -61,8 +61,9 @@ demo: bootstrap ## run tinct end to end on a local control plane, then tear it d
 	$(BIN)/python scripts/demo.py
 
 # Stays up until Ctrl-C; prints the KUBECONFIG to export. See the README's walk-through.
+# DEV_ARGS: its options, e.g. DEV_ARGS="--dir /tmp/tinct-dev2 --router-port 8081" for a second one.
 dev: bootstrap ## a local tinct that stays up until Ctrl-C (see the README)
-	$(BIN)/python scripts/dev.py
+	$(BIN)/python scripts/dev.py $(DEV_ARGS)
 
 # Each benchmark prints progress on stderr and a last line of JSON; they take minutes.
 bench: bootstrap ## run the benchmarks in bench/ (minutes; each prints a JSON line)
