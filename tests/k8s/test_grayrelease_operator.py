@@ -309,6 +309,32 @@ def test_operator_killed_mid_release_continues_from_the_recorded_step(
     assert st["transitions"] == 4
 
 
+def test_an_hpa_on_a_metric_nobody_serves_is_reported_not_applied(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The example's HPAs scale on a Pods metric, which needs a custom metrics API this cluster
+    does not have: the real HPA controller says so, and so does the release."""
+    ns = namespace
+    backends(cluster, ns, tmp_path)
+    with operator(ns, tmp_path / "lineage"):
+        apply(cluster, ns, example(analysis=HOLD))
+        st = wait_release(
+            cluster,
+            ns,
+            lambda s: any(
+                c["type"] == "AutoscalingReady" and c.get("reason") == "MetricUnavailable"
+                for c in s.get("conditions", [])
+            ),
+            "AutoscalingReady MetricUnavailable",
+        )
+        bounds = _hpa_bounds(cluster, ns, "stable")
+    cond = condition(st, "AutoscalingReady")
+    assert cond["status"] == "False"
+    assert "HPA tinct-chat-" in cond["message"]
+    assert "cannot read its metric (FailedGetPodsMetric)" in cond["message"]
+    assert bounds == (1, 12), "the HPA is written all the same"
+
+
 def test_foreign_hpa_is_reported_and_left_alone(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     ns = namespace
     backends(cluster, ns, tmp_path)

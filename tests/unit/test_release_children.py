@@ -241,3 +241,38 @@ def test_foreign_hpa_is_not_fought_over() -> None:
     conds = plan.conditions([], 1, T0)
     assert (conds[0].type, conds[0].status, conds[0].reason) == ("AutoscalingReady", "False", "ForeignHPA")
     assert "HPA team-hpa, which this release did not create" in conds[0].message
+
+
+def _scaling_active(hpa: dict[str, Any], status: str, reason: str, message: str) -> dict[str, Any]:
+    cond = {"type": "ScalingActive", "status": status, "reason": reason, "message": message}
+    return {**hpa, "status": {"conditions": [cond]}}
+
+
+def test_an_hpa_that_cannot_read_its_metric_is_never_applied() -> None:
+    gr = started()
+    assert gr.status is not None
+    stable, candidate = hpa_name("chat", "stable"), hpa_name("chat", "candidate")
+    fresh = [_hpa(stable, "sched-v1", "uid-1"), _hpa(candidate, "sched-v2", "uid-1")]
+    # Not looked at yet by the HPA controller: applied, as far as anyone knows.
+    conds = plan_autoscaling(gr, gr.status, fresh, T0).conditions([], 1, T0)
+    assert (conds[0].status, conds[0].reason) == ("True", "Applied")
+    said = (
+        "unable to get metric http_requests_total: no custom metrics API (custom.metrics.k8s.io) registered"
+    )
+    blind = [
+        _scaling_active(fresh[0], "False", "FailedGetPodsMetric", said),
+        _scaling_active(
+            fresh[1], "True", "ValidMetricFound", "the HPA was able to compute the replica count"
+        ),
+        # Another's HPA failing says nothing of this release's.
+        _scaling_active(_hpa("team-hpa", "other"), "False", "FailedGetPodsMetric", said),
+    ]
+    plan = plan_autoscaling(gr, gr.status, blind, T0)
+    assert [m["metadata"]["name"] for m in plan.manifests] == [stable, candidate], "still written"
+    conds = plan.conditions([], 1, T0)
+    assert (conds[0].status, conds[0].reason) == ("False", "MetricUnavailable")
+    assert conds[0].message == f"HPA {stable} cannot read its metric (FailedGetPodsMetric): {said}"
+    # Scaling disabled (a Deployment at 0 replicas) is no metric problem.
+    idle = [_scaling_active(fresh[0], "False", "ScalingDisabled", "scaling is disabled"), fresh[1]]
+    conds = plan_autoscaling(gr, gr.status, idle, T0).conditions([], 1, T0)
+    assert (conds[0].status, conds[0].reason) == ("True", "Applied")

@@ -587,6 +587,31 @@ def test_a_release_carries_its_namespaces_claim_over() -> None:
     # Once carried over it stays, after the table it came from is gone.
     kept = [found("next", 300.0, "b", ["m"], claimed={"m": 100.0})]
     assert claims_of("b", "cm-next", ["m"], kept) == {"m": 100.0}  # type: ignore[arg-type]
+    # A table about to be written claims what it does not carry over at that very moment ...
+    assert claims_of("b", "cm-new", ["n", "x"], tables, now=400.25) == {"n": 100.0, "x": 400.25}  # type: ignore[arg-type]
+    # ... and keeps that claim once its ConfigMap exists, created within that second.
+    mine = [found("new", 400.0, "b", ["x"], claimed={"x": 400.25})]
+    assert claims_of("b", "cm-new", ["x"], mine, now=999.0) == {"x": 400.25}  # type: ignore[arg-type]
+    # A claim past the second its ConfigMap was created in (a clock ahead) is dropped: the
+    # creation time is the claim.
+    ahead = [found("new", 400.0, "b", ["x"], claimed={"x": 403.0})]
+    assert claims_of("b", "cm-new", ["x"], ahead, now=999.0) == {}  # type: ignore[arg-type]
+
+
+def test_two_namespaces_routing_a_model_within_one_second_are_told_apart() -> None:
+    from tinct.api.ownership import holders
+
+    # Both ConfigMaps were created at 100 (the API server counts seconds); b wrote first.
+    a = Claim("tinct-routing-a.taker", 100.0, "a", "taker", "u-a", ("m",), claimed={"m": 100.8})
+    b = Claim("tinct-routing-b.owner", 100.0, "b", "owner", "u-b", ("m",), claimed={"m": 100.2})
+    assert holders([a, b], {})["m"] is b, "the earlier write, not the name that sorts first"
+    # b's next release carries b's claim over once the owner is gone, however new its own table.
+    nxt = Claim("tinct-routing-b.next", 107.0, "b", "next", "u-n", ("m",), claimed={"m": 100.2})
+    assert holders([a, nxt], {})["m"] is nxt
+    # Tables recording no claim of their own tie on the second; the name decides, as before.
+    old_a = Claim("tinct-routing-a.taker", 100.0, "a", "taker", "u-a", ("m",))
+    old_b = Claim("tinct-routing-b.owner", 100.0, "b", "owner", "u-b", ("m",))
+    assert holders([old_b, old_a], {})["m"] is old_a
 
 
 def test_the_routers_follow_the_same_owner() -> None:

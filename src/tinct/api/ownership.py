@@ -5,9 +5,11 @@ the tables of every namespace. A model name belongs to one namespace: the one a 
 administrator mapped it to (``--model-owner MODEL=NAMESPACE``, the chart's ``modelOwners``),
 else the namespace that first routed it — the namespace of the table with the earliest
 claim on it, live or standing (the route a deleted release leaves). A table's claim on a
-model is when its ConfigMap was created, or earlier when the table carries it over
-(``claimed``) from a table of its namespace it took the model over from: the next release of
-a model keeps its namespace's place. A table of another namespace never gets it, however new
+model (:func:`since`) is what it records in ``claimed``: a claim carried over from a table of
+its namespace it took the model over from (the next release of a model keeps its
+namespace's place), or the moment the operator first wrote the table, which tells apart two
+tables created within one second of each other; never later than a second after its
+ConfigMap was created, and that creation time for a model it records nothing of. A table of another namespace never gets it, however new
 or live, so a tenant cannot take another's model by naming it, nor by waiting for its
 release to be deleted.
 
@@ -22,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
-__all__ = ["Route", "holders", "owning_namespaces", "parse_model_owners"]
+__all__ = ["Route", "holders", "owning_namespaces", "parse_model_owners", "since"]
 
 
 class Route(Protocol):
@@ -52,6 +54,14 @@ class Route(Protocol):
 
 
 R = TypeVar("R", bound=Route)
+
+
+def since(claimed: Mapping[str, float], created: float, model: str) -> float:
+    """A table's claim on ``model``: what it records in ``claimed``, at the latest a second after
+    its ConfigMap's ``created`` (the API server counts whole seconds), else ``created``."""
+    return min(claimed.get(model, created), created + 1.0)
+
+
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 

@@ -137,10 +137,12 @@ class RoutingTable(Model):
     claimed: dict[ModelName, float] = Field(
         default_factory=dict,
         max_length=32,
-        description="Model -> when the release's namespace began routing it (epoch seconds), carried "
-        "over from the table of that namespace it took the model over from; the ConfigMap's "
-        "creation time for a model not listed. A model belongs to the namespace with the "
-        "earliest claim (tinct.api.ownership).",
+        description="Model -> when the release's namespace began routing it (epoch seconds): carried "
+        "over from the table of that namespace it took the model over from, else the moment the "
+        "operator first wrote this table (finer than the ConfigMap's creation time, which counts "
+        "whole seconds, and never more than a second after it); the creation time for a model "
+        "not listed. A model belongs to the namespace with the earliest claim "
+        "(tinct.api.ownership).",
     )
     dye: Dye
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from yarl import URL
 
+from tinct.api import ownership
 from tinct.api.ownership import holders
 from tinct.api.routing import Endpoint, RoutingCell, RoutingTable, RoutingTableError
 from tinct.router.adapter import AdapterRoute
@@ -170,7 +171,7 @@ class _Route:
         return self.table.table.models
 
     def since(self, model: str) -> float:
-        return min(self.table.table.claimed.get(model, self.created), self.created)
+        return ownership.since(self.table.table.claimed, self.created, model)
 
 
 class TableRefusedError(RoutingTableError):

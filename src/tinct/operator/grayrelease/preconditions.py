@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tinct.api import ownership
 from tinct.api.ownership import holders
 from tinct.api.v1alpha1.grayrelease import GrayReleaseSpec
 from tinct.artifacts.contract import verdict
@@ -196,7 +197,7 @@ class Claim:
         return self.config_map
 
     def since(self, model: str) -> float:
-        return min(self.claimed.get(model, self.created), self.created)
+        return ownership.since(self.claimed, self.created, model)
 
 
 def model_conflict(

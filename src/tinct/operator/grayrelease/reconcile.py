@@ -73,7 +73,7 @@ def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: 
         found_version=found_version,
         cluster_domain=rt.cluster_domain,
         models=models,
-        claimed=claims_of(ns, name, list(gr.spec.models) or models, found),
+        claimed=claims_of(ns, name, list(gr.spec.models) or models, found, now.timestamp()),
     )
     if gr.spec.autoscaling is not None:
         scaling = view.scaling(gr, st, now)

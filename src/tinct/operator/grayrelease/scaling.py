@@ -41,7 +41,10 @@ alone: the side is reported ``managed: false`` with an ``AutoscalingReady=False`
 (``ForeignHPA`` or ``ForeignScaledObject``); the HPA KEDA keeps for the release's own
 ScaledObject is not foreign. A cluster without KEDA (``KEDANotInstalled``), a Prometheus the
 operator does not allow (``PrometheusNotAllowed``) or two sides on the same query
-(``SameSignal``) are conditions too, and nothing is written for them.
+(``SameSignal``) are conditions too, and nothing is written for them. A scaler that is
+written but cannot read its metric — its HPA (KEDA's, for a ScaledObject) says
+``ScalingActive=False`` with a ``FailedGet...`` reason, e.g. a Pods metric with no custom
+metrics API — is ``AutoscalingReady=False MetricUnavailable``, never ``Applied``.
 """
 
 from __future__ import annotations
@@ -280,6 +283,9 @@ class Plan:
     foreign_reason: str = "ForeignHPA"
     #: (reason, message) when nothing can be applied for a reason other than a foreign scaler.
     problem: tuple[str, str] | None = None
+    #: What the HPA controller says of the release's own HPAs (or KEDA's for its
+    #: ScaledObjects) that cannot read their metric: applied, but scaling on nothing.
+    unreadable: list[str] = field(default_factory=list)
 
     def conditions(self, conds: list[Condition], generation: int | None, now: datetime) -> list[Condition]:
         if self.problem is not None or self.foreign:
@@ -289,6 +295,14 @@ class Plan:
                 status="False",
                 reason=reason,
                 message="; ".join(m for m in (message, *self.foreign) if m),
+                observed_generation=generation,
+            )
+        elif self.unreadable:
+            new = Condition(
+                type="AutoscalingReady",
+                status="False",
+                reason="MetricUnavailable",
+                message="; ".join(self.unreadable),
                 observed_generation=generation,
             )
         else:
@@ -365,12 +379,32 @@ def plan_autoscaling(
             writes.append(SideScaler(side, backend.deployment, so, lo, hi, query=query, server_address=url))
             plan.delete_hpas += [name for h in hpas if _ours(h, name, uid)]
         plan.status.append(entry)
+    plan.unreadable = _unreadable(hpas, [s.hpa for s in plan.status if s.managed and s.hpa])
     owner = owner_reference(release)
     if use_keda:
         plan.scaled_objects = [scaled_object_manifest(release, s, owner) for s in writes]
     else:
         plan.manifests = [hpa_manifest(release, s, owner) for s in writes]
     return plan
+
+
+def _unreadable(hpas: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """For each HPA of ``names`` whose controller cannot get its metric (``ScalingActive=False``,
+    reason ``FailedGet...``), what it says; an HPA not yet looked at says nothing."""
+    out: list[str] = []
+    for h in hpas:
+        if _name(h) not in names:
+            continue
+        for c in (h.get("status") or {}).get("conditions") or []:
+            reason = str(c.get("reason") or "")
+            if (
+                c.get("type") == "ScalingActive"
+                and c.get("status") == "False"
+                and reason.startswith("FailedGet")
+            ):
+                said = str(c.get("message") or "")[:300]
+                out.append(f"HPA {_name(h)} cannot read its metric ({reason}): {said}")
+    return out
 
 
 def _keda_problem(

@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from tinct.api import ownership
 from tinct.api.routing import (
     RoutingTable,
     cell_weights,
@@ -68,21 +69,27 @@ class Found(Protocol):
 
 
 def claims_of(
-    namespace: str, config_map: str, models: Sequence[str], found: Sequence[Found]
+    namespace: str, config_map: str, models: Sequence[str], found: Sequence[Found], now: float | None = None
 ) -> dict[str, float]:
-    """The claims the table ``config_map`` of a release of ``namespace`` carries over: for each
-    of ``models``, the earliest claim on it of a table of the same namespace (live or
-    standing, this one's own included) when that is earlier than this table's own ConfigMap
-    (:mod:`tinct.api.ownership`). Stable: once carried over, a claim stays in the table."""
+    """The claims the table ``config_map`` of a release of ``namespace`` records
+    (:mod:`tinct.api.ownership`): for each of ``models``, the earliest claim on it of a table of
+    the same namespace (live or standing) that is earlier than this table's own, and this
+    table's own claim: ``now`` for a table not written yet (the moment it is, finer than the
+    second its ConfigMap's creation counts), else the one it records. Stable: once recorded, a
+    claim stays in the table."""
     mine = next((f for f in found if f.name == config_map), None)
-    own = mine.created if mine is not None else math.inf
     out: dict[str, float] = {}
+    if mine is None and now is not None:
+        out = dict.fromkeys(models, now)
+    own = mine.created + 1.0 if mine is not None else math.inf
     for f in found:
         t = f.table
         if t is None or (t.namespace or "default") != namespace:
             continue
         for m in set(models) & set(t.models):
-            since = min(t.claimed.get(m, f.created), f.created)
+            if f is mine and m not in t.claimed:
+                continue  # a table recording no claim of its own keeps to its creation time
+            since = ownership.since(t.claimed, f.created, m)
             if since < min(own, out.get(m, math.inf)):
                 out[m] = since
     return out

@@ -13,6 +13,7 @@ given meanwhile, read *after* the analysis, so an abort given during it wins ove
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -307,7 +308,7 @@ def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
     mine = rt.tables.get(name)
     created = mine.created if mine is not None else None
     owners = dict(rt.config.model_owners) if rt.config is not None else {}
-    claimed = claims_of(ns, name, models, found)
+    claimed = claims_of(ns, name, models, found, time.time())
     return model_conflict(gr.metadata.uid, ns, name, created, models, claims, owners, claimed)
 
 
@@ -358,9 +359,23 @@ def tinct_deployments(
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")
-def tinct_hpas(namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> Any:
+def tinct_hpas(
+    namespace: str | None, name: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> Any:
     owners = [dict(r) for r in meta.get("ownerReferences", [])]
-    return {namespace: {"metadata": {"name": name, "ownerReferences": owners}, "spec": dict(spec)}}
+    # Of the status, only whether the HPA controller can read the metric: ScalingActive.
+    active = [
+        {k: str(c.get(k) or "")[:512] for k in ("type", "status", "reason", "message")}
+        for c in (status.get("conditions") or [])
+        if isinstance(c, dict) and c.get("type") == "ScalingActive"
+    ][:1]
+    return {
+        namespace: {
+            "metadata": {"name": name, "ownerReferences": owners},
+            "spec": dict(spec),
+            "status": {"conditions": active},
+        }
+    }
 
 
 @kopf.index("keda.sh", "v1alpha1", "scaledobjects")
