@@ -2,10 +2,10 @@
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
-# Parallel test workers (pytest-xdist). The control-plane tests mostly wait on the API server,
-# so three share two cores; each worker starts its own control plane. 0 (the default): one
-# process, until every test passes under workers too.
-TEST_WORKERS ?= 0
+# Parallel test workers (pytest-xdist) of `make test`, `make integration` and `make k8s`: the
+# control-plane tests mostly wait on the API server, so two share two cores; each worker starts
+# its own control plane, and the e2e tier runs whole in one. 0: one process.
+TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 # `make unit` runs in two workers (its tests are in-process and independent); 0: one process.
 UNIT_WORKERS ?= 2
