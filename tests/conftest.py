@@ -83,6 +83,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return _OneNode(config, log)
 
 
+_EXIT_STATUS = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The process that reports the run (one process, or xdist's controller; never a worker,
+    whose controller waits for it) ends once everything is reported and the atexit handlers
+    ran, without the interpreter's own teardown: a run whose tests all passed once died there
+    with SIGABRT (a native library's thread woken while the interpreter finalised), and the
+    run's status is the tests', not that."""
+    if _xdist_worker(config) or _EXIT_STATUS not in config.stash:
+        return
+    import atexit
+    import sys
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(config.stash[_EXIT_STATUS])
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Under xdist every worker collects every test; only the one given the node tier builds it
     # (the node fixture starts the build where it is first used).
