@@ -17,7 +17,9 @@ Starts, on this machine and all on loopback:
   requests to judge;
 - ``tinct comparer --watch`` (shadow traffic: the pairs routers mirror, compared; the
   ``shadow_pairs`` table beside the others), with a token in ``TINCT_COMPARER_TOKEN`` that
-  the env file exports too, scraped by Prometheus.
+  the env file exports too, scraped by Prometheus;
+- a webhook receiver the operator knows as the notifier ``local``: a release whose
+  ``spec.notify`` names it has each of its notifications printed here, one line each.
 
 It prints the lines to paste into another shell (``KUBECONFIG`` first), then stays up until
 Ctrl-C or SIGTERM, and stops everything it started. ``make demo`` stays the scripted tour.
@@ -34,6 +36,7 @@ import argparse
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -41,7 +44,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +144,50 @@ class Clients(Repeating):
             ask(self.port, MIX[(i + worker) % len(MIX)], f"dev-{worker}-{i}")
         self._due[worker] = due = max(due + period, time.monotonic() - period)
         self.idle(max(0.0, due - time.monotonic()))
+
+
+#: The most of a notification the receiver reads.
+NOTIFICATION_BYTES = 1 << 20
+
+
+def notification_line(doc: Mapping[str, Any]) -> str:
+    """One printed line of a notification's generic JSON (``tinct operator``'s ``json`` notifier)."""
+    where = f"{doc.get('namespace')}/{doc.get('release')}"
+    weight = doc.get("candidateWeight")
+    at = f"step {doc.get('step')}, candidate {weight:g}%" if isinstance(weight, (int, float)) else "?"
+    message = " ".join(str(doc.get("message") or "").split())[:300]
+    return f"==> notification: {where} {doc.get('reason')} ({at}): {message}"
+
+
+@contextlib.contextmanager
+def notifications(say_line: Callable[[str], None]) -> Iterator[str]:
+    """A webhook receiver on loopback for the block, saying each notification it gets; its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(min(max(length, 0), NOTIFICATION_BYTES))
+            try:
+                doc = json.loads(body)
+                line = notification_line(doc) if isinstance(doc, dict) else None
+            except ValueError:
+                line = None
+            say_line(line or f"==> notification that is no JSON object ({len(body)} bytes)")
+            self.send_response(200 if line else 400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="notifications", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/notify"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def env_file(work: Path, kubeconfig: Path, lineage: Path, router_port: int, kubectl: Path) -> Path:
@@ -259,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
 
-        say("tinct operator")
+        say("tinct operator, with the notifier local: a webhook receiver printing here")
+        receiver = stack.enter_context(notifications(lambda line: print(line, flush=True)))
         op_log = work / "operator.log"
         op = stack.enter_context(
             process(
@@ -278,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                     str(operator_metrics),
                     "--release-tick",
                     "1",
+                    "--notifier",
+                    f"local=json:{receiver}",
                 ],
                 op_log,
                 env,
@@ -345,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
             f"\ntinct is up. In another shell:\n\n"
             f"    export KUBECONFIG={kubeconfig}\n"
             f"    source {env_path}    # also TINCT_LINEAGE_ROOT, OPENAI_BASE_URL, and kubectl and tinct on PATH\n\n"
+            f"Prometheus (the Grafana dashboard's queries run there): {prom.url}\n"
+            f"Notifications print here: name the notifier in a release, spec.notify: [{{name: local}}].\n"
             f"Logs and state in {work}. Ctrl-C stops everything.",
             flush=True,
         )
