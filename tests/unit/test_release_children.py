@@ -272,6 +272,13 @@ def test_an_hpa_that_cannot_read_its_metric_is_never_applied() -> None:
     conds = plan.conditions([], 1, T0)
     assert (conds[0].status, conds[0].reason) == ("False", "MetricUnavailable")
     assert conds[0].message == f"HPA {stable} cannot read its metric (FailedGetPodsMetric): {said}"
+    # Both saying the same: one sentence naming both.
+    both = [_scaling_active(h, "False", "FailedGetPodsMetric", said) for h in fresh]
+    conds = plan_autoscaling(gr, gr.status, both, T0).conditions([], 1, T0)
+    assert (
+        conds[0].message
+        == f"HPAs {stable}, {candidate} cannot read their metric (FailedGetPodsMetric): {said}"
+    )
     # Scaling disabled (a Deployment at 0 replicas) is no metric problem.
     idle = [_scaling_active(fresh[0], "False", "ScalingDisabled", "scaling is disabled"), fresh[1]]
     conds = plan_autoscaling(gr, gr.status, idle, T0).conditions([], 1, T0)

@@ -251,6 +251,12 @@ class RoutingRef(Model):
         default=None, description="Digest of the table's content (all but its version)."
     )
     models: list[str] = Field(default_factory=list, max_length=32, description="The models the table serves.")
+    since: float | None = Field(
+        default=None,
+        description="When the release first routed (epoch seconds, finer than the second its "
+        "ConfigMap's creation counts): its table's own claim on its models, kept across versions "
+        "and when the table is written again.",
+    )
     confirmed_at: datetime | None = Field(
         default=None,
         description="When every router was first seen serving this version; a step's analysis "

@@ -66,6 +66,8 @@ def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: 
     recorded_models = old.routing.models if old.routing is not None else []
     models = release_models(gr, view.modelversions, recorded_models)
     found = list(rt.tables.tables.values()) if rt.tables is not None else []
+    # The release's own claim on its models: the moment it first routed, kept in its status.
+    since = old.routing.since if old.routing is not None and old.routing.since else now.timestamp()
     table = plan(
         gr,
         st,
@@ -73,7 +75,8 @@ def _planned(gr: GrayRelease, rt: Runtime, view: View, decision: Decision, now: 
         found_version=found_version,
         cluster_domain=rt.cluster_domain,
         models=models,
-        claimed=claims_of(ns, name, list(gr.spec.models) or models, found, now.timestamp()),
+        claimed=claims_of(ns, name, list(gr.spec.models) or models, found, since),
+        since=since,
     )
     if gr.spec.autoscaling is not None:
         scaling = view.scaling(gr, st, now)

@@ -391,20 +391,21 @@ def plan_autoscaling(
 def _unreadable(hpas: list[dict[str, Any]], names: list[str]) -> list[str]:
     """For each HPA of ``names`` whose controller cannot get its metric (``ScalingActive=False``,
     reason ``FailedGet...``), what it says; an HPA not yet looked at says nothing."""
-    out: list[str] = []
+    said: dict[tuple[str, str], list[str]] = {}  # (reason, message) -> the HPAs saying it
     for h in hpas:
         if _name(h) not in names:
             continue
         for c in (h.get("status") or {}).get("conditions") or []:
             reason = str(c.get("reason") or "")
-            if (
-                c.get("type") == "ScalingActive"
-                and c.get("status") == "False"
-                and reason.startswith("FailedGet")
-            ):
-                said = str(c.get("message") or "")[:300]
-                out.append(f"HPA {_name(h)} cannot read its metric ({reason}): {said}")
-    return out
+            failing = c.get("type") == "ScalingActive" and c.get("status") == "False"
+            if failing and reason.startswith("FailedGet"):
+                said.setdefault((reason, str(c.get("message") or "")[:300]), []).append(_name(h))
+    return [
+        f"HPA {who[0]} cannot read its metric ({reason}): {message}"
+        if len(who) == 1
+        else f"HPAs {', '.join(who)} cannot read their metric ({reason}): {message}"
+        for (reason, message), who in ((k, sorted(w, key=names.index)) for k, w in said.items())
+    ]
 
 
 def _keda_problem(

@@ -180,8 +180,10 @@ def plan(
     cluster_domain: str = "cluster.local",
     models: Sequence[str] = (),
     claimed: Mapping[str, float] | None = None,
+    since: float | None = None,
 ) -> RoutingTable:
-    """Record in ``status.routing`` the table ``status`` calls for, and return it.
+    """Record in ``status.routing`` the table ``status`` calls for, and return it; ``since``:
+    the release's own claim moment (kept once recorded).
 
     A new version (one above both ``status.routing.version`` and ``found_version``, the
     version of the ConfigMap in the cluster) when the content changed or the cluster holds
@@ -190,6 +192,7 @@ def plan(
     ns = release.metadata.namespace or "default"
     ref = status.routing
     recorded = ref.version if ref is not None else 0
+    since = ref.since if ref is not None and ref.since is not None else since
     want = desired_table(release, status, 0, cluster_domain, models, claimed)
     digest = content_digest(want)
     if ref is None or ref.digest != digest or found_version > recorded or ref.namespace != table_namespace:
@@ -200,10 +203,12 @@ def plan(
             version=version,
             digest=digest,
             models=list(want.models),
+            since=since,
         )
     else:
         version = recorded
         ref.models = list(want.models)
+        ref.since = since
     return want.model_copy(update={"version": version})
 
 

@@ -308,7 +308,8 @@ def _conflict(gr: GrayRelease, rt: Runtime, view: View) -> Problem | None:
     mine = rt.tables.get(name)
     created = mine.created if mine is not None else None
     owners = dict(rt.config.model_owners) if rt.config is not None else {}
-    claimed = claims_of(ns, name, models, found, time.time())
+    since = old.routing.since if old.routing is not None and old.routing.since else time.time()
+    claimed = claims_of(ns, name, models, found, since)
     return model_conflict(gr.metadata.uid, ns, name, created, models, claims, owners, claimed)
 
 
