@@ -214,8 +214,8 @@ def tinct(env: dict[str, str], *args: str) -> str:
 
 def release_doc(name: str, backends: Engines) -> dict[str, Any]:
     """examples/grayrelease.yaml as shipped (it reads the operator's Prometheus, judging TTFT,
-    ITL and the engines' queue depth too), but with the schedulers on loopback and an 8 s
-    interval so the demo stays short."""
+    ITL and the engines' queue depth too), but with the schedulers on loopback, an 8 s
+    interval so the demo stays short, and no autoscaling."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grayrelease.yaml").read_text())
     doc["metadata"]["name"] = name
     spec = doc["spec"]
@@ -223,6 +223,8 @@ def release_doc(name: str, backends: Engines) -> dict[str, Any]:
         # On loopback, the engines' series are told apart by their scrape address.
         spec[side].update(url=engine.url, metricsSelector={"instance": f"127.0.0.1:{engine.port}"})
     spec["analysis"].update(interval="8s", minRequests=3)  # time enough to pause at step 1
+    # The demo runs no KEDA (make dev does): the example's queue-depth scaling is left out.
+    spec.pop("autoscaling", None)
     # An ejected candidate gets no requests for the cooldown; the demo's is short.
     spec["fallback"]["cooldownSeconds"] = 2
     return doc

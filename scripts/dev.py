@@ -11,6 +11,8 @@ Starts, on this machine and all on loopback:
   namespace, as ``examples/grayrelease.yaml`` names them;
 - Prometheus, scraping the router, the operator and both engines every second (each engine's
   series labelled with the ``namespace`` and ``service`` the example selects them by);
+- KEDA (its operator and metrics API server), so the example's ``autoscaling.keda`` scales
+  each scheduler's Deployment on its engine's queue depth, read from that Prometheus;
 - ``tinct operator`` (routing tables in ``tinct-system``, the lineage under ``--dir``);
 - ``tinct router --watch``, reaching the Services' DNS names at the engines through
   ``--resolve``, with OpenAI clients sending it a steady mix of dye cells, so analyses have
@@ -54,6 +56,7 @@ import yaml
 
 from tinct_testing.controlplane import build
 from tinct_testing.controlplane.harness import ControlPlane, free_port
+from tinct_testing.controlplane.keda import Keda
 from tinct_testing.controlplane.process import http_ok, spawned, wait_ready
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.interface_artifacts import make_version
@@ -307,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             ]
         )
+
+        say("KEDA (operator and metrics API server), scaling on the engines' queues in Prometheus")
+        stack.enter_context(Keda(cp, workdir=work / "keda"))
 
         say("tinct operator, with the notifier local: a webhook receiver printing here")
         receiver = stack.enter_context(notifications(lambda line: print(line, flush=True)))

@@ -327,7 +327,13 @@ CASES = [
     ),
     Case(
         "engine-metric-stable-without-engine",
-        _all(_spec("analysis.metrics", QUEUE), _drop("stable.engine"), _drop("stable.metricsSelector")),
+        # The example's KEDA scaling reads stable's engine too: scale by HPA here.
+        _all(
+            _spec("analysis.metrics", QUEUE),
+            _drop("stable.engine"),
+            _drop("stable.metricsSelector"),
+            _drop("autoscaling.keda"),
+        ),
         None,
     ),
     Case(

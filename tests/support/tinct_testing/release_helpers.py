@@ -3,6 +3,7 @@ decision as the controller records it, ModelVersion bodies."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -24,9 +25,21 @@ DEFAULT = "len:*+role:*+latency:*"
 TABLES = "tinct-system"
 
 
+#: The HPA form of ``spec.autoscaling`` the release tests exercise; the example itself scales
+#: through KEDA, which the tests of ``autoscaling.keda`` ask for on purpose.
+HPA_AUTOSCALING: dict[str, Any] = {
+    "minReplicas": 1,
+    "maxReplicas": 12,
+    "metric": {"pods": "http_requests_total", "averageValue": "250"},
+}
+
+
 def release(**spec: Any) -> GrayRelease:
+    """``examples/grayrelease.yaml`` in namespace llm, ``spec`` fields replaced; autoscaling by HPA
+    unless given."""
     doc = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
     doc["metadata"].update(namespace="llm", uid="uid-1", generation=1)
+    doc["spec"]["autoscaling"] = copy.deepcopy(HPA_AUTOSCALING)
     doc["spec"].update(spec)
     return GrayRelease.model_validate(doc)
 
