@@ -27,7 +27,7 @@ lint: bootstrap ## ruff (lint and format check) and mypy --strict
 	$(BIN)/mypy
 
 test: lint ## lint, type-check and run every test (unit, integration, real kube-apiserver, real node)
-	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) --durations=30 $(PYTEST_ARGS)
 
 unit: bootstrap ## the fast tests, tests/unit (under a minute, in two workers)
 	$(BIN)/pytest $(UNIT_XDIST) tests/unit $(PYTEST_ARGS)
