@@ -57,12 +57,15 @@ docs: ## build the docs site into site/, strict: a broken link, an unlisted page
 	$(BIN)/python scripts/docs_ref.py --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-demo: bootstrap ## run tinct end to end on a local control plane, then tear it down
+# make demo and make dev install only what they run (TINCT_BOOTSTRAP in scripts/bootstrap.sh).
+demo: ## run tinct end to end on a local control plane, then tear it down
+	@TINCT_BOOTSTRAP=demo scripts/bootstrap.sh
 	$(BIN)/python scripts/demo.py
 
 # Stays up until Ctrl-C; prints the KUBECONFIG to export. See the README's walk-through.
 # DEV_ARGS: its options, e.g. DEV_ARGS="--dir /tmp/tinct-dev2 --router-port 8081" for a second one.
-dev: bootstrap ## a local tinct that stays up until Ctrl-C (see the README)
+dev: ## a local tinct that stays up until Ctrl-C (see the README)
+	@TINCT_BOOTSTRAP=dev scripts/bootstrap.sh
 	$(BIN)/python scripts/dev.py $(DEV_ARGS)
 
 # Each benchmark prints progress on stderr and a last line of JSON; they take minutes.

@@ -644,6 +644,12 @@ def main(argv: list[str] | None = None) -> int:
     gen_keda.add_argument("--version", default=None, help="github.com/kedacore/keda/v2 release, e.g. v2.21.0")
     sub.add_parser("key", help="print the cache keys")
     sub.add_parser("node", help="build (or reuse) the end-to-end node's parts, print their bin dirs")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="without a command: build (or reuse) just these, comma-separated, of "
+        f"{', '.join(PARTS)} (default: all)",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "generate":
         generate(args.kube or kube_version(), args.etcd or etcd_version())
@@ -662,11 +668,27 @@ def main(argv: list[str] | None = None) -> int:
         for name in NODE_TOOLS:
             print(ensure_tool(name).parent)
     else:
-        print(ensure_built())
-        for name in TOOLS:
-            print(ensure_tool(name).parent)
-        print(ensure_keda())
+        wanted = PARTS if args.only is None else tuple(p.strip() for p in args.only.split(",") if p.strip())
+        unknown = sorted(set(wanted) - set(PARTS))
+        if unknown:
+            parser.error(f"--only: no part named {', '.join(unknown)} (parts: {', '.join(PARTS)})")
+        for part in PARTS:
+            if part in wanted:
+                print(_ensure_part(part))
     return 0
+
+
+#: What ``build`` makes without a command, in this order; ``--only`` picks among them.
+PARTS = ("controlplane", *TOOLS, "keda")
+
+
+def _ensure_part(part: str) -> Path:
+    """The bin dir of one of :data:`PARTS`, built when missing."""
+    if part == "controlplane":
+        return ensure_built()
+    if part == "keda":
+        return ensure_keda()
+    return ensure_tool(part).parent
 
 
 if __name__ == "__main__":
