@@ -3,7 +3,6 @@ running the operator in-process, reading its history."""
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -26,8 +25,7 @@ from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx, sha256_file
 from tinct_testing.modelversion_cluster import get_object as get
 from tinct_testing.modelversion_cluster import mv_doc
-from tinct_testing.paths import EXAMPLES
-from tinct_testing.release_helpers import HPA_AUTOSCALING
+from tinct_testing.release_helpers import example as example  # the cluster tests' release
 from tinct_testing.wait import WAIT, eventually
 
 MODULES = ["-m", "tinct.operator.modelversion", "-m", "tinct.operator.grayrelease.handler"]
@@ -230,14 +228,6 @@ def backends(
         modelversion("llama3-8b-2-0-0", candidate_version, onnx, **kw),
     )
     return onnx
-
-
-def example(**spec: Any) -> dict[str, Any]:
-    """``examples/grayrelease.yaml`` with ``spec`` fields replaced; autoscaling by HPA unless given."""
-    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
-    doc["spec"]["autoscaling"] = copy.deepcopy(HPA_AUTOSCALING)
-    doc["spec"].update(spec)
-    return doc
 
 
 def table(

@@ -34,13 +34,18 @@ HPA_AUTOSCALING: dict[str, Any] = {
 }
 
 
-def release(**spec: Any) -> GrayRelease:
-    """``examples/grayrelease.yaml`` in namespace llm, ``spec`` fields replaced; autoscaling by HPA
-    unless given."""
-    doc = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
-    doc["metadata"].update(namespace="llm", uid="uid-1", generation=1)
+def example(**spec: Any) -> dict[str, Any]:
+    """``examples/grayrelease.yaml`` with ``spec`` fields replaced; autoscaling by HPA unless given."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
     doc["spec"]["autoscaling"] = copy.deepcopy(HPA_AUTOSCALING)
     doc["spec"].update(spec)
+    return doc
+
+
+def release(**spec: Any) -> GrayRelease:
+    """:func:`example` in namespace llm, as the controller reads it."""
+    doc = example(**spec)
+    doc["metadata"].update(namespace="llm", uid="uid-1", generation=1)
     return GrayRelease.model_validate(doc)
 
 
