@@ -27,6 +27,8 @@ import pytest
 from tinct.router.config import RouterConfig
 from tinct.router.summing import parse as parse_metrics
 from tinct_testing.router_fakes import (
+    CLOSE_WAIT,
+    ESTABLISHED,
     FakeScheduler,
     RouterProcess,
     raw_server,
@@ -177,17 +179,8 @@ async def _counter(http: aiohttp.ClientSession, router: RouterProcess, name: str
     return sum(v for (n, ls), v in family.samples.items() if n == name and want <= set(ls))
 
 
-def _router_ends_open(port: int) -> int:
-    """Sockets connected to 127.0.0.1:``port`` from elsewhere (the router's ends of its
-    connections to the backend there) that the router has not closed: established, or
-    half-closed by the backend (CLOSE_WAIT). From the kernel's table, /proc/net/tcp."""
-    n = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        remote, state = fields[2], fields[3]
-        if state in ("01", "08") and int(remote.split(":")[1], 16) == port:
-            n += 1
-    return n
+#: The router's end not closed yet: established, or half-closed by the backend.
+OPEN = (ESTABLISHED, CLOSE_WAIT)
 
 
 def _port(url: str) -> int:
@@ -278,7 +271,7 @@ async def test_connections_the_backend_closed_are_not_used_again(
                 status, _, body = await _post(http, router.base)
                 assert status == 200, body
                 await eventually_async(
-                    lambda: _router_ends_open(port) == 0,
+                    lambda: router.connections_to(port, OPEN) == 0,
                     timeout=WAIT,
                     interval=0.02,
                     what="the router closed its end of the connection the backend closed",

@@ -2,8 +2,9 @@
 concurrent requests (or of mirrors, over the mirrors' own pool) opens as many backend
 connections as it needs, but once it is over the router keeps at most
 ``--upstream-keepalive`` of them idle per backend, and none longer than
-``--upstream-idle-timeout``. Connections are counted from the kernel's table of the
-backend's sockets (/proc/net/tcp), as an operator would count them."""
+``--upstream-idle-timeout``. Connections are counted from the kernel's table (/proc/net/tcp),
+as an operator would count them: the router's own sockets to the backend's port, so a
+connection another process makes to that port never counts."""
 
 from __future__ import annotations
 
@@ -17,18 +18,6 @@ from tinct_testing.router_fakes import FakeScheduler, PairReceiver, router_proce
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-_ESTABLISHED = "01"
-
-
-def _established_to(port: int) -> int:
-    """Established TCP connections whose local end is 127.0.0.1:``port`` (the backend's side)."""
-    n = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, state = fields[1], fields[3]
-        if state == _ESTABLISHED and int(local.split(":")[1], 16) == port:
-            n += 1
-    return n
 
 
 async def _until(what: str, check: object, *, wait: float = WAIT) -> None:
@@ -73,12 +62,12 @@ async def test_a_burst_leaves_no_more_idle_backend_connections_than_the_cap(tmp_
         ) as router:
             await _burst(router.base, backend, 12)
             # Twelve were open at once; nine are closed as they come back, three stay.
-            await _until("the pool keeps three", lambda: _established_to(port) == 3)
+            await _until("the pool keeps three", lambda: router.connections_to(port) == 3)
             # The three are reused: another burst of three opens nothing new.
             await _burst(router.base, backend, 3)
             peers = {s.peer for s in backend.seen}
             assert len(peers) == 3
-            assert _established_to(port) == 3
+            assert router.connections_to(port) == 3
     finally:
         await backend.stop()
 
@@ -90,7 +79,7 @@ async def test_idle_backend_connections_close_after_the_idle_timeout(tmp_path: P
             await _burst(router.base, backend, 4)
             # Four were open at once (the idle timeout may already be closing them).
             assert len({s.peer for s in backend.seen}) == 4
-            await _until("idle connections closed", lambda: _established_to(port) == 0)
+            await _until("idle connections closed", lambda: router.connections_to(port) == 0)
             # A new request after that opens a connection again and is answered.
             await _burst(router.base, backend, 1)
     finally:
@@ -115,10 +104,10 @@ async def test_the_mirrors_pool_keeps_no_more_idle_connections_than_the_cap(tmp_
             # Every request is mirrored; stable answers them at once, the candidate holds the mirrors.
             await _burst(router.base, stable, 12)
             await _until("12 mirrors at the candidate", lambda: len(candidate.seen) == 12)
-            assert _established_to(port) == 12
+            assert router.connections_to(port) == 12
             candidate.release_stall.set()
             await receiver.wait_for(12)
-            await _until("the mirrors' pool keeps three", lambda: _established_to(port) == 3)
+            await _until("the mirrors' pool keeps three", lambda: router.connections_to(port) == 3)
     finally:
         await receiver.stop()
         await candidate.stop()

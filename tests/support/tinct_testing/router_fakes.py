@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,6 +352,11 @@ def table(stable: str, candidate: str, **kw: Any) -> RoutingTable:
     return RoutingTable.model_validate(table_doc(stable, candidate, **kw))
 
 
+#: /proc/net/tcp state codes
+ESTABLISHED = "01"
+CLOSE_WAIT = "08"
+
+
 @dataclass
 class RouterProcess:
     """A ``tinct router`` process started by :func:`router_process`."""
@@ -369,6 +375,42 @@ class RouterProcess:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS")
+
+    def connections_to(self, port: int, states: tuple[str, ...] = (ESTABLISHED,)) -> int:
+        """The router's own TCP connections to 127.0.0.1:``port`` in ``states`` (kernel state
+        codes of /proc/net/tcp; established by default), its worker processes' included.
+        Sockets are matched by inode to the process tree's descriptors, so a connection some
+        other process makes to the same port is never counted."""
+        mine = _socket_inodes(self.proc.pid)
+        n = 0
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if state in states and int(remote.split(":")[1], 16) == port and inode in mine:
+                n += 1
+        return n
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """Inodes of the sockets held by ``pid`` and its descendants."""
+    inodes: set[str] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for fd in os.scandir(f"/proc/{p}/fd"):
+                try:
+                    target = os.readlink(fd.path)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+            for task in os.scandir(f"/proc/{p}/task"):
+                with open(f"{task.path}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue  # the process ended meanwhile
+    return inodes
 
 
 async def _wait_ready(base: str, proc: asyncio.subprocess.Process, wait: float) -> None:
