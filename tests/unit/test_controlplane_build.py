@@ -122,10 +122,16 @@ def test_node_and_control_plane_keys_hash_only_their_own_mains(
     module = _copy_kube_module(tmp_path, monkeypatch)
     controlplane, node = build.build_key(), build.node_key()
     assert controlplane != node
-    (module / "cmd" / "kubelet" / "main.go").write_text("package main\n")
+    commands = dict(build.COMPONENT_COMMANDS)
+    monkeypatch.setattr(build, "COMPONENT_COMMANDS", commands)
+    commands["kubelet"] = "NewKubeletCommand(context.TODO())"
     assert build.node_key() != node
     assert build.build_key() == controlplane, "a node main does not rebuild the control plane"
-    (module / "cmd" / "kube-apiserver" / "main.go").write_text("package main\n")
+    commands["kube-apiserver"] = "NewAPIServerCommand(nil)"
+    assert build.build_key() != controlplane
+    # kubectl's main is a file of the module's.
+    controlplane = build.build_key()
+    (module / "cmd" / "kubectl" / "main.go").write_text("package main\n")
     assert build.build_key() != controlplane
     # Both are built from the module's go.mod and go.sum.
     node, controlplane = build.node_key(), build.build_key()
@@ -135,9 +141,23 @@ def test_node_and_control_plane_keys_hash_only_their_own_mains(
 
 
 def test_every_main_of_the_kube_module_is_built_by_one_component() -> None:
-    mains = {d.name for d in (build.KUBE_MODULE / "cmd").iterdir() if d.is_dir()}
-    assert mains == set(build.CONTROLPLANE_MAINS) | set(build.NODE_MAINS)
+    files = {d.name for d in (build.KUBE_MODULE / "cmd").iterdir() if d.is_dir()}
+    assert not files & set(build.COMPONENT_COMMANDS), "a main is a file or written, not both"
+    assert files | set(build.COMPONENT_COMMANDS) == set(build.CONTROLPLANE_MAINS) | set(build.NODE_MAINS)
     assert not set(build.CONTROLPLANE_MAINS) & set(build.NODE_MAINS)
+
+
+def test_a_component_main_runs_its_own_command() -> None:
+    kubelet = build.component_main("kubelet")
+    assert kubelet.startswith(
+        "// kubelet built from the published k8s.io/kubernetes module, for tinct's end-to-end node.\n"
+    )
+    assert '"k8s.io/kubernetes/cmd/kubelet/app"' in kubelet
+    assert "\tos.Exit(cli.Run(app.NewKubeletCommand(context.Background())))\n" in kubelet
+    assert '\t"context"\n' in kubelet
+    apiserver = build.component_main("kube-apiserver")
+    assert "for tinct's tests." in apiserver
+    assert '"context"' not in apiserver
 
 
 def test_a_tool_set_installs_several_mains_of_one_module_under_one_key() -> None:

@@ -10,7 +10,9 @@ There is no Docker engine and no download site for prebuilt Kubernetes binaries 
 machines tinct is developed on, so the binaries are built with the ordinary ``go``
 command from the published modules:
 
-* ``kube/`` is a wrapper module requiring ``k8s.io/kubernetes``.  That module requires
+* ``kube/`` is a wrapper module requiring ``k8s.io/kubernetes``.  Its mains are kubectl's
+  (``kube/cmd/kubectl``) and, written at build time from ``COMPONENT_COMMANDS`` into a copy of
+  the module, one per component that only runs its cobra command.  That module requires
   every staging module (``k8s.io/api``, ``k8s.io/client-go``, ...) at ``v0.0.0`` and
   points them at ``./staging`` with ``replace`` directives, which only apply inside its
   own repository.  ``generate`` reads the module's own go.mod and writes one ``replace``
@@ -64,7 +66,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -78,6 +80,35 @@ KEDA_MAINS = {"keda-operator": f"{KEDA}/cmd/operator", "keda-adapter": f"{KEDA}/
 # The mains of the kube wrapper module: the control plane's, and the node's.
 CONTROLPLANE_MAINS = ("kube-apiserver", "kube-controller-manager", "kubectl")
 NODE_MAINS = ("kubelet", "kube-proxy", "kube-scheduler")
+#: The mains that only run a Kubernetes component's cobra command, and that command: their
+#: main.go files are written from ``_COMPONENT_MAIN`` (see ``component_main``), not kept.
+#: kubectl's main is a file of its own (``kube/cmd/kubectl``).
+COMPONENT_COMMANDS = {
+    "kube-apiserver": "NewAPIServerCommand()",
+    "kube-controller-manager": "NewControllerManagerCommand()",
+    "kubelet": "NewKubeletCommand(context.Background())",
+    "kube-proxy": "NewProxyCommand()",
+    "kube-scheduler": "NewSchedulerCommand()",
+}
+_COMPONENT_MAIN = """\
+// {name} built from the published k8s.io/kubernetes module, for tinct's {purpose}.
+package main
+
+import (
+{context}\t"os"
+\t_ "time/tzdata"
+
+\t"k8s.io/component-base/cli"
+\t_ "k8s.io/component-base/logs/json/register"
+\t_ "k8s.io/component-base/metrics/prometheus/clientgo"
+\t_ "k8s.io/component-base/metrics/prometheus/version"
+\t"k8s.io/kubernetes/cmd/{name}/app"
+)
+
+func main() {{
+\tos.Exit(cli.Run(app.{command}))
+}}
+"""
 BINARIES = (*CONTROLPLANE_MAINS, "etcd")
 # How the control plane is built (see ensure_built); part of its cache key.
 CONTROLPLANE_RECIPE = (
@@ -225,19 +256,41 @@ def _go_version() -> str:
     ).stdout.strip()
 
 
-def _module_files(module: Path, mains: tuple[str, ...] | None = None) -> list[Path]:
-    """The files of ``module`` a build of ``mains`` reads (all of them for ``None``)."""
-    files = sorted(p for p in module.rglob("*") if p.is_file())
-    if mains is None:
-        return files
-    dirs = [module / "cmd" / m for m in mains]
-    return [f for f in files if f.parent == module or any(f.is_relative_to(d) for d in dirs)]
+def component_main(name: str) -> str:
+    """The main.go of ``name``, one of ``COMPONENT_COMMANDS``."""
+    return _COMPONENT_MAIN.format(
+        name=name,
+        purpose="tests" if name in CONTROLPLANE_MAINS else "end-to-end node",
+        context='\t"context"\n' if "context." in COMPONENT_COMMANDS[name] else "",
+        command=COMPONENT_COMMANDS[name],
+    )
 
 
-def _hash_files(h: Any, module: Path, files: list[Path]) -> None:
-    for f in files:
-        h.update(f"{module.name}/{f.relative_to(module)}".encode())
-        h.update(f.read_bytes())
+def _module_sources(module: Path, mains: tuple[str, ...] | None = None) -> list[tuple[PurePosixPath, bytes]]:
+    """The files a build of ``module``'s ``mains`` reads (all of them for ``None``), by their
+    path relative to it: those on disk, and the mains written from ``COMPONENT_COMMANDS``."""
+    files = {
+        PurePosixPath(p.relative_to(module).as_posix()): p.read_bytes()
+        for p in module.rglob("*")
+        if p.is_file()
+    }
+    if mains is not None:
+        dirs = [PurePosixPath("cmd", m) for m in mains]
+        files = {
+            f: b for f, b in files.items() if len(f.parts) == 1 or any(f.is_relative_to(d) for d in dirs)
+        }
+        files.update(
+            (PurePosixPath("cmd", m, "main.go"), component_main(m).encode())
+            for m in mains
+            if m in COMPONENT_COMMANDS
+        )
+    return sorted(files.items())
+
+
+def _hash_files(h: Any, module: Path, files: list[tuple[PurePosixPath, bytes]]) -> None:
+    for rel, data in files:
+        h.update(f"{module.name}/{rel}".encode())
+        h.update(data)
 
 
 def build_key() -> str:
@@ -251,7 +304,7 @@ def _module_key(*modules: tuple[Path, tuple[str, ...] | None], recipe: str) -> s
     h.update(_go_version().encode())
     h.update(recipe.encode())
     for module, mains in modules:
-        _hash_files(h, module, _module_files(module, mains))
+        _hash_files(h, module, _module_sources(module, mains))
     return h.hexdigest()[:16]
 
 
@@ -373,16 +426,23 @@ def _build_into(
 
 
 def _build_kube_mains(staging: Path, kube: str, mains: tuple[str, ...]) -> None:
-    _go(
-        "build",
-        "-trimpath",
-        "-ldflags",
-        _ldflags(kube),
-        "-o",
-        str(staging) + "/",
-        *(f"./cmd/{m}" for m in mains),
-        cwd=KUBE_MODULE,
-    )
+    """Build ``mains`` from a copy of the kube wrapper module holding exactly the files their
+    key hashes (the component mains written out)."""
+    with tempfile.TemporaryDirectory(prefix="tinct-kube-") as tmp:
+        module = Path(tmp) / KUBE_MODULE.name
+        for rel, data in _module_sources(KUBE_MODULE, mains):
+            (module / rel).parent.mkdir(parents=True, exist_ok=True)
+            (module / rel).write_bytes(data)
+        _go(
+            "build",
+            "-trimpath",
+            "-ldflags",
+            _ldflags(kube),
+            "-o",
+            str(staging) + "/",
+            *(f"./cmd/{m}" for m in mains),
+            cwd=module,
+        )
 
 
 def _build_controlplane(staging: Path, build: dict[str, str]) -> None:
