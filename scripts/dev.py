@@ -100,6 +100,12 @@ def process(
     return spawned(argv, log, env, append=True, grace=20)
 
 
+def _watching(command: str, port: int) -> list[str]:
+    """``tinct COMMAND`` taking the routing tables of the tables namespace, serving on
+    127.0.0.1:``port``."""
+    return [TINCT, command, "--watch", "--namespace", TABLES, "--host", "127.0.0.1", "--port", str(port)]
+
+
 def wait_http(url: str, what: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
     wait_ready(what, lambda: http_ok(url), proc, time.monotonic() + timeout, interval=0.3, log=log)
 
@@ -347,19 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         comparer_log = work / "comparer.log"
         comparer = stack.enter_context(
             process(
-                [
-                    TINCT,
-                    "comparer",
-                    "--watch",
-                    "--namespace",
-                    TABLES,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(comparer_port),
-                    "--lineage-root",
-                    str(lineage),
-                ],
+                [*_watching("comparer", comparer_port), "--lineage-root", str(lineage)],
                 comparer_log,
                 {**env, "TINCT_COMPARER_TOKEN": COMPARER_TOKEN},
             )
@@ -374,22 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         router = stack.enter_context(
             process(
                 [
-                    TINCT,
-                    "router",
-                    "--watch",
-                    "--namespace",
-                    TABLES,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(args.router_port),
-                    "--metrics-port",
-                    str(router_metrics),
-                    "--workers",
-                    "1",
-                    "--trust-role-from",
-                    "127.0.0.1/32",
-                    *resolve,
+                    *_watching("router", args.router_port),
+                    *("--metrics-port", str(router_metrics), "--workers", "1"),
+                    *("--trust-role-from", "127.0.0.1/32", *resolve),
                 ],
                 router_log,
                 env,

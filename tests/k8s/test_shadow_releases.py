@@ -23,6 +23,7 @@ import openai
 import pytest
 
 from tinct.lineage.sql import query
+from tinct_testing import release_stack
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.engines import Engines
@@ -61,13 +62,10 @@ DARK = [
 
 
 @dataclass
-class Stack:
-    cluster: Cluster
-    ns: str
-    root: Path
-    engines: Engines
+class Stack(release_stack.Stack):
+    """The release stack with a comparer beside the router, Prometheus scraping both."""
+
     comparer: Comparer
-    prometheus: Prometheus
 
     def release(
         self, minimum: float = 90, interval: str = "4s", min_pairs: int = 10, **kw: Any
@@ -84,10 +82,6 @@ class Stack:
         doc["spec"]["candidate"]["url"] = self.engines.v2.url
         return doc
 
-    def status(self) -> dict[str, Any]:
-        st: dict[str, Any] = (get(self.cluster, self.ns, "grayrelease", "chat") or {}).get("status") or {}
-        return st
-
     def uid(self) -> str | None:
         obj = get(self.cluster, self.ns, "grayrelease", "chat")
         return None if obj is None else str(obj["metadata"]["uid"])
@@ -103,20 +97,15 @@ class Stack:
 def stack(
     cluster: Cluster, namespace: str, tmp_path: Path, prometheus: Callable[..., Prometheus]
 ) -> Iterator[Stack]:
-    backends(cluster, namespace, tmp_path)
-    engines = Engines(names=("m", "m"))  # one model name: the answers differ only where told to
-    try:
+    # One model name: the answers differ only where told to.
+    with (
+        release_stack.Stack.running(cluster, namespace, tmp_path, prometheus, names=("m", "m")) as base,
+        comparer(namespace, tmp_path / "comparer.log", tmp_path / "lineage") as c,
+    ):
         # The router confirms each table (the analysis window starts there); the comparer
         # exports the pairs' verdicts.
-        with (
-            router(namespace, tmp_path / "router.log") as r,
-            comparer(namespace, tmp_path / "comparer.log", tmp_path / "lineage") as c,
-        ):
-            prom = prometheus()
-            prom.set_targets([f"127.0.0.1:{r.port}", f"127.0.0.1:{c.port}"])
-            yield Stack(cluster, namespace, tmp_path / "lineage", engines, c, prom)
-    finally:
-        engines.stop()
+        base.prometheus.set_targets([f"127.0.0.1:{base.router.port}", f"127.0.0.1:{c.port}"])
+        yield Stack(**vars(base), comparer=c)
 
 
 def _phase(stack: Stack, *phases: str) -> Callable[[], dict[str, Any] | None]:
