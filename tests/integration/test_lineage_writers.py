@@ -42,14 +42,14 @@ def _record_one_by_one(root: str, first: int, count: int, start: Any, results: A
 
 
 def test_two_writer_processes_on_s3_lose_nothing(s3: S3) -> None:
-    """Two processes append 300 events each to one table on a store with conditional writes."""
+    """Two processes append 150 events each to one table on a store with conditional writes."""
     s3.bucket("two-writers")
     root = "s3://two-writers/lineage"
     LineageStore(root).ensure()
     spawn = multiprocessing.get_context("spawn")  # deltalake's runtime does not survive a fork
     start, results = spawn.Barrier(2), spawn.Queue()
     writers = [
-        spawn.Process(target=_record_one_by_one, args=(root, first, 300, start, results))
+        spawn.Process(target=_record_one_by_one, args=(root, first, 150, start, results))
         for first in (0, 1000)
     ]
     for w in writers:
@@ -62,9 +62,9 @@ def test_two_writer_processes_on_s3_lose_nothing(s3: S3) -> None:
     again = sum(a for _, _, a, _ in outcomes)
     print(f"commit races lost and tried again: {conflicts}; writes given up and written again: {again}")
     assert conflicts > 0, "the writers never raced: the test proves nothing"
-    assert _count(root) == (600, 600)
+    assert _count(root) == (300, 300)
     uids = query("SELECT uid FROM model_versions", root).column("uid").to_pylist()
-    assert sorted(uids) == sorted(f"uid-{i}" for first in (0, 1000) for i in range(first, first + 300))
+    assert sorted(uids) == sorted(f"uid-{i}" for first in (0, 1000) for i in range(first, first + 150))
 
 
 def _maintain_when_started(root: str, start: Any, results: Any) -> None:
