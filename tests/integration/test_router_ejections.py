@@ -15,9 +15,8 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import openai
@@ -26,6 +25,7 @@ import pytest
 from tinct.emulator import Behaviour, serving
 from tinct_testing.engines import QUICK
 from tinct_testing.router_fakes import FakeScheduler, HostileBackend, RouterProcess, router_process, table_doc
+from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -56,12 +56,8 @@ async def _metric(http: aiohttp.ClientSession, rp: RouterProcess, pattern: str) 
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if re.match(pattern, line))
 
 
-async def _until(what: str, check: Any) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not await check():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.05)
+async def _until(what: str, check: Callable[[], Awaitable[bool]]) -> None:
+    await eventually_async(check, timeout=WAIT, interval=0.05, what=what)
 
 
 async def test_three_outages_with_requests_in_flight_are_three_ejections(

@@ -27,6 +27,7 @@ from tinct_testing.router_fakes import (
     running_router,
     table_doc,
 )
+from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -44,14 +45,11 @@ def _write(tmp_path: Path, stable: str, candidate: str, **kw: object) -> str:
 
 async def _log_line(rp: RouterProcess, rid: str) -> str:
     """The router's log line about request ``rid`` (written as the answer goes out)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while True:
-        for line in bytes(rp.stderr).decode().splitlines():
-            if f"request {rid} " in line:
-                return line
-        assert loop.time() < deadline, f"no log line for request {rid}"
-        await asyncio.sleep(0.05)
+
+    def line() -> str | None:
+        return next((x for x in bytes(rp.stderr).decode().splitlines() if f"request {rid} " in x), None)
+
+    return await eventually_async(line, timeout=WAIT, interval=0.05, what=f"a log line for request {rid}")
 
 
 def _assert_fixed(status: int, headers: Mapping[str, str], body: bytes, code: str) -> str:

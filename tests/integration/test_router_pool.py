@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 
 from tinct_testing.router_fakes import FakeScheduler, PairReceiver, router_process, table_doc
+from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def _until(what: str, check: object, *, wait: float = WAIT) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while not check():  # type: ignore[operator]
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.05)
+async def _until(what: str, check: Callable[[], bool]) -> None:
+    await eventually_async(check, timeout=WAIT, interval=0.05, what=what)
 
 
 async def _burst(base: str, backend: FakeScheduler, n: int) -> None:

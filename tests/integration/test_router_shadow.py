@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tinct.emulator import Behaviour, serving
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.router_fakes import FakeScheduler, HostileBackend, PairReceiver, router_process, table_doc
+from tinct_testing.wait import eventually_async
 
 TOKEN = "shadow-token-for-tests"
 CHAT = {"model": "llama3", "messages": [{"role": "user", "content": "What is a dye cell?"}]}
@@ -71,9 +72,13 @@ def _sum(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str
 
 async def _until(base: str, name: str, value: float, timeout: float = 60.0, **labels: str) -> None:
     """Wait until the router's ``name`` samples (with ``labels``) sum to ``value``."""
-    async with asyncio.timeout(timeout):
-        while _sum(await _metrics(base), name, **labels) != value:
-            await asyncio.sleep(0.05)
+
+    async def summed() -> bool:
+        return _sum(await _metrics(base), name, **labels) == value
+
+    await eventually_async(
+        summed, timeout=timeout, interval=0.05, what=f"{name}{labels or ''} summing to {value}"
+    )
 
 
 def _shadowed(seen: list[Any]) -> list[Any]:

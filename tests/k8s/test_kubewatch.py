@@ -14,7 +14,6 @@ import functools
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 
 from tinct.kubeconfig import choose, configuration
 from tinct.kubewatch import ListWatch
+from tinct_testing import wait
 from tinct_testing.controlplane.harness import Cluster, ControlPlane, free_port
 
 WAIT = 60.0  # upper bound for the watch to deliver; never a measured figure
@@ -35,11 +35,7 @@ _log = logging.getLogger("tinct.test.kubewatch")
 
 
 def eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
+    wait.eventually(check, timeout=WAIT, interval=0.05, what=what)
 
 
 class Mirror:
