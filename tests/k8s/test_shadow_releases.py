@@ -247,7 +247,7 @@ def test_routers_mirror_openai_traffic_to_the_comparer_and_the_gate_decides(
         ):
             prom = prometheus()
             prom.set_targets([f"127.0.0.1:{r.port}", f"127.0.0.1:{c.port}"])
-            stack = Stack(cluster, namespace, tmp_path / "lineage", engines, c, prom)
+            stack = Stack(cluster, namespace, tmp_path / "lineage", engines, r, prom, comparer=c)
             stop = threading.Event()
 
             def traffic(client: Client) -> None:
