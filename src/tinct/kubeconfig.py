@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tinct.errors import AboutError
+
 __all__ = [
     "CONTEXT_ENV",
     "Access",
@@ -51,16 +53,8 @@ CONTEXT_ENV = "TINCT_CONTEXT"
 _chosen: dict[str, str | None] = {"kubeconfig": None, "context": None}
 
 
-class KubeconfigError(Exception):
-    """A kubeconfig (or the context named in it) that cannot be used, and why."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        super().__init__(where, problem)
-        self.where = where
-        self.problem = problem
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.problem}"
+class KubeconfigError(AboutError):
+    """A kubeconfig (or the context named in it) that cannot be used (``about``), and why."""
 
 
 @dataclass(frozen=True)

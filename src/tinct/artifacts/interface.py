@@ -31,6 +31,7 @@ from typing import Any
 
 from tinct.artifacts.limits import SAFETENSORS_MAX_TENSORS, LimitExceededError
 from tinct.artifacts.lora import AdapterInconsistentError, combine_lora
+from tinct.errors import AboutError
 from tinct.text import listing, quote
 
 __all__ = ["Interface", "InterfaceError", "combine", "digest", "summary"]
@@ -52,16 +53,12 @@ _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer|block)\.(\d+)\.")
 _LAYOUT = re.compile(r"^(\w+)\[([0-9,]*)\]$")
 
 
-class InterfaceError(ValueError):
-    """The artifacts of one format contradict each other (e.g. a shard and its index)."""
+class InterfaceError(AboutError, ValueError):
+    """The artifacts of one format (``fmt``) contradict each other (e.g. a shard and its index)."""
 
     def __init__(self, fmt: str, detail: str) -> None:
-        super().__init__(fmt, detail)
+        super().__init__(f"{fmt} artifacts disagree", detail)
         self.fmt = fmt
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.fmt} artifacts disagree: {self.detail}"
 
 
 def _name(uri: str) -> str:

@@ -27,6 +27,8 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
+from tinct.errors import AboutError
+
 __all__ = [
     "ArtifactNotFoundError",
     "ArtifactRefusedError",
@@ -41,16 +43,8 @@ __all__ = [
 ]
 
 
-class UriError(Exception):
-    """Something about ``uri``; ``detail`` says what."""
-
-    def __init__(self, uri: str, detail: str) -> None:
-        super().__init__(uri, detail)
-        self.uri = uri
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.uri}: {self.detail}"
+class UriError(AboutError):
+    """Something about a URI (``about``); ``detail`` says what."""
 
 
 class StorageError(UriError):

@@ -5,6 +5,8 @@ Only the standard library is imported, so ``tinct --help`` stays fast.
 
 from __future__ import annotations
 
+from tinct.errors import AboutError
+
 __all__ = [
     "LineageError",
     "NoTablesError",
@@ -21,8 +23,8 @@ class LineageError(ValueError):
     """A lineage read that cannot be answered as asked; the message says why and what to do."""
 
 
-class _GivenError(LineageError):
-    """Something a person gave (``given``) and what is wrong with it (``detail``).
+class _GivenError(AboutError, LineageError):
+    """Something a person gave (``about``) and what is wrong with it (``detail``).
 
     The message is ``<lead>: <detail>``, the lead being the class's :attr:`lead`, else what
     was given.
@@ -30,13 +32,8 @@ class _GivenError(LineageError):
 
     lead: str | None = None
 
-    def __init__(self, given: str, detail: str) -> None:
-        super().__init__(given, detail)
-        self.given = given
-        self.detail = detail
-
     def __str__(self) -> str:
-        return f"{self.lead or self.given}: {self.detail}"
+        return f"{self.lead or self.about}: {self.detail}"
 
 
 class _RootError(LineageError):
