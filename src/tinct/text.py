@@ -4,14 +4,16 @@ Whatever an artifact or a spec contains, a message built from it must fit the fi
 written to (a condition message has 32,768 characters, an Event note 1,024), or the write
 fails and the object shows nothing at all. :func:`listing` names a few items of a long list
 and counts the rest; :func:`clip` cuts what is still too long in the middle, where a reader
-loses the least (the start says what, the end says what to do).
+loses the least (the start says what, the end says what to do). :func:`prompt_text` is
+the prompt of an OpenAI-style request as one text, for whoever reads or hashes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-__all__ = ["ELLIPSIS", "clip", "listing", "quote"]
+__all__ = ["ELLIPSIS", "clip", "listed", "listing", "prompt_text", "quote"]
 
 ELLIPSIS = " … "
 
@@ -45,3 +47,36 @@ def listing(items: Iterable[str], most: int = 3, *, sep: str = ", ") -> str:
         total += 1
     text = sep.join(shown)
     return f"{text}{sep}… and {total - most:,} more" if total > most else text
+
+
+def prompt_text(doc: dict[str, Any], *, roles: bool = False) -> str:
+    """The text of a request's messages (chat) or prompt (completions), a line each.
+
+    A message whose content is a list of parts gives their texts joined by spaces; with
+    ``roles`` each message's line starts with its role (``user: …``), as a judge reads it.
+    """
+    parts: list[str] = []
+    for m in doc.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if roles:
+            parts.append(f"{m.get('role', 'user')}: {content if isinstance(content, str) else ''}")
+        elif isinstance(content, str):
+            parts.append(content)
+    prompt = doc.get("prompt")
+    if isinstance(prompt, str):
+        parts.append(prompt)
+    elif isinstance(prompt, list):
+        parts.extend(p for p in prompt if isinstance(p, str))
+    return "\n".join(parts)
+
+
+def listed(raw: str | Iterable[str]) -> Iterator[str]:
+    """The values of a repeatable flag, or of a ``,``-separated variable, stripped; none empty."""
+    for item in raw.split(",") if isinstance(raw, str) else raw:
+        item = item.strip()
+        if item:
+            yield item

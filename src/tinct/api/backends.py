@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from tinct.text import listed
+
 __all__ = ["BackendPolicy", "parse_allowed"]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -54,11 +56,8 @@ def _label(label: str) -> bool:
 def parse_allowed(items: str | Iterable[str]) -> tuple[str, ...]:
     """Allowed backends from ``--allow-backend`` values or a ``,``-separated variable, each
     checked (host patterns lower-cased, address ranges normalised)."""
-    raw = items.split(",") if isinstance(items, str) else list(items)
     out: list[str] = []
-    for item in (i.strip() for i in raw):
-        if not item:
-            continue
+    for item in listed(items):
         net = _network(item)
         out.append(str(net) if net is not None else _host_pattern(item))
     return tuple(dict.fromkeys(out))

@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
+from tinct.text import listed
+
 __all__ = ["Route", "holders", "owning_namespaces", "parse_model_owners", "since"]
 
 
@@ -90,11 +92,8 @@ def holders(routes: Sequence[R], owners: Mapping[str, str]) -> dict[str, R]:
 
 def parse_model_owners(items: str | Iterable[str]) -> tuple[tuple[str, str], ...]:
     """``MODEL=NAMESPACE`` pairs from ``--model-owner`` values or a ``,``-separated variable."""
-    raw = items.split(",") if isinstance(items, str) else list(items)
     out: dict[str, str] = {}
-    for item in (i.strip() for i in raw):
-        if not item:
-            continue
+    for item in listed(items):
         model, eq, namespace = item.rpartition("=")
         if not eq or not model or any(c.isspace() for c in model):
             raise ValueError(f"{item!r} is not MODEL=NAMESPACE")

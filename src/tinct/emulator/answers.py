@@ -27,30 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinct.emulator.behaviour import Behaviour
+from tinct.text import prompt_text
 
-__all__ = ["MAX_CALLS", "Content", "Sampler", "compose", "is_deterministic", "prompt_text"]
+__all__ = ["MAX_CALLS", "Content", "Sampler", "compose", "is_deterministic"]
 
 MAX_CALLS = 8
 _WORDS = ("Emulated", " answer", " from")
 _DRIFT = ("Drifted", " reply:", " the", " candidate", " says", " something", " else")
 _NOISE = ("perhaps", "indeed", "roughly", "certainly", "maybe", "surely", "often", "rarely")
-
-
-def prompt_text(doc: dict[str, Any]) -> str:
-    """The text of a request's messages (chat) or prompt (completions), joined."""
-    parts: list[str] = []
-    for m in doc.get("messages") or []:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    prompt = doc.get("prompt")
-    if isinstance(prompt, str):
-        parts.append(prompt)
-    elif isinstance(prompt, list):
-        parts.extend(p for p in prompt if isinstance(p, str))
-    return "\n".join(parts)
 
 
 def is_deterministic(doc: dict[str, Any]) -> bool:

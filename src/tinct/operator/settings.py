@@ -97,6 +97,7 @@ from tinct.api.ownership import parse_model_owners
 from tinct.artifacts.formats import DEFAULT_ONNX_PARSE_LIMIT
 from tinct.artifacts.storage import StorageConfig
 from tinct.lineage.root import DEFAULT_ROOT, lineage_root
+from tinct.text import listed
 
 __all__ = [
     "ANNOTATION_PREFIX",
@@ -203,11 +204,8 @@ def prometheus_url(raw: str) -> str:
 
 def _prometheus_named(raw: str | Sequence[str]) -> tuple[tuple[str, str], ...]:
     """``NAME=URL`` pairs from ``--prometheus`` values or a ``,``-separated variable."""
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
     out: dict[str, str] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
+    for item in listed(raw):
         name, eq, url = item.partition("=")
         name = name.strip()
         if not eq or not url.strip():

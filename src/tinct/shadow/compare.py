@@ -37,6 +37,7 @@ from tinct.shadow.layers import (
     wants_json,
 )
 from tinct.shadow.pair import Answer, Pair, PairError
+from tinct.text import prompt_text
 
 __all__ = ["Outcome", "compare"]
 
@@ -69,23 +70,6 @@ class Outcome:
         return self.verdict == "different" and self.layer in ("tools", "text")
 
 
-def _prompt(request: dict[str, Any]) -> str:
-    parts: list[str] = []
-    for m in request.get("messages") or []:
-        if not isinstance(m, dict):
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        parts.append(f"{m.get('role', 'user')}: {content if isinstance(content, str) else ''}")
-    prompt = request.get("prompt")
-    if isinstance(prompt, str):
-        parts.append(prompt)
-    elif isinstance(prompt, list):
-        parts.extend(p for p in prompt if isinstance(p, str))
-    return "\n".join(parts)
-
-
 def _text(a: Assembled) -> str:
     if a.tool_calls:
         calls = "; ".join(f"{c.name}({c.arguments})" for c in a.tool_calls)
@@ -113,7 +97,7 @@ def compare(pair: Pair, settings: Shadow) -> Outcome:
         out.reason = "bad_request"
         return out
     out.deterministic = deterministic(request)
-    out.prompt = _prompt(request)
+    out.prompt = prompt_text(request, roles=True)
     out.prompt_sha256 = _sha(out.prompt.encode())
     try:
         stable_body, candidate_body = pair.stable.body(), pair.candidate.body()

@@ -49,6 +49,7 @@ import aiohttp
 
 from tinct.api.v1alpha1.grayrelease import GrayRelease, HistoryEntry
 from tinct.operator.grayrelease.metrics import ReleaseMetrics
+from tinct.text import listed
 
 __all__ = ["KINDS", "Breaker", "Dispatcher", "Notifier", "parse_notifiers", "payload", "render"]
 
@@ -81,11 +82,8 @@ def parse_notifiers(
     variable keeps a Slack URL out of the Deployment's spec.
     """
     env = os.environ if environ is None else environ
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
     out: dict[str, Notifier] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
+    for item in listed(raw):
         name, eq, rest = item.partition("=")
         kind, colon, url = rest.partition(":")
         name, kind = name.strip(), kind.strip()
