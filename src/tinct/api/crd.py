@@ -64,10 +64,24 @@ class CustomResource:
 
 def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of ``model`` (camelCase field names)."""
-    raw = model.model_json_schema(by_alias=True, mode="validation")
+    raw = _one_line_fields(model.model_json_schema(by_alias=True, mode="validation"))
     defs: dict[str, Any] = raw.pop("$defs", {})
     schema: dict[str, Any] = _convert(raw, defs)
     return schema
+
+
+def _one_line_fields(node: Any) -> Any:
+    """``node`` with each property's own description (a field docstring) on one line; a
+    class's description, which a property without its own takes, keeps its lines."""
+    if isinstance(node, list):
+        return [_one_line_fields(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _one_line_fields(v) for k, v in node.items()}
+    for sub in (out.get("properties") or {}).values():
+        if isinstance(sub, dict) and isinstance(sub.get("description"), str):
+            sub["description"] = " ".join(sub["description"].split())
+    return out
 
 
 def _convert(node: Any, defs: dict[str, Any]) -> Any:

@@ -66,27 +66,18 @@ _ADDRESS_URL = r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$"
 class Endpoint(Model):
     """A backend as the router reaches it."""
 
-    url: str = Field(
-        pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$",
-        max_length=512,
-        description="Base URL without a path; the request path is appended as is.",
-    )
+    url: str = Field(pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$", max_length=512)
+    """Base URL without a path; the request path is appended as is."""
     scheduler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)
     model_version: str | None = Field(default=None, max_length=253)
-    adapter: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=253,
-        pattern=r"^[^\s]+$",
-        description="A LoRA adapter candidate: the served name the router writes into the "
-        "request's 'model' (the url is then stable's Service).",
-    )
+    adapter: str | None = Field(default=None, min_length=1, max_length=253, pattern=r"^[^\s]+$")
+    """A LoRA adapter candidate: the served name the router writes into the request's 'model' (the url is then
+    stable's Service)."""
     addresses: list[Annotated[str, Field(pattern=_ADDRESS_URL, max_length=512)]] = Field(
-        default_factory=list,
-        max_length=1024,
-        description="A LoRA adapter candidate: the base URLs of the pods that have it loaded; "
-        "the candidate's share goes only to them (none: the candidate gets no traffic).",
+        default_factory=list, max_length=1024
     )
+    """A LoRA adapter candidate: the base URLs of the pods that have it loaded; the candidate's share goes
+    only to them (none: the candidate gets no traffic)."""
 
 
 class RoutingCell(Model):
@@ -112,45 +103,33 @@ class RoutingTable(Model):
 
     #: Schema version of the table document; bumped on an incompatible change.
     schema_: Literal["tinct.io/routing/v1"] = Field(default="tinct.io/routing/v1", alias="schema")
-    release: str = Field(min_length=1, max_length=253, description="GrayRelease name; salts the sticky hash.")
+    release: str = Field(min_length=1, max_length=253)
+    """GrayRelease name; salts the sticky hash."""
     namespace: str | None = Field(default=None, max_length=63)
-    uid: str | None = Field(
-        default=None,
-        max_length=128,
-        description="The GrayRelease's uid: a table whose version goes backward for the same uid is refused.",
-    )
-    version: int = Field(ge=0, description="Increases with every table the operator writes.")
-    standing: bool = Field(
-        default=False,
-        description="The standing route of a deleted release: it serves the release's models "
-        "until a live release claims them.",
-    )
+    uid: str | None = Field(default=None, max_length=128)
+    """The GrayRelease's uid: a table whose version goes backward for the same uid is refused."""
+    version: int = Field(ge=0)
+    """Increases with every table the operator writes."""
+    standing: bool = False
+    """The standing route of a deleted release: it serves the release's models until a live release claims
+    them."""
     state: GrayReleasePhase = "Progressing"
     step: int = Field(default=0, ge=0)
     stable: Endpoint
     candidate: Endpoint
-    models: list[ModelName] = Field(
-        default_factory=list,
-        max_length=32,
-        description="OpenAI model names whose requests this table routes; empty: any model.",
-    )
-    claimed: dict[ModelName, float] = Field(
-        default_factory=dict,
-        max_length=32,
-        description="Model -> when the release's namespace began routing it (epoch seconds): carried "
-        "over from the table of that namespace it took the model over from, else the moment the "
-        "operator first wrote this table (finer than the ConfigMap's creation time, which counts "
-        "whole seconds, and never more than a second after it); the creation time for a model "
-        "not listed. A model belongs to the namespace with the earliest claim "
-        "(tinct.api.ownership).",
-    )
+    models: list[ModelName] = Field(default_factory=list, max_length=32)
+    """OpenAI model names whose requests this table routes; empty: any model."""
+    claimed: dict[ModelName, float] = Field(default_factory=dict, max_length=32)
+    """Model -> when the release's namespace began routing it (epoch seconds): carried over from the table of
+    that namespace it took the model over from, else the moment the operator first wrote this table (finer
+    than the ConfigMap's creation time, which counts whole seconds, and never more than a second after it);
+    the creation time for a model not listed. A model belongs to the namespace with the earliest claim
+    (tinct.api.ownership)."""
     dye: Dye
     cells: list[RoutingCell] = Field(min_length=1, max_length=64)
     fallback: Fallback = Field(default_factory=Fallback)
-    shadow: ShadowTable | None = Field(
-        default=None,
-        description="The release's shadow settings and ModelVersions; null when no cell mirrors.",
-    )
+    shadow: ShadowTable | None = None
+    """The release's shadow settings and ModelVersions; null when no cell mirrors."""
 
     def to_json(self) -> str:
         """The document as stored under :data:`DATA_KEY`."""

@@ -125,50 +125,33 @@ class Metric(Model):
         ),
     )
 
-    name: MetricName = Field(
-        description="What is judged, for the candidate. From the routers' metrics of this release "
-        "(per dye cell with perCell): success-rate (percent of the requests the candidate got "
-        "answered whole and without a 5xx; fallbacks count against it, a 429 does not), "
-        "latency-p95 (ms, time to first byte, tinct_router_time_to_first_byte_seconds), ttft-p95 "
-        "(ms, time to first token: to the first SSE event carrying content, or to the whole "
-        "answer when not streamed, tinct_router_time_to_first_token_seconds), itl-p95 (ms, "
-        "inter-token latency, tinct_router_inter_token_latency_seconds), throttle-rate (percent "
-        "of the candidate's requests answered 429, tinct_router_requests_total), "
-        "contract-violations (OpenAI API contract violations per 100 answers of the candidate, "
-        "tinct_router_contract_violations_total). From the engines' own metrics through "
-        "Prometheus (spec.candidate.engine, and its metricsSelector): queue-depth (requests waiting "
-        "in the engine's queue, mean over the window and the candidate's engines), "
-        "kv-cache-usage (percent of the KV cache in use, mean over the window and engines), "
-        "prefix-cache-hit-rate (percent of prompt tokens found in the prefix cache over the "
-        "window). From the comparer's pairs of mirrored requests (cells[].shadow): shadow-agreement "
-        "(percent of the pairs whose answers agree, minus the percent of stable's own second "
-        "answers that disagreed, the noise floor; judged per cell and overall, each with minPairs "
-        "pairs, tinct_shadow_pairs_total). custom: the PromQL in query.",
-    )
-    min: float | None = Field(
-        default=None,
-        description="Fail when the value is below (in the metric's unit: percent, ms, requests).",
-    )
-    max: float | None = Field(
-        default=None,
-        description="Fail when the value is above (in the metric's unit: percent, ms, requests).",
-    )
-    max_ms: float | None = Field(
-        default=None, gt=0, description="latency-p95, ttft-p95, itl-p95: fail above this many milliseconds."
-    )
-    quantile: float | None = Field(
-        default=None,
-        gt=0,
-        lt=1,
-        description="latency-p95, ttft-p95, itl-p95: the quantile judged instead of 0.95 "
-        "(e.g. 0.99), interpolated within the histogram's buckets as histogram_quantile does.",
-    )
-    query: str | None = Field(
-        default=None,
-        max_length=4096,
-        description="custom: a PromQL expression returning one number; $namespace, $release and "
-        "$interval are replaced.",
-    )
+    name: MetricName
+    """What is judged, for the candidate. From the routers' metrics of this release (per dye cell with
+    perCell): success-rate (percent of the requests the candidate got answered whole and without a 5xx;
+    fallbacks count against it, a 429 does not), latency-p95 (ms, time to first byte,
+    tinct_router_time_to_first_byte_seconds), ttft-p95 (ms, time to first token: to the first SSE event
+    carrying content, or to the whole answer when not streamed, tinct_router_time_to_first_token_seconds),
+    itl-p95 (ms, inter-token latency, tinct_router_inter_token_latency_seconds), throttle-rate (percent of
+    the candidate's requests answered 429, tinct_router_requests_total), contract-violations (OpenAI API
+    contract violations per 100 answers of the candidate, tinct_router_contract_violations_total). From the
+    engines' own metrics through Prometheus (spec.candidate.engine, and its metricsSelector): queue-depth
+    (requests waiting in the engine's queue, mean over the window and the candidate's engines),
+    kv-cache-usage (percent of the KV cache in use, mean over the window and engines),
+    prefix-cache-hit-rate (percent of prompt tokens found in the prefix cache over the window). From the
+    comparer's pairs of mirrored requests (cells[].shadow): shadow-agreement (percent of the pairs whose
+    answers agree, minus the percent of stable's own second answers that disagreed, the noise floor; judged
+    per cell and overall, each with minPairs pairs, tinct_shadow_pairs_total). custom: the PromQL in query."""
+    min: float | None = None
+    """Fail when the value is below (in the metric's unit: percent, ms, requests)."""
+    max: float | None = None
+    """Fail when the value is above (in the metric's unit: percent, ms, requests)."""
+    max_ms: float | None = Field(default=None, gt=0)
+    """latency-p95, ttft-p95, itl-p95: fail above this many milliseconds."""
+    quantile: float | None = Field(default=None, gt=0, lt=1)
+    """latency-p95, ttft-p95, itl-p95: the quantile judged instead of 0.95 (e.g. 0.99), interpolated within
+    the histogram's buckets as histogram_quantile does."""
+    query: str | None = Field(default=None, max_length=4096)
+    """custom: a PromQL expression returning one number; $namespace, $release and $interval are replaced."""
     min_pairs: int | None = Field(
         default=None,
         ge=1,
@@ -176,15 +159,11 @@ class Metric(Model):
         description=f"shadow-agreement: compared pairs a cell (and the release) needs in a window "
         f"for a verdict (default {DEFAULT_MIN_PAIRS}); fewer is inconclusive.",
     )
-    max_stable_delta: float | None = Field(
-        default=None,
-        ge=0,
-        description="Built-ins: also fail when the candidate is worse than stable over the same "
-        "window by more than this, in the metric's unit: percentage points (success-rate, "
-        "throttle-rate, contract-violations, kv-cache-usage, prefix-cache-hit-rate), "
-        "milliseconds (latency-p95, ttft-p95, itl-p95), requests (queue-depth). Router metrics "
-        "are compared cell by cell; engine metrics need stable's engine.",
-    )
+    max_stable_delta: float | None = Field(default=None, ge=0)
+    """Built-ins: also fail when the candidate is worse than stable over the same window by more than this, in
+    the metric's unit: percentage points (success-rate, throttle-rate, contract-violations, kv-cache-usage,
+    prefix-cache-hit-rate), milliseconds (latency-p95, ttft-p95, itl-p95), requests (queue-depth). Router
+    metrics are compared cell by cell; engine metrics need stable's engine."""
 
 
 class Analysis(Model):
@@ -219,38 +198,20 @@ class Analysis(Model):
         f"{MIN_INTERVAL_SECONDS}s). A step's window starts when the routers serve its table; "
         "without metrics, each step lasts this long.",
     )
-    failure_limit: int = Field(
-        default=2,
-        ge=0,
-        le=100,
-        description="Failed analyses that roll the release back (default 2; 0 acts as 1).",
-    )
+    failure_limit: int = Field(default=2, ge=0, le=100)
+    """Failed analyses that roll the release back (default 2; 0 acts as 1)."""
     prometheus: PrometheusRef = defaulted(PrometheusRef)
-    metrics: list[Metric] = Field(
-        default_factory=list,
-        max_length=16,
-        description="What the candidate is held to at each window (up to 16); each must pass for the "
-        "release to step forward. Empty: no judgement, steps move on after interval.",
-    )
-    min_requests: int = Field(
-        default=10,
-        ge=0,
-        le=10_000_000,
-        description="Candidate requests needed in a window (per cell with perCell) for a verdict "
-        "(default 10); fewer is inconclusive.",
-    )
-    inconclusive_limit: int = Field(
-        default=10,
-        ge=1,
-        le=10000,
-        description="Consecutive inconclusive analyses that pause the release (default 10).",
-    )
-    per_cell: bool = Field(
-        default=False,
-        description="Judge the built-ins read from the routers (success-rate, latency-p95, ttft-p95, "
-        "itl-p95, throttle-rate, contract-violations) per dye cell: every cell with minRequests "
-        "must pass (default false).",
-    )
+    metrics: list[Metric] = Field(default_factory=list, max_length=16)
+    """What the candidate is held to at each window (up to 16); each must pass for the release to step
+    forward. Empty: no judgement, steps move on after interval."""
+    min_requests: int = Field(default=10, ge=0, le=10_000_000)
+    """Candidate requests needed in a window (per cell with perCell) for a verdict (default 10); fewer is
+    inconclusive."""
+    inconclusive_limit: int = Field(default=10, ge=1, le=10000)
+    """Consecutive inconclusive analyses that pause the release (default 10)."""
+    per_cell: bool = False
+    """Judge the built-ins read from the routers (success-rate, latency-p95, ttft-p95, itl-p95, throttle-rate,
+    contract-violations) per dye cell: every cell with minRequests must pass (default false)."""
 
 
 #: A GrayReleaseSpec rule: shadow-agreement judges mirrored pairs, so some cell must mirror.

@@ -37,17 +37,12 @@ LabelValue = Annotated[str, Field(max_length=256)]
 class ScaleMetric(Model):
     """The HPA's metric, used when keda is not set."""
 
-    pods: str = Field(
-        default="http_requests_total",
-        max_length=253,
-        description="A pods metric (from a custom-metrics adapter) each replica is held to "
-        "averageValue of; cpu or memory name a resource metric instead (default http_requests_total).",
-    )
-    average_value: Quantity = Field(
-        default="250",
-        description="Target per replica, as a Kubernetes quantity in the metric's unit (for cpu, "
-        "cores: 500m is half a core; for memory, bytes: 2G); default 250.",
-    )
+    pods: str = Field(default="http_requests_total", max_length=253)
+    """A pods metric (from a custom-metrics adapter) each replica is held to averageValue of; cpu or memory
+    name a resource metric instead (default http_requests_total)."""
+    average_value: Quantity = "250"
+    """Target per replica, as a Kubernetes quantity in the metric's unit (for cpu, cores: 500m is half a core;
+    for memory, bytes: 2G); default 250."""
 
 
 class KedaSide(Model):
@@ -67,21 +62,12 @@ class KedaSide(Model):
         ),
     )
 
-    labels: dict[str, LabelValue] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=16,
-        description="Prometheus labels and the exact values that select this side's engine series "
-        "for the default query; default: namespace (the release's) and service (this side's Service).",
-    )
-    query: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=4096,
-        description="PromQL returning one number, the load of this side alone, instead of its "
-        'engine\'s queue depth (e.g. sum(rate(...{service="sched-v2"}[1m]))); replicas = '
-        "ceil(value / targetPerReplica).",
-    )
+    labels: dict[str, LabelValue] | None = Field(default=None, min_length=1, max_length=16)
+    """Prometheus labels and the exact values that select this side's engine series for the default query;
+    default: namespace (the release's) and service (this side's Service)."""
+    query: str | None = Field(default=None, min_length=1, max_length=4096)
+    """PromQL returning one number, the load of this side alone, instead of its engine's queue depth (e.g.
+    sum(rate(...{service="sched-v2"}[1m]))); replicas = ceil(value / targetPerReplica)."""
 
 
 class Keda(Model):
@@ -105,35 +91,19 @@ class Keda(Model):
         ),
     )
 
-    prometheus: PrometheusRef = Field(
-        default_factory=PrometheusRef,
-        json_schema_extra={"default": {}},
-        description="The Prometheus KEDA queries: one the operator is configured with, as for "
-        "analysis (its default if neither name nor url is given).",
-    )
-    target_per_replica: float = Field(
-        default=5,
-        gt=0,
-        le=1e9,
-        description="What one replica should carry, in the query's unit (for the engines' default "
-        "query: requests waiting in the engine's queue). A side gets ceil(value / targetPerReplica) "
-        "replicas, within the bounds tinct sets.",
-    )
+    prometheus: PrometheusRef = Field(default_factory=PrometheusRef, json_schema_extra={"default": {}})
+    """The Prometheus KEDA queries: one the operator is configured with, as for analysis (its default if
+    neither name nor url is given)."""
+    target_per_replica: float = Field(default=5, gt=0, le=1e9)
+    """What one replica should carry, in the query's unit (for the engines' default query: requests waiting in
+    the engine's queue). A side gets ceil(value / targetPerReplica) replicas, within the bounds tinct sets."""
     stable: KedaSide = defaulted(KedaSide)
     candidate: KedaSide = defaulted(KedaSide)
-    scale_up_stabilization_seconds: int = Field(
-        default=0,
-        ge=0,
-        le=3600,
-        description="Seconds over which a scale-up takes the lowest recommendation (default 0: at once).",
-    )
-    scale_down_stabilization_seconds: int = Field(
-        default=300,
-        ge=0,
-        le=3600,
-        description="Seconds over which a scale-down takes the highest recommendation, so a "
-        "queue that empties for a moment does not take replicas away (default 300).",
-    )
+    scale_up_stabilization_seconds: int = Field(default=0, ge=0, le=3600)
+    """Seconds over which a scale-up takes the lowest recommendation (default 0: at once)."""
+    scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=3600)
+    """Seconds over which a scale-down takes the highest recommendation, so a queue that empties for a moment
+    does not take replicas away (default 300)."""
 
 
 class Autoscaling(Model):
@@ -145,19 +115,12 @@ class Autoscaling(Model):
         )
     )
 
-    min_replicas: int = Field(
-        default=1, ge=1, le=10000, description="Fewest replicas of a side at rest, in replicas (default 1)."
-    )
-    max_replicas: int = Field(
-        default=10,
-        ge=1,
-        le=10000,
-        description="Most replicas of a side serving all traffic, in replicas (default 10); the "
-        "candidate's maximum follows its largest cell weight.",
-    )
+    min_replicas: int = Field(default=1, ge=1, le=10000)
+    """Fewest replicas of a side at rest, in replicas (default 1)."""
+    max_replicas: int = Field(default=10, ge=1, le=10000)
+    """Most replicas of a side serving all traffic, in replicas (default 10); the candidate's maximum follows
+    its largest cell weight."""
     metric: ScaleMetric = defaulted(ScaleMetric)
-    keda: Keda | None = Field(
-        default=None,
-        description="Scale through KEDA ScaledObjects on a Prometheus query instead of HPAs on "
-        "metric (which is then not used).",
-    )
+    keda: Keda | None = None
+    """Scale through KEDA ScaledObjects on a Prometheus query instead of HPAs on metric (which is then not
+    used)."""

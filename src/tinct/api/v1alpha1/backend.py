@@ -35,69 +35,51 @@ class Backend(Model):
         )
     )
 
-    model_version: Name = Field(description="Name of the ModelVersion served by this backend.")
-    service: Name = Field(description="Service the router sends this side's traffic to.")
-    port: int = Field(ge=1, le=65535, description="Service port.")
-    deployment: Name | None = Field(
-        default=None, description="Deployment scaled by the HPA tinct manages; none if omitted."
-    )
-    scheduler_version: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-        max_length=63,
-        description="Sent as X-Scheduler-Version; a backend answering 426 rejects it.",
-    )
+    model_version: Name
+    """Name of the ModelVersion served by this backend."""
+    service: Name
+    """Service the router sends this side's traffic to."""
+    port: int = Field(ge=1, le=65535)
+    """Service port."""
+    deployment: Name | None = None
+    """Deployment scaled by the HPA tinct manages; none if omitted."""
+    scheduler_version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)
+    """Sent as X-Scheduler-Version; a backend answering 426 rejects it."""
     url: str | None = Field(
-        default=None,
-        pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$",
-        max_length=512,
-        description="Base URL routers use instead of the Service's cluster DNS name, e.g. for a "
-        "backend outside the cluster; the Service must still exist.",
+        default=None, pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(:[0-9]{1,5})?$", max_length=512
     )
-    engine: Engine | None = Field(
-        default=None,
-        description="The serving engine behind this side, whose own /metrics Prometheus scrapes: "
-        "the engine metrics of the analysis and KEDA scaling (autoscaling.keda) read its series "
-        "under its names: vllm (vllm:num_requests_waiting, vllm:kv_cache_usage_perc or before 0.9 "
-        "vllm:gpu_cache_usage_perc, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total "
-        "or vllm:gpu_prefix_cache_*), sglang (sglang:num_queue_reqs, sglang:token_usage, "
-        "sglang:cached_tokens_total / sglang:prompt_tokens_total or sglang:cache_hit_rate; or "
-        "their sglang_ forms), tgi (tgi_queue_size; no KV-cache or prefix-cache metric). None: "
-        "no engine metrics.",
-    )
+    """Base URL routers use instead of the Service's cluster DNS name, e.g. for a backend outside the cluster;
+    the Service must still exist."""
+    engine: Engine | None = None
+    """The serving engine behind this side, whose own /metrics Prometheus scrapes: the engine metrics of the
+    analysis and KEDA scaling (autoscaling.keda) read its series under its names: vllm
+    (vllm:num_requests_waiting, vllm:kv_cache_usage_perc or before 0.9 vllm:gpu_cache_usage_perc,
+    vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total or vllm:gpu_prefix_cache_*), sglang
+    (sglang:num_queue_reqs, sglang:token_usage, sglang:cached_tokens_total / sglang:prompt_tokens_total or
+    sglang:cache_hit_rate; or their sglang_ forms), tgi (tgi_queue_size; no KV-cache or prefix-cache
+    metric). None: no engine metrics."""
     metrics_selector: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=8,
-        description="Prometheus labels, exact values, that select this side's engine series "
-        "and no other's for the analysis' engine metrics (queue-depth, kv-cache-usage, "
-        "prefix-cache-hit-rate; on stable, for their maxStableDelta). Default: namespace (the "
-        "release's) and service (this side's Service), as autoscaling.keda's labels.",
+        default=None, min_length=1, max_length=8
     )
+    """Prometheus labels, exact values, that select this side's engine series and no other's for the analysis'
+    engine metrics (queue-depth, kv-cache-usage, prefix-cache-hit-rate; on stable, for their
+    maxStableDelta). Default: namespace (the release's) and service (this side's Service), as
+    autoscaling.keda's labels."""
 
 
 class AdapterCandidate(Model):
     """A LoRA adapter served as the candidate on stable's own pods, loaded at runtime."""
 
-    model_version: Name = Field(
-        description="Name of the adapter's ModelVersion (spec.adapter.baseModelVersion naming "
-        "stable's ModelVersion); it is loaded into every stable pod through the engine's API "
-        "(stable.engine: vllm or sglang) under its served name."
-    )
-    uri_prefix: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=1024,
-        description="Start of the adapter's artifact URIs that mountPath stands for on the engine "
-        "pods, e.g. s3://models/adapters/; default: the engines load the adapter's directory "
-        "URI as it is.",
-    )
-    mount_path: str | None = Field(
-        default=None,
-        pattern=r"^/[^\s]*$",
-        max_length=1024,
-        description="Where the engine pods mount uriPrefix, e.g. /adapters: the engines load "
-        "mountPath + the rest of the adapter's directory URI.",
-    )
+    model_version: Name
+    """Name of the adapter's ModelVersion (spec.adapter.baseModelVersion naming stable's ModelVersion); it is
+    loaded into every stable pod through the engine's API (stable.engine: vllm or sglang) under its served
+    name."""
+    uri_prefix: str | None = Field(default=None, min_length=1, max_length=1024)
+    """Start of the adapter's artifact URIs that mountPath stands for on the engine pods, e.g.
+    s3://models/adapters/; default: the engines load the adapter's directory URI as it is."""
+    mount_path: str | None = Field(default=None, pattern=r"^/[^\s]*$", max_length=1024)
+    """Where the engine pods mount uriPrefix, e.g. /adapters: the engines load mountPath + the rest of the
+    adapter's directory URI."""
 
 
 #: Candidate fields an adapter candidate takes from stable (the same Service, port and pods).
@@ -149,14 +131,11 @@ class Candidate(Backend):
         )
     )
 
-    adapter: AdapterCandidate | None = Field(
-        default=None,
-        description="Release a LoRA adapter instead of another backend: the candidate shares "
-        "stable's Service, pods and engine; tinct loads the adapter into every stable pod and "
-        "routes the candidate's share, with 'model' rewritten to the adapter's served name, to "
-        "the pods that have it. Excludes service, port, deployment, modelVersion, "
-        "schedulerVersion, url and engine here.",
-    )
+    adapter: AdapterCandidate | None = None
+    """Release a LoRA adapter instead of another backend: the candidate shares stable's Service, pods and
+    engine; tinct loads the adapter into every stable pod and routes the candidate's share, with 'model'
+    rewritten to the adapter's served name, to the pods that have it. Excludes service, port, deployment,
+    modelVersion, schedulerVersion, url and engine here."""
     shares_stable: SkipJsonSchema[bool] = Field(default=False, exclude=True)
 
     @model_serializer(mode="wrap")

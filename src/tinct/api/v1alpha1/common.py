@@ -39,6 +39,8 @@ class Model(BaseModel):
         populate_by_name=True,
         extra="ignore",
         frozen=False,
+        # A field's description is the docstring under it (the CRD joins its lines).
+        use_attribute_docstrings=True,
     )
 
     @model_validator(mode="after")
@@ -59,23 +61,19 @@ class Condition(Model):
     holds, why, and since when."""
 
     # Shaped like metav1.Condition.
-    type: str = Field(max_length=316, description="Condition type in CamelCase, e.g. Verified.")
-    status: Literal["True", "False", "Unknown"] = Field(
-        description="Whether the condition holds: True, False, or Unknown when it cannot be told."
-    )
-    reason: str = Field(
-        default="",
-        max_length=1024,
-        description="Machine-readable CamelCase reason for the last transition (docs/troubleshooting.md "
-        "has a section for each).",
-    )
-    message: Message = Field(default="", max_length=MESSAGE_MAX, description="Human-readable details.")
-    last_transition_time: datetime | None = Field(
-        default=None, description="When status last changed (RFC 3339); a new message alone does not move it."
-    )
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="The metadata.generation of the spec this condition was set for."
-    )
+    type: str = Field(max_length=316)
+    """Condition type in CamelCase, e.g. Verified."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds: True, False, or Unknown when it cannot be told."""
+    reason: str = Field(default="", max_length=1024)
+    """Machine-readable CamelCase reason for the last transition (docs/troubleshooting.md has a section for
+    each)."""
+    message: Message = Field(default="", max_length=MESSAGE_MAX)
+    """Human-readable details."""
+    last_transition_time: datetime | None = None
+    """When status last changed (RFC 3339); a new message alone does not move it."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The metadata.generation of the spec this condition was set for."""
 
 
 class ObjectMeta(Model):

@@ -45,13 +45,10 @@ Weight = Annotated[float, Field(ge=0, le=100)]
 class Bucket(Model):
     """A prompt-length bucket: requests of up to maxTokens estimated tokens."""
 
-    name: DyeValue = Field(description="The bucket's name, as cells match it, e.g. short.")
-    max_tokens: int | None = Field(
-        default=None,
-        ge=1,
-        description="Upper bound in estimated prompt tokens (inclusive); omit it on the last, "
-        "catch-all bucket.",
-    )
+    name: DyeValue
+    """The bucket's name, as cells match it, e.g. short."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Upper bound in estimated prompt tokens (inclusive); omit it on the last, catch-all bucket."""
 
 
 _BOUNDED = "self.buckets.filter(b, has(b.maxTokens))"
@@ -90,18 +87,10 @@ class PromptLength(Model):
         ),
     )
 
-    buckets: list[Bucket] = Field(
-        min_length=1,
-        max_length=16,
-        description="1 to 16 buckets with strictly increasing maxTokens; the last has none and takes "
-        "the rest.",
-    )
-    chars_per_token: float = Field(
-        default=4.0,
-        gt=0,
-        le=64,
-        description="Characters counted as one token when estimating a prompt's length (default 4).",
-    )
+    buckets: list[Bucket] = Field(min_length=1, max_length=16)
+    """1 to 16 buckets with strictly increasing maxTokens; the last has none and takes the rest."""
+    chars_per_token: float = Field(default=4.0, gt=0, le=64)
+    """Characters counted as one token when estimating a prompt's length (default 4)."""
 
 
 _DEFAULT_LISTED = Rule(
@@ -116,21 +105,13 @@ class RoleDye(Model):
 
     model_config = cel(_DEFAULT_LISTED)
 
-    header: HeaderName = Field(
-        default="X-User-Role",
-        description="Header carrying the caller's role, set by a gateway (default X-User-Role); the "
-        "router believes it only from peers it is told to trust (tinct router --trust-role-from).",
-    )
-    values: list[DyeValue] = Field(
-        default_factory=lambda: ["user"],
-        min_length=1,
-        max_length=32,
-        description="The roles cells may match (default [user]); any other value counts as the default.",
-    )
-    default: DyeValue = Field(
-        default="user",
-        description="Role of a request without the header, or from an untrusted peer (default user).",
-    )
+    header: HeaderName = "X-User-Role"
+    """Header carrying the caller's role, set by a gateway (default X-User-Role); the router believes it only
+    from peers it is told to trust (tinct router --trust-role-from)."""
+    values: list[DyeValue] = Field(default_factory=lambda: ["user"], min_length=1, max_length=32)
+    """The roles cells may match (default [user]); any other value counts as the default."""
+    default: DyeValue = "user"
+    """Role of a request without the header, or from an untrusted peer (default user)."""
 
 
 class LatencyDye(Model):
@@ -145,38 +126,30 @@ class LatencyDye(Model):
         ),
     )
 
-    header: HeaderName = Field(
-        default="X-Latency-Class", description="Header carrying the latency class (default X-Latency-Class)."
-    )
-    values: list[DyeValue] = Field(
-        default_factory=lambda: ["low", "high"],
-        min_length=1,
-        max_length=16,
-        description="The classes cells may match (default [low, high]); any other value counts as the default.",
-    )
-    default: DyeValue = Field(
-        default="low", description="Class of a request without the header (default low)."
-    )
-    stream_class: DyeValue | None = Field(
-        default=None, description="Class given to requests with stream: true and no header."
-    )
+    header: HeaderName = "X-Latency-Class"
+    """Header carrying the latency class (default X-Latency-Class)."""
+    values: list[DyeValue] = Field(default_factory=lambda: ["low", "high"], min_length=1, max_length=16)
+    """The classes cells may match (default [low, high]); any other value counts as the default."""
+    default: DyeValue = "low"
+    """Class of a request without the header (default low)."""
+    stream_class: DyeValue | None = None
+    """Class given to requests with stream: true and no header."""
 
 
 class StickyKey(Model):
     """What keeps a caller on one side: requests with the same key land on the same side."""
 
-    header: HeaderName = Field(
-        default="X-Session-Id",
-        description="Header whose value is hashed with the release's name (default X-Session-Id); "
-        "requests without it are assigned at random.",
-    )
+    header: HeaderName = "X-Session-Id"
+    """Header whose value is hashed with the release's name (default X-Session-Id); requests without it are
+    assigned at random."""
 
 
 class Dye(Model):
     """How the router classifies each request into a dye tag: prompt-length bucket x caller
     role x latency class."""
 
-    prompt_length: PromptLength = Field(description="Prompt-length buckets.")
+    prompt_length: PromptLength
+    """Prompt-length buckets."""
     role: RoleDye = defaulted(RoleDye)
     latency: LatencyDye = defaulted(LatencyDye)
     sticky_key: StickyKey = defaulted(StickyKey)
@@ -186,11 +159,12 @@ class CellMatch(Model):
     """Which requests a cell takes; an omitted field or * matches anything, and the most
     specific matching cell wins."""
 
-    prompt_length: DyeMatch | None = Field(
-        default=None, description="A bucket name of dye.promptLength, or *."
-    )
-    role: DyeMatch | None = Field(default=None, description="One of dye.role.values, or *.")
-    latency: DyeMatch | None = Field(default=None, description="One of dye.latency.values, or *.")
+    prompt_length: DyeMatch | None = None
+    """A bucket name of dye.promptLength, or *."""
+    role: DyeMatch | None = None
+    """One of dye.role.values, or *."""
+    latency: DyeMatch | None = None
+    """One of dye.latency.values, or *."""
 
 
 class Cell(Model):
@@ -216,20 +190,13 @@ class Cell(Model):
     )
 
     match: CellMatch = defaulted(CellMatch)
-    weights: list[Weight] = Field(
-        min_length=1,
-        max_length=64,
-        description="Percent of this cell's traffic sent to the candidate at each step.",
-    )
-    shadow: list[Weight] | None = Field(
-        default=None,
-        max_length=64,
-        description="Percent of the requests of this cell that stable answers which are also sent "
-        "to the candidate (mirrored) at each step, one per step like weights; may go up or down. "
-        "The client gets stable's answer; the comparer compares both (spec.shadow, the "
-        "shadow-agreement metric). A step with weight 0 and shadow above 0 is dark: the candidate "
-        "answers no one. Omitted: 0 at every step.",
-    )
+    weights: list[Weight] = Field(min_length=1, max_length=64)
+    """Percent of this cell's traffic sent to the candidate at each step."""
+    shadow: list[Weight] | None = Field(default=None, max_length=64)
+    """Percent of the requests of this cell that stable answers which are also sent to the candidate
+    (mirrored) at each step, one per step like weights; may go up or down. The client gets stable's answer;
+    the comparer compares both (spec.shadow, the shadow-agreement metric). A step with weight 0 and shadow
+    above 0 is dark: the candidate answers no one. Omitted: 0 at every step."""
 
 
 def _wild(value: str | None) -> bool:

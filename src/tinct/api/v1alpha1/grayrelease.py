@@ -146,35 +146,17 @@ class Fallback(Model):
     """When the router sends a candidate's request to stable instead, in the same request, and
     when it stops trying the candidate for a while."""
 
-    consecutive_failures: int = Field(
-        default=3,
-        ge=1,
-        le=1000,
-        description="Candidate failures in a row after which the router ejects it for cooldownSeconds "
-        "(default 3).",
-    )
-    latency_ms: int = Field(
-        default=800,
-        ge=1,
-        le=600000,
-        description="Milliseconds the candidate may take to answer its headers before the request goes "
-        "to stable (default 800).",
-    )
-    cooldown_seconds: int = Field(
-        default=30,
-        ge=0,
-        le=86400,
-        description="Seconds an ejected candidate gets no requests (default 30); keep "
-        "analysis.interval longer.",
-    )
-    idle_timeout_ms: int = Field(
-        default=60000,
-        ge=100,
-        le=3600000,
-        description="Longest silence in milliseconds of a backend mid-answer (after its headers) before "
-        "the router cuts the client connection and counts a failure (default 60000). Generous: tokens "
-        "stream every few ms, but a long prompt's prefill may come after the headers.",
-    )
+    consecutive_failures: int = Field(default=3, ge=1, le=1000)
+    """Candidate failures in a row after which the router ejects it for cooldownSeconds (default 3)."""
+    latency_ms: int = Field(default=800, ge=1, le=600000)
+    """Milliseconds the candidate may take to answer its headers before the request goes to stable (default
+    800)."""
+    cooldown_seconds: int = Field(default=30, ge=0, le=86400)
+    """Seconds an ejected candidate gets no requests (default 30); keep analysis.interval longer."""
+    idle_timeout_ms: int = Field(default=60000, ge=100, le=3600000)
+    """Longest silence in milliseconds of a backend mid-answer (after its headers) before the router cuts the
+    client connection and counts a failure (default 60000). Generous: tokens stream every few ms, but a
+    long prompt's prefill may come after the headers."""
 
 
 #: The transitions a release may be notified of (spec.notify[].on).
@@ -198,19 +180,11 @@ TransitionReason = Literal[
 class NotifyRef(Model):
     """A webhook of the operator's configuration that hears of this release's transitions."""
 
-    name: str = Field(
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="Name of a notifier the operator is configured with (tinct operator --notifier "
-        "NAME=TYPE:URL, the chart's operator.notifiers); one it does not have sets "
-        "NotificationsReady=False.",
-    )
-    on: list[TransitionReason] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Only these transitions, e.g. [Promoted, RolledBack, Failed]; empty (the "
-        "default): every transition.",
-    )
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    """Name of a notifier the operator is configured with (tinct operator --notifier NAME=TYPE:URL, the
+    chart's operator.notifiers); one it does not have sets NotificationsReady=False."""
+    on: list[TransitionReason] = Field(default_factory=list, max_length=16)
+    """Only these transitions, e.g. [Promoted, RolledBack, Failed]; empty (the default): every transition."""
 
 
 def _keda_signal(side: str) -> Rule:
@@ -309,83 +283,46 @@ class GrayReleaseSpec(Model):
         ),
     )
 
-    stable: Backend = Field(
-        description="The backend serving today: it keeps the traffic cells do not send on."
-    )
-    candidate: Candidate = Field(
-        description="The backend the release moves traffic to, cell by cell: a Service of its own, "
-        "or a LoRA adapter loaded on stable's pods (adapter)."
-    )
-    models: list[ModelName] = Field(
-        default_factory=list,
-        max_length=32,
-        description="OpenAI model names (the request's 'model') this release serves; default: "
-        "the model of its ModelVersions. A router fronting several releases picks the "
-        "release by it.",
-    )
-    dye: Dye = Field(
-        description="How requests are classified into dye tags: prompt-length bucket x role x latency class."
-    )
-    cells: list[Cell] = Field(
-        min_length=1,
-        max_length=64,
-        description="The dye cells (1 to 64), each with its own match and its candidate weight at each "
-        "step; exactly one is the default (match: {}), and no two match alike.",
-    )
-    analysis: Analysis | None = Field(
-        default=None,
-        description="Required: the metrics that judge the candidate at each step, or analysis: {} to "
-        "move on every interval without judging it.",
-    )
+    stable: Backend
+    """The backend serving today: it keeps the traffic cells do not send on."""
+    candidate: Candidate
+    """The backend the release moves traffic to, cell by cell: a Service of its own, or a LoRA adapter loaded
+    on stable's pods (adapter)."""
+    models: list[ModelName] = Field(default_factory=list, max_length=32)
+    """OpenAI model names (the request's 'model') this release serves; default: the model of its
+    ModelVersions. A router fronting several releases picks the release by it."""
+    dye: Dye
+    """How requests are classified into dye tags: prompt-length bucket x role x latency class."""
+    cells: list[Cell] = Field(min_length=1, max_length=64)
+    """The dye cells (1 to 64), each with its own match and its candidate weight at each step; exactly one is
+    the default (match: {}), and no two match alike."""
+    analysis: Analysis | None = None
+    """Required: the metrics that judge the candidate at each step, or analysis: {} to move on every interval
+    without judging it."""
     fallback: Fallback = defaulted(Fallback)
-    shadow: Shadow | None = Field(
-        default=None,
-        description="Budgets of the mirrors of cells[].shadow and how their answers are compared "
-        "(defaults apply when omitted): maxConcurrent, maxBytes, maxTokensPerMinute, timeoutSeconds, "
-        "noiseShare, similarity, lengthRatio, keepText, maxTextBytes, judge.",
-    )
-    autoscaling: Autoscaling | None = Field(
-        default=None,
-        description="Scale the Deployments of both sides during the release (an HPA each, or a KEDA "
-        "ScaledObject each with keda); none: tinct leaves replicas alone (CapacityReady says how "
-        "many a step needs).",
-    )
-    notify: list[NotifyRef] = Field(
-        default_factory=list,
-        max_length=8,
-        description="Webhooks (by their name in the operator's configuration) to post this "
-        "release's transitions to: started, each step, paused, promoted, rolled back, failed.",
-    )
-    paused: bool = Field(
-        default=False,
-        description="true holds the release at its step (tinct release pause); false lets it go on "
-        "(default false).",
-    )
-    allow_major_upgrade: bool = Field(
-        default=False,
-        description="Release a candidate whose MAJOR semver differs from stable's (an API break); "
-        "default false.",
-    )
-    progress_deadline_seconds: int = Field(
-        default=600,
-        ge=10,
-        le=604800,
-        description="Seconds a release may be held without progress (preconditions unmet, "
-        "analyses inconclusive, candidate replicas not available) before it is paused, or "
-        "rolled back with progressDeadlineAbort (default 600).",
-    )
-    progress_deadline_abort: bool = Field(
-        default=False,
-        description="Roll back, instead of pausing, a release past its progressDeadlineSeconds "
-        "(default false).",
-    )
-    route_on_delete: Literal["Keep", "Remove"] = Field(
-        default="Keep",
-        description="What deleting the release does to its model's route: Keep serves the "
-        "model by the release's outcome (the candidate if Promoted, else stable) until another "
-        "release takes the model over; Remove takes the route away, and the model's requests "
-        "get 404 (default Keep).",
-    )
+    shadow: Shadow | None = None
+    """Budgets of the mirrors of cells[].shadow and how their answers are compared (defaults apply when
+    omitted): maxConcurrent, maxBytes, maxTokensPerMinute, timeoutSeconds, noiseShare, similarity,
+    lengthRatio, keepText, maxTextBytes, judge."""
+    autoscaling: Autoscaling | None = None
+    """Scale the Deployments of both sides during the release (an HPA each, or a KEDA ScaledObject each with
+    keda); none: tinct leaves replicas alone (CapacityReady says how many a step needs)."""
+    notify: list[NotifyRef] = Field(default_factory=list, max_length=8)
+    """Webhooks (by their name in the operator's configuration) to post this release's transitions to:
+    started, each step, paused, promoted, rolled back, failed."""
+    paused: bool = False
+    """true holds the release at its step (tinct release pause); false lets it go on (default false)."""
+    allow_major_upgrade: bool = False
+    """Release a candidate whose MAJOR semver differs from stable's (an API break); default false."""
+    progress_deadline_seconds: int = Field(default=600, ge=10, le=604800)
+    """Seconds a release may be held without progress (preconditions unmet, analyses inconclusive, candidate
+    replicas not available) before it is paused, or rolled back with progressDeadlineAbort (default 600)."""
+    progress_deadline_abort: bool = False
+    """Roll back, instead of pausing, a release past its progressDeadlineSeconds (default false)."""
+    route_on_delete: Literal["Keep", "Remove"] = "Keep"
+    """What deleting the release does to its model's route: Keep serves the model by the release's outcome
+    (the candidate if Promoted, else stable) until another release takes the model over; Remove takes the
+    route away, and the model's requests get 404 (default Keep)."""
 
     @model_validator(mode="before")
     @classmethod

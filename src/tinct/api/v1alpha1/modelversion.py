@@ -56,50 +56,44 @@ class Source(Model):
     """The training checkpoint the artifacts were built from; hashed too."""
 
     uri: Uri
-    sha256: Digest | None = Field(default=None, description="Expected digest; a mismatch fails the version.")
+    sha256: Digest | None = None
+    """Expected digest; a mismatch fails the version."""
 
 
 class Artifact(Model):
     """One file of the version. Several files of one format (shards) are allowed."""
 
-    format: ArtifactFormat = Field(
-        description=(
-            "What the file is; its content is validated against it. safetensors includes the "
-            "shards' index (*.safetensors.index.json); tokenizer is tokenizer.json or tokenizer_config.json; "
-            "lora is a PEFT LoRA adapter's adapter_config.json or adapter_model.safetensors (an adapter, "
-            "spec.adapter, has these two, side by side in one directory)."
-        )
-    )
+    format: ArtifactFormat
+    """What the file is; its content is validated against it. safetensors includes the shards' index
+    (*.safetensors.index.json); tokenizer is tokenizer.json or tokenizer_config.json; lora is a PEFT LoRA
+    adapter's adapter_config.json or adapter_model.safetensors (an adapter, spec.adapter, has these two,
+    side by side in one directory)."""
     uri: Uri
-    sha256: Digest | None = Field(default=None, description="Expected digest; a mismatch fails the version.")
+    sha256: Digest | None = None
+    """Expected digest; a mismatch fails the version."""
 
 
 class Quantization(Model):
     """How the weights are quantized; checked against the runtime (e.g. awq needs vllm, tgi or
     tensorrt-llm)."""
 
-    method: QuantizationMethod = Field(default="none", description="Quantization method (default none).")
-    bits: Literal[2, 3, 4, 8, 16] | None = Field(
-        default=None, description="Bits per weight after quantization, e.g. 4 for AWQ int4."
-    )
-    symmetric: bool = Field(default=True, description="Symmetric quantization (no zero point); default true.")
-    group_size: int | None = Field(
-        default=None, ge=1, le=65536, description="Weights per quantization group (AWQ/GPTQ), e.g. 128."
-    )
+    method: QuantizationMethod = "none"
+    """Quantization method (default none)."""
+    bits: Literal[2, 3, 4, 8, 16] | None = None
+    """Bits per weight after quantization, e.g. 4 for AWQ int4."""
+    symmetric: bool = True
+    """Symmetric quantization (no zero point); default true."""
+    group_size: int | None = Field(default=None, ge=1, le=65536)
+    """Weights per quantization group (AWQ/GPTQ), e.g. 128."""
 
 
 class AdapterOf(Model):
     """This version is a LoRA adapter: the base version it runs on."""
 
-    base_model_version: str = Field(
-        pattern=DNS_NAME,
-        min_length=1,
-        max_length=253,
-        description="Name of the ModelVersion (same namespace) of the base model the adapter was "
-        "trained on. It must be Ready; the adapter's tensor shapes are checked against its "
-        "weights, its rank against its maxLoraRank, and adapter_config.json's "
-        "base_model_name_or_path must name its model.",
-    )
+    base_model_version: str = Field(pattern=DNS_NAME, min_length=1, max_length=253)
+    """Name of the ModelVersion (same namespace) of the base model the adapter was trained on. It must be
+    Ready; the adapter's tensor shapes are checked against its weights, its rank against its maxLoraRank,
+    and adapter_config.json's base_model_name_or_path must name its model."""
 
 
 _ADAPTER_FILES = Rule(
@@ -131,155 +125,138 @@ class ModelVersionSpec(Model):
         ),
     )
 
-    model: str = Field(
-        pattern=DNS_NAME, min_length=1, max_length=253, description="Model family, e.g. llama3-8b."
-    )
-    version: str = Field(
-        min_length=1,
-        max_length=128,
-        description="Semantic version (semver 2.0.0) of this model version, e.g. 2.0.0 or 2.1.0-rc.1; "
-        "the interface change from the previous version must fit its step.",
-    )
-    source: Source | None = Field(
-        default=None, description="The training checkpoint the artifacts were built from; hashed too."
-    )
-    artifacts: list[Artifact] = Field(
-        min_length=1,
-        max_length=256,
-        description="The version's files (1 to 256): ONNX models, PTX kernels, safetensors shards and "
-        "their index, tokenizer files. Each is read, hashed and validated against its format.",
-    )
-    build_pipeline_id: str | None = Field(
-        default=None,
-        max_length=256,
-        description="The CI run that built the artifacts, e.g. ci-4812; recorded in lineage.",
-    )
-    quantization: Quantization | None = Field(
-        default=None, description="How the weights are quantized; omitted: not quantized."
-    )
-    runtime: Runtime | None = Field(
-        default=None, description="Serving runtime; quantization x runtime is checked."
-    )
-    adapter: AdapterOf | None = Field(
-        default=None,
-        description="This version is a LoRA adapter (lora artifacts) of the base ModelVersion "
-        "named here, served as a name of its own on the pods that serve the base; none: a model "
-        "of its own.",
-    )
-    max_lora_rank: int | None = Field(
-        default=None,
-        ge=1,
-        le=4096,
-        description="For a base model: the largest LoRA rank r its serving engines accept (vLLM's "
-        "and SGLang's --max-lora-rank); an adapter of this base with a larger r fails. Default: 16 "
-        "(vLLM's default) when runtime is vllm, else not checked.",
-    )
+    model: str = Field(pattern=DNS_NAME, min_length=1, max_length=253)
+    """Model family, e.g. llama3-8b."""
+    version: str = Field(min_length=1, max_length=128)
+    """Semantic version (semver 2.0.0) of this model version, e.g. 2.0.0 or 2.1.0-rc.1; the interface change
+    from the previous version must fit its step."""
+    source: Source | None = None
+    """The training checkpoint the artifacts were built from; hashed too."""
+    artifacts: list[Artifact] = Field(min_length=1, max_length=256)
+    """The version's files (1 to 256): ONNX models, PTX kernels, safetensors shards and their index, tokenizer
+    files. Each is read, hashed and validated against its format."""
+    build_pipeline_id: str | None = Field(default=None, max_length=256)
+    """The CI run that built the artifacts, e.g. ci-4812; recorded in lineage."""
+    quantization: Quantization | None = None
+    """How the weights are quantized; omitted: not quantized."""
+    runtime: Runtime | None = None
+    """Serving runtime; quantization x runtime is checked."""
+    adapter: AdapterOf | None = None
+    """This version is a LoRA adapter (lora artifacts) of the base ModelVersion named here, served as a name
+    of its own on the pods that serve the base; none: a model of its own."""
+    max_lora_rank: int | None = Field(default=None, ge=1, le=4096)
+    """For a base model: the largest LoRA rank r its serving engines accept (vLLM's and SGLang's
+    --max-lora-rank); an adapter of this base with a larger r fails. Default: 16 (vLLM's default) when
+    runtime is vllm, else not checked."""
 
 
 class Digests(Model):
     """Per-format SHA-256 digests; for a format with several files, the digest of their
     manifest (each file's name and digest)."""
 
-    onnx: str | None = Field(default=None, description="Digest of the ONNX file(s).")
-    ptx: str | None = Field(default=None, description="Digest of the PTX file(s).")
-    safetensors: str | None = Field(default=None, description="Digest of the safetensors shards and index.")
-    tokenizer: str | None = Field(default=None, description="Digest of the tokenizer file(s).")
-    lora: str | None = Field(
-        default=None, description="Digest of the LoRA adapter's files (adapter_config.json and weights)."
-    )
-    source: str | None = Field(default=None, description="Digest of the source checkpoint.")
+    onnx: str | None = None
+    """Digest of the ONNX file(s)."""
+    ptx: str | None = None
+    """Digest of the PTX file(s)."""
+    safetensors: str | None = None
+    """Digest of the safetensors shards and index."""
+    tokenizer: str | None = None
+    """Digest of the tokenizer file(s)."""
+    lora: str | None = None
+    """Digest of the LoRA adapter's files (adapter_config.json and weights)."""
+    source: str | None = None
+    """Digest of the source checkpoint."""
 
 
 class ArtifactStatus(Model):
     """One artifact as the operator read it."""
 
-    uri: str = Field(description="The artifact's URI, as in spec.artifacts.")
-    format: str = Field(description="Its format: onnx, ptx, safetensors, tokenizer or lora.")
-    sha256: str = Field(description="Its SHA-256, lowercase hex.")
-    size: int = Field(ge=0, description="Its size in bytes.")
+    uri: str
+    """The artifact's URI, as in spec.artifacts."""
+    format: str
+    """Its format: onnx, ptx, safetensors, tokenizer or lora."""
+    sha256: str
+    """Its SHA-256, lowercase hex."""
+    size: int = Field(ge=0)
+    """Its size in bytes."""
 
 
 class LineageRef(Model):
     """Where this version's last event is recorded in the lineage tables."""
 
-    table: str = Field(description="URI of the model_versions Delta table.")
-    version: int = Field(ge=0, description="Delta table version that holds this event.")
+    table: str
+    """URI of the model_versions Delta table."""
+    version: int = Field(ge=0)
+    """Delta table version that holds this event."""
 
 
 class InterfaceStatus(Model):
     """What the artifacts offer clients, as the operator measured it."""
 
-    digest: str = Field(description="SHA-256 of the interface facts (equal interfaces, equal digests).")
-    summary: str = Field(default="", max_length=1024, description="The interface in one line.")
-    compared_with: str | None = Field(
-        default=None,
-        max_length=512,
-        description="The ModelVersion (name@version) the interface was compared with, if any.",
-    )
+    digest: str
+    """SHA-256 of the interface facts (equal interfaces, equal digests)."""
+    summary: str = Field(default="", max_length=1024)
+    """The interface in one line."""
+    compared_with: str | None = Field(default=None, max_length=512)
+    """The ModelVersion (name@version) the interface was compared with, if any."""
 
 
 class AdapterStatus(Model):
     """A verified LoRA adapter: what it runs on and the name engines serve it under."""
 
-    base_model_version: str = Field(description="The base ModelVersion it was checked against.")
-    base_model: str | None = Field(default=None, description="The base's model.")
-    served_name: str = Field(
-        max_length=253,
-        description="The model name engines serve it under: <model>-<first 12 hex of its lora digest>, "
-        "distinct per adapter content (a re-upload under the same name never meets a stale cache).",
-    )
-    path: str = Field(
-        max_length=2048, description="The directory of its files (what an engine is told to load)."
-    )
-    rank: int = Field(ge=1, description="Its largest rank r.")
-    modules: int = Field(ge=0, description="The base modules it adapts.")
+    base_model_version: str
+    """The base ModelVersion it was checked against."""
+    base_model: str | None = None
+    """The base's model."""
+    served_name: str = Field(max_length=253)
+    """The model name engines serve it under: <model>-<first 12 hex of its lora digest>, distinct per adapter
+    content (a re-upload under the same name never meets a stale cache)."""
+    path: str = Field(max_length=2048)
+    """The directory of its files (what an engine is told to load)."""
+    rank: int = Field(ge=1)
+    """Its largest rank r."""
+    modules: int = Field(ge=0)
+    """The base modules it adapts."""
 
 
 class Progress(Model):
     """How far hashing has come, while the phase is Hashing."""
 
-    bytes_done: int = Field(default=0, ge=0, description="Bytes read and hashed so far.")
-    bytes_total: int = Field(default=0, ge=0, description="Bytes of all artifacts and the source together.")
+    bytes_done: int = Field(default=0, ge=0)
+    """Bytes read and hashed so far."""
+    bytes_total: int = Field(default=0, ge=0)
+    """Bytes of all artifacts and the source together."""
 
 
 class ModelVersionStatus(Model):
     """The ModelVersion as the operator verified and recorded it; written by the operator only."""
 
-    phase: ModelVersionPhase = Field(
-        default="Pending",
-        description="Pending (not verified yet, or verified and recorded but waiting for an earlier "
-        "version of its model to be compared with), Hashing (reading the artifacts), Ready (verified "
-        "and recorded), "
-        "Misversioned (its interface changed more than its version step allows), Failed (the "
-        "message says why) or Retired (being deleted).",
-    )
-    message: Message | None = Field(
-        default=None, max_length=MESSAGE_MAX, description="What the phase means for this version, in a line."
-    )
-    observed_generation: int | None = Field(
-        default=None, description="The metadata.generation this status was written for."
-    )
-    digests: Digests | None = Field(default=None, description="SHA-256 digests per format, once verified.")
-    artifacts: list[ArtifactStatus] | None = Field(
-        default=None, description="Every artifact as read: URI, format, digest and size."
-    )
-    interface: InterfaceStatus | None = Field(
-        default=None, description="What the artifacts offer clients, as measured while validating them."
-    )
-    adapter: AdapterStatus | None = Field(
-        default=None, description="For a LoRA adapter: its base and the name engines serve it under."
-    )
-    progress: Progress | None = Field(default=None, description="Bytes hashed so far, while Hashing.")
-    lineage: LineageRef | None = Field(
-        default=None, description="The lineage table and Delta version holding this version's last event."
-    )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready (verified, recorded and usable: kubectl wait --for=condition=Ready; False "
-        "with the reason of what holds it), Verified (artifacts hashed and valid), InterfaceCompatible "
-        "(the version step fits the interface change), BaseCompatible (an adapter fits its base), and "
-        "others; each reason has a section in docs/troubleshooting.md.",
-    )
+    phase: ModelVersionPhase = "Pending"
+    """Pending (not verified yet, or verified and recorded but waiting for an earlier version of its model to
+    be compared with), Hashing (reading the artifacts), Ready (verified and recorded), Misversioned (its
+    interface changed more than its version step allows), Failed (the message says why) or Retired (being
+    deleted)."""
+    message: Message | None = Field(default=None, max_length=MESSAGE_MAX)
+    """What the phase means for this version, in a line."""
+    observed_generation: int | None = None
+    """The metadata.generation this status was written for."""
+    digests: Digests | None = None
+    """SHA-256 digests per format, once verified."""
+    artifacts: list[ArtifactStatus] | None = None
+    """Every artifact as read: URI, format, digest and size."""
+    interface: InterfaceStatus | None = None
+    """What the artifacts offer clients, as measured while validating them."""
+    adapter: AdapterStatus | None = None
+    """For a LoRA adapter: its base and the name engines serve it under."""
+    progress: Progress | None = None
+    """Bytes hashed so far, while Hashing."""
+    lineage: LineageRef | None = None
+    """The lineage table and Delta version holding this version's last event."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready (verified, recorded and usable: kubectl wait --for=condition=Ready; False with the reason of what
+    holds it), Verified (artifacts hashed and valid), InterfaceCompatible (the version step fits the
+    interface change), BaseCompatible (an adapter fits its base), and others; each reason has a section in
+    docs/troubleshooting.md."""
 
     def held(
         self, type_: str, reason: str, message: str, generation: int | None, now: datetime

@@ -27,17 +27,8 @@ class PrometheusRef(Model):
         )
     )
 
-    name: str | None = Field(
-        default=None,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        max_length=63,
-        description="Name of a Prometheus in the operator's configuration (tinct operator "
-        "--prometheus NAME=URL).",
-    )
-    url: str | None = Field(
-        default=None,
-        pattern=r"^https?://.+",
-        max_length=2048,
-        description="URL of a Prometheus; must be one the operator is configured with "
-        "(its default or one of its named ones), else the release is refused.",
-    )
+    name: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    """Name of a Prometheus in the operator's configuration (tinct operator --prometheus NAME=URL)."""
+    url: str | None = Field(default=None, pattern=r"^https?://.+", max_length=2048)
+    """URL of a Prometheus; must be one the operator is configured with (its default or one of its named
+    ones), else the release is refused."""
