@@ -1,7 +1,8 @@
 """The ``tinct`` command.
 
-Each subcommand is one ``_add_<name>`` function that registers its parser and sets
-``func``; heavy imports happen inside the handlers so ``tinct --help`` stays fast.
+Each subcommand registers its parser and sets ``func``: the small ones here
+(``_add_<name>``), the others from their package's ``cli`` module (``register``, through
+``_add_packages``). Heavy imports happen inside the handlers so ``tinct --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -100,51 +101,23 @@ def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_cmd_crds)
 
 
-def _add_router(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tinct.router.cli import register
+def _add_packages(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands whose parsers live in their own package's ``cli`` module."""
+    from tinct.emulator.cli import register as emulator
+    from tinct.lineage.cli import register as lineage
+    from tinct.operator.cli import register as operator
+    from tinct.release.cli import register as release
+    from tinct.router.cli import register as router
+    from tinct.shadow.cli import register as comparer
 
-    register(sub)
-
-
-def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tinct.operator.cli import register
-
-    register(sub)
-
-
-def _add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tinct.lineage.cli import register
-
-    register(sub)
-
-
-def _add_release(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tinct.release.cli import register
-
-    register(sub)
-
-
-def _add_comparer(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tinct.shadow.cli import register
-
-    register(sub)
-
-
-def _add_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from tinct.emulator.cli import register
-
-    register(sub)
+    for register in (router, operator, lineage, release, comparer, emulator):
+        register(sub)
 
 
 #: Subcommand registrars, in the order ``tinct --help`` lists them.
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_crds,
-    _add_router,
-    _add_operator,
-    _add_lineage,
-    _add_release,
-    _add_comparer,
-    _add_emulator,
+    _add_packages,
     _add_version,
     _add_completion,
     _add_complete,
