@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 __all__ = ["WATCH_SECONDS", "Following", "ListCall", "ListWatch"]
@@ -39,39 +40,31 @@ _MAX_PAUSE = 10.0
 ListCall = Callable[[], tuple[Callable[..., Any], dict[str, Any]]]
 
 
+@dataclass(eq=False)
 class ListWatch:
-    """Follows the objects ``list_call`` lists under ``selector``, in a thread of its own.
+    """Follows the objects ``list_call`` lists under ``selector``, in a thread of its own."""
 
-    Args:
-        list_call: the list function to call and watch, and its arguments (see :data:`ListCall`).
-        selector: label selector, applied by the API server.
-        on_list: every object of a listing (all that exist); called in the thread.
-        on_event: ``(type, object)`` of each ``ADDED``, ``MODIFIED`` or ``DELETED`` event.
-        what: what is followed, for log lines (``routing tables in namespace x``).
-        log: the logger of the module that follows them.
-        name: the thread's name.
-    """
+    #: The list function to call and watch, and its arguments (see :data:`ListCall`).
+    list_call: ListCall
+    _: KW_ONLY
+    #: Label selector, applied by the API server.
+    selector: str
+    #: Every object of a listing (all that exist); called in the thread.
+    on_list: Callable[[list[Any]], None]
+    #: ``(type, object)`` of each ``ADDED``, ``MODIFIED`` or ``DELETED`` event.
+    on_event: Callable[[str, Any], None]
+    #: What is followed, for log lines (``routing tables in namespace x``).
+    what: str
+    #: The logger of the module that follows them.
+    log: logging.Logger
+    #: The thread's name.
+    name: str = "tinct-watch"
+    thread: threading.Thread = field(init=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _watch: Any = field(default=None, init=False, repr=False)
 
-    def __init__(
-        self,
-        list_call: ListCall,
-        *,
-        selector: str,
-        on_list: Callable[[list[Any]], None],
-        on_event: Callable[[str, Any], None],
-        what: str,
-        log: logging.Logger,
-        name: str = "tinct-watch",
-    ) -> None:
-        self.list_call = list_call
-        self.selector = selector
-        self.on_list = on_list
-        self.on_event = on_event
-        self.what = what
-        self.log = log
-        self._stop = threading.Event()
-        self._watch: Any = None
-        self.thread = threading.Thread(target=self.run, name=name, daemon=True)
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
 
     def start(self) -> None:
         self.thread.start()

@@ -22,7 +22,7 @@ import contextlib
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,35 +210,27 @@ class Destination:
         return cls((u.host, port, u.scheme == "https"), authority, (prefix + PAIRS_PATH).encode("ascii"))
 
 
+@dataclass(eq=False)
 class PairSender:
     """A worker's bounded queue of pair lines and the task that POSTs them in batches."""
 
-    def __init__(
-        self,
-        destination: Destination,
-        token: TokenSource,
-        pool: UpstreamPool,
-        held: Held,
-        metrics: ShadowMetrics,
-        *,
-        max_pairs: int,
-    ) -> None:
-        self.destination = destination
-        self.token = token
-        self.pool = pool
-        self.held = held
-        self.metrics = metrics
-        self.max_pairs = max_pairs
-        self._queue: collections.deque[tuple[bytes, ReleaseKey]] = collections.deque()
-        self._some = asyncio.Event()
-        self._full = asyncio.Event()
-        self._backoff = 0.0
-        #: Pairs dropped since the last failure was logged (failures are logged once a minute).
-        self._dropped_unlogged = 0
-        self._logged_at: float | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._stop = asyncio.Event()
+    destination: Destination
+    token: TokenSource
+    pool: UpstreamPool
+    held: Held
+    metrics: ShadowMetrics
+    _: KW_ONLY
+    max_pairs: int
+    _queue: collections.deque[tuple[bytes, ReleaseKey]] = field(default_factory=collections.deque, init=False)
+    _some: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _full: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _backoff: float = field(default=0.0, init=False)
+    #: Pairs dropped since the last failure was logged (failures are logged once a minute).
+    _dropped_unlogged: int = field(default=0, init=False)
+    _logged_at: float | None = field(default=None, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _closing: bool = field(default=False, init=False)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="tinct-router-pairs")
