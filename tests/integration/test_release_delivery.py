@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
@@ -15,6 +16,11 @@ from tinct.operator.grayrelease.notify import Dispatcher, parse_notifiers
 from tinct_testing.notify_receiver import Receiver, receiver
 from tinct_testing.release_helpers import T0, release, step
 from tinct_testing.wait import eventually_async
+
+
+async def _soon(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Wait (polling every 50 ms) for a delivery the webhooks' receiver or the metrics show."""
+    await eventually_async(check, timeout=timeout, interval=0.05, what=what)
 
 
 def _count(metrics: ReleaseMetrics, name: str, result: str) -> float:
@@ -58,21 +64,9 @@ async def _deliver(rec: Receiver) -> None:
     assert time.monotonic() - started < 0.5  # queued, not sent: a round never waits
     assert queued == 2 * 5
     try:
-        await eventually_async(
-            lambda: len(rec.at("/ok/")) == 4, timeout=30, interval=0.05, what="json and slack delivered"
-        )
-        await eventually_async(
-            lambda: len(rec.at("/flaky/")) == 2,
-            timeout=30,
-            interval=0.05,
-            what="the flaky receiver's two after retries",
-        )
-        await eventually_async(
-            lambda: _count(metrics, "gone", "refused") == 2,
-            timeout=30,
-            interval=0.05,
-            what="the refusal counted",
-        )
+        await _soon(lambda: len(rec.at("/ok/")) == 4, "json and slack delivered")
+        await _soon(lambda: len(rec.at("/flaky/")) == 2, "the flaky receiver's two after retries")
+        await _soon(lambda: _count(metrics, "gone", "refused") == 2, "the refusal counted")
         # Order kept per webhook; the id is the same at every attempt.
         assert [r.body["reason"] for r in rec.at("/ok/json")] == ["Started", "Promoted"]
         assert [r.body["id"] for r in rec.at("/flaky/")] == [f"uid-1/{h.seq}" for h in history]
@@ -84,11 +78,8 @@ async def _deliver(rec: Receiver) -> None:
         assert retries == 2  # two 503s, then delivered
         assert rec.attempts["/gone/json"] == 2  # a 410 is not retried
         # The receiver that never answers: each attempt times out, then it is given up.
-        await eventually_async(
-            lambda: _count(metrics, "stuck", "failed") == 2,
-            timeout=60,
-            interval=0.05,
-            what="the hanging webhook given up",
+        await _soon(
+            lambda: _count(metrics, "stuck", "failed") == 2, "the hanging webhook given up", timeout=60
         )
         assert rec.attempts["/hang/json"] == 2 * 4
     finally:
@@ -107,18 +98,8 @@ async def test_a_dead_webhook_costs_three_attempts_then_drops_until_it_answers_a
         many = gr.status.history * 40
         try:
             assert d.post(gr, many) == 80
-            await eventually_async(
-                lambda: len(rec.at("/ok/live")) == 40,
-                timeout=30,
-                interval=0.05,
-                what="the live webhook's forty",
-            )
-            await eventually_async(
-                lambda: _count(metrics, "dead", "dropped") == 40,
-                timeout=30,
-                interval=0.05,
-                what="the dead webhook's forty dropped",
-            )
+            await _soon(lambda: len(rec.at("/ok/live")) == 40, "the live webhook's forty")
+            await _soon(lambda: _count(metrics, "dead", "dropped") == 40, "the dead webhook's forty dropped")
 
             def sample(name: str) -> float | None:
                 return metrics.registry.get_sample_value(name, {"notifier": "dead"})
@@ -133,24 +114,14 @@ async def test_a_dead_webhook_costs_three_attempts_then_drops_until_it_answers_a
             # Still dead after its wait: one attempt, and open again without another opening counted.
             await asyncio.sleep(1.1)
             d.post(gr, gr.status.history)
-            await eventually_async(
-                lambda: _count(metrics, "dead", "dropped") == 41,
-                timeout=30,
-                interval=0.05,
-                what="the probe dropped",
-            )
+            await _soon(lambda: _count(metrics, "dead", "dropped") == 41, "the probe dropped")
             assert rec.attempts["/hang/dead"] == 4
             assert sample("tinct_release_notifier_opened_total") == 1.0
             # It answers again: after the wait, the next notification is delivered and the breaker closes.
             rec.hang = False
             await asyncio.sleep(1.1)
             d.post(gr, gr.status.history)
-            await eventually_async(
-                lambda: _count(metrics, "dead", "sent") == 1,
-                timeout=30,
-                interval=0.05,
-                what="delivered again",
-            )
+            await _soon(lambda: _count(metrics, "dead", "sent") == 1, "delivered again")
             assert sample("tinct_release_notifier_open") == 0.0
             assert [r.body["reason"] for r in rec.at("/hang/dead")] == ["Started"]
         finally:

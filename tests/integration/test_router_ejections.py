@@ -24,11 +24,17 @@ import pytest
 
 from tinct.emulator import Behaviour, serving
 from tinct_testing.engines import QUICK
-from tinct_testing.router_fakes import FakeScheduler, HostileBackend, RouterProcess, router_process, table_doc
+from tinct_testing.router_fakes import (
+    CHAT,
+    FakeScheduler,
+    HostileBackend,
+    RouterProcess,
+    router_process,
+    table_doc,
+)
 from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 class Outage:

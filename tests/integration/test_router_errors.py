@@ -19,6 +19,7 @@ import aiohttp
 
 from tinct.router.errors import CATALOGUE, MAX_ID
 from tinct_testing.router_fakes import (
+    CHAT,
     FakeScheduler,
     HostileBackend,
     RouterProcess,
@@ -30,7 +31,6 @@ from tinct_testing.router_fakes import (
 from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 #: What an answer must never show: exception names, socket errors, addresses, paths.
 INTERNAL = re.compile(
     r"127\.0\.0\.1|Error|errno|[Cc]onnection refused|Traceback|\.py|/tmp|llhttp|[Ii]nvalid method", re.S

@@ -27,25 +27,24 @@ import pytest
 from tinct.router.config import RouterConfig
 from tinct.router.summing import parse as parse_metrics
 from tinct_testing.router_fakes import (
+    CHAT,
     CLOSE_WAIT,
     ESTABLISHED,
     FakeScheduler,
+    RawBackend,
     RouterProcess,
-    raw_server,
     read_request,
     router_process,
-    stop_raw_server,
     table_doc,
 )
 from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 RETRIES = "tinct_router_upstream_retries_total"
 
 
 @dataclass
-class ClosingBackend:
+class ClosingBackend(RawBackend):
     """Answers chat completions on keep-alive connections (JSON, or a chunked SSE stream when
     the request asks for one) and closes connections as ``mode`` says:
 
@@ -133,13 +132,6 @@ class ClosingBackend:
                 sock = writer.get_extra_info("socket")
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.close()
-
-    async def start(self) -> ClosingBackend:
-        self._server, self.url = await raw_server(self._serve)
-        return self
-
-    async def stop(self) -> None:
-        await stop_raw_server(self._server)
 
 
 @pytest.fixture

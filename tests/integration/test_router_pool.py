@@ -15,11 +15,10 @@ from pathlib import Path
 
 import aiohttp
 
-from tinct_testing.router_fakes import FakeScheduler, PairReceiver, router_process, table_doc
+from tinct_testing.router_fakes import CHAT, FakeScheduler, PairReceiver, router_process, table_doc
 from tinct_testing.wait import eventually_async
 
 WAIT = 30.0  # bound on one wait; never a measured figure
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 async def _until(what: str, check: Callable[[], bool]) -> None:

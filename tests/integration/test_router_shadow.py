@@ -24,7 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tinct.emulator import Behaviour, serving
 from tinct_testing.controlplane.harness import free_port
-from tinct_testing.router_fakes import FakeScheduler, HostileBackend, PairReceiver, router_process, table_doc
+from tinct_testing.router_fakes import (
+    FakeScheduler,
+    HostileBackend,
+    PairReceiver,
+    RawBackend,
+    router_process,
+    table_doc,
+)
 from tinct_testing.wait import eventually_async
 
 TOKEN = "shadow-token-for-tests"
@@ -274,7 +281,7 @@ async def test_mirrors_are_sticky_by_session_and_never_of_candidate_requests(
     assert _sum(metrics, "tinct_router_shadow_mirrors_total") == 3 * len(mirrored)
 
 
-class _Hung:
+class _Hung(RawBackend):
     """A candidate that accepts, reads each request and never answers, until released."""
 
     def __init__(self) -> None:
@@ -301,15 +308,9 @@ class _Hung:
                 self._arrived.clear()
                 await self._arrived.wait()
 
-    async def start(self) -> _Hung:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
-
     async def stop(self) -> None:
         self.release.set()
-        if self._server is not None:
-            self._server.close()
+        await super().stop()
 
 
 async def test_a_hung_candidate_does_not_hold_up_the_live_path(

@@ -21,11 +21,10 @@ from tinct.router import workers
 from tinct.router.summing import Family, MetricsSum, parse, render
 from tinct_testing.commands import TINCT
 from tinct_testing.controlplane.harness import free_port
-from tinct_testing.router_fakes import FakeScheduler, router_argv, table_doc
+from tinct_testing.router_fakes import CHAT, FakeScheduler, router_argv, table_doc
 from tinct_testing.wait import eventually_async
 
 WAIT = 60.0  # bound on waiting for processes; never a measured figure
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @dataclass

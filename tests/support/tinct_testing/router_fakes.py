@@ -18,7 +18,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
@@ -30,6 +30,9 @@ from tinct.router.table import TableHolder
 from tinct_testing import commands
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.wait import eventually_async
+
+#: The smallest chat completion request a fake answers.
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @dataclass
@@ -200,8 +203,26 @@ async def stop_raw_server(server: asyncio.Server | None) -> None:
             await asyncio.wait_for(server.wait_closed(), 5)
 
 
+class RawBackend:
+    """A raw asyncio server on 127.0.0.1 at ``url`` once started, running :meth:`_serve` per
+    connection; a subclass says how it answers."""
+
+    url: str
+    _server: asyncio.Server | None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> Self:
+        self._server, self.url = await raw_server(self._serve)
+        return self
+
+    async def stop(self) -> None:
+        await stop_raw_server(self._server)
+
+
 @dataclass
-class HostileBackend:
+class HostileBackend(RawBackend):
     """A raw asyncio server on 127.0.0.1 that reads each request (head and a
     ``Content-Length`` body) and answers with whatever ``answer`` writes, framing or not."""
 
@@ -220,13 +241,6 @@ class HostileBackend:
             pass  # the router hung up on it: what a hostile backend gets
         finally:
             writer.close()
-
-    async def start(self) -> HostileBackend:
-        self._server, self.url = await raw_server(self._serve)
-        return self
-
-    async def stop(self) -> None:
-        await stop_raw_server(self._server)
 
 
 def table_doc(
