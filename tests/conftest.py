@@ -145,8 +145,8 @@ def crds(cluster: Cluster) -> tuple[str, ...]:
 
 
 @pytest.fixture
-def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for one test, deleted afterwards."""
+def namespace(cluster: Cluster, crds: tuple[str, ...], request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards; tinct's CRDs are Established."""
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)

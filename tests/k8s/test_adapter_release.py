@@ -23,6 +23,7 @@ from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lora_artifacts import adapter_artifacts, make_adapter, make_base
 from tinct_testing.modelversion_cluster import mv_doc, wait_phase
 from tinct_testing.release_cluster import (
+    NO_METRICS,
     apply,
     condition,
     history,
@@ -35,9 +36,6 @@ from tinct_testing.release_cluster import (
 from tinct_testing.release_traffic import router
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
-STEPPING = {"interval": "2s", "metrics": []}
 #: The adapter's rank; an engine started with a smaller --max-lora-rank refuses it.
 RANK = 8
 
@@ -69,7 +67,7 @@ def test_adapter_loads_on_every_pod_steps_and_promotes(
         served = _versions(cluster, ns, tmp_path)
         with adapter_pods(cluster.kubeconfig, ns, [engine] * 3) as pods:
             apply(cluster, ns, service("sched", target=pods.port))
-            apply(cluster, ns, adapter_release(pods.port, engine, STEPPING))
+            apply(cluster, ns, adapter_release(pods.port, engine, NO_METRICS))
             seen: list[tuple[int, list[str], list[float]]] = []
 
             def promoted() -> bool:

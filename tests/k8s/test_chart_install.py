@@ -10,13 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from tinct_testing.chart_helpers import CHART
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.controlplane.helm import Helm
-
-pytestmark = pytest.mark.usefixtures("crds")
 
 ALL_CRDS = (
     "modelversions.tinct.io",

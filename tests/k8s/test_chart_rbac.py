@@ -33,8 +33,6 @@ from tinct_testing.release_cluster import events
 from tinct_testing.release_traffic import complete
 from tinct_testing.wait import eventually, eventually_async
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 WAIT = 120.0  # an upper bound, never a measured figure
 
 

@@ -8,15 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import apply, modelversion
 from tinct_testing.wait import eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
 
 
 def _two_contexts(cluster: Cluster, path: Path) -> Path:

@@ -61,7 +61,6 @@ def _owned_configmap(namespace: str, name: str, owner: dict[str, Any]) -> str:
     )
 
 
-@pytest.mark.usefixtures("crds")
 def test_configmap_owned_by_a_grayrelease_is_collected_with_it(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "grayrelease.yaml"))
     owner = _get(cluster, "grayrelease", "chat", "-n", namespace)

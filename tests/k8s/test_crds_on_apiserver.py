@@ -14,8 +14,6 @@ from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.gr_rules import setting
 from tinct_testing.paths import EXAMPLES
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 
 def _example(name: str) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())

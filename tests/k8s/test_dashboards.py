@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tinct_testing.chart_helpers import CHART
@@ -23,8 +22,6 @@ from tinct_testing.release_cluster import apply, backends, example, get, operato
 from tinct_testing.release_traffic import LONG_ADMIN_HIGH_STREAMED, MEDIUM_AUDIT_LOW, Background, router
 from tinct_testing.shadow_helpers import Mirrored, PairPump, comparer
 from tinct_testing.wait import eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
 
 DASHBOARD = CHART / "dashboards" / "tinct.json"
 RULES = CHART / "dashboards" / "rules.yaml"

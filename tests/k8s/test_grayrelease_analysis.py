@@ -53,8 +53,6 @@ from tinct_testing.release_traffic import (
 )
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 LONG = "len:long+role:admin+latency:high"
 DEFAULT = "len:*+role:*+latency:*"
 CELLS = [

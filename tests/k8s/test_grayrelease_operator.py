@@ -17,13 +17,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from tinct.api.routing import configmap_name
 from tinct_testing.commands import tinct, tinct_ok
 from tinct_testing.controlplane.harness import Cluster, free_port
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
+    HOLD,
+    NO_METRICS,
     PROMOTED_PATH,
     apply,
     backends,
@@ -43,11 +43,6 @@ from tinct_testing.release_cluster import (
     wait_release,
 )
 from tinct_testing.wait import WAIT, eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
-
-NO_METRICS = {"interval": "2s", "metrics": []}
-HOLD = {"interval": "1h", "metrics": []}
 
 
 def _hpa_bounds(cluster: Cluster, ns: str, side: str) -> tuple[int, int] | None:

@@ -30,8 +30,6 @@ from tinct_testing.release_cluster import (
 )
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 
 def _mv(name: str, version: str, files: list[tuple[str, Path]]) -> dict[str, Any]:
     return mv_doc(name, [{"format": fmt, "uri": p.as_uri()} for fmt, p in files], version=version)

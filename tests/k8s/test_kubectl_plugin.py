@@ -10,7 +10,6 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tinct_testing.controlplane.harness import Cluster
@@ -23,8 +22,6 @@ from tinct_testing.release_cluster import (
     wait_release,
 )
 from tinct_testing.wait import eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
 
 BIN = Path(sys.executable).parent
 

@@ -20,6 +20,7 @@ import pytest
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
+    NO_METRICS,
     apply,
     backends,
     example,
@@ -30,10 +31,7 @@ from tinct_testing.release_cluster import (
 )
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 DELTA_SPARK = "io.delta:delta-spark_2.13:4.4.0"
-NO_METRICS = {"interval": "2s", "metrics": []}
 COLUMNS = {
     "model_versions": ["event_id", "event", "model", "version", "uid", "generation", "onnx_sha256"],
     "artifacts": ["event_id", "uri", "format", "sha256", "size"],

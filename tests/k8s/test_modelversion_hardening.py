@@ -23,8 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tinct.artifacts import limits
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.interface_artifacts import (
@@ -50,8 +48,6 @@ from tinct_testing.modelversion_cluster import (
     wait_phase,
 )
 from tinct_testing.wait import WAIT, eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
 
 GiB = 1024**3
 MiB = 1024**2

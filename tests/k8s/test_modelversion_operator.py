@@ -39,8 +39,6 @@ from tinct_testing.modelversion_cluster import (
 )
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 
 def test_local_and_s3_artifacts_become_ready_and_queryable(
     cluster: Cluster, namespace: str, tmp_path: Path, s3: S3

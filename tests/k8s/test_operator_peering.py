@@ -27,8 +27,6 @@ from tinct_testing.paths import ROOT
 from tinct_testing.release_cluster import PROMOTED_PATH, apply, backends, example, history, path, wait_release
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 PEERING_CRDS = ROOT / "charts" / "tinct" / "crds" / "kopf.dev_peerings.yaml"
 PEERING = "tinct"
 #: Seconds a silent peer counts as alive: how long the standby waits after the kill. kopf

@@ -22,6 +22,7 @@ from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.engines import Engines
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
+    HOLD,
     apply,
     example,
     get,
@@ -35,16 +36,12 @@ from tinct_testing.release_traffic import Router, complete, router
 from tinct_testing.repeat import Repeating
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
-NO_METRICS = {"interval": "1h", "metrics": []}
-
 
 def _release(
     name: str, mvs: tuple[str, str], services: tuple[str, str], urls: tuple[str, str], weights: list[float]
 ) -> dict[str, Any]:
     """The shipped example as release ``name``: one default cell, no HPAs, the stand-ins' URLs."""
-    doc = example(analysis=NO_METRICS, cells=[{"match": {}, "weights": weights}])
+    doc = example(analysis=HOLD, cells=[{"match": {}, "weights": weights}])
     doc["metadata"]["name"] = name
     doc["spec"].pop("autoscaling")
     for side, mv, svc, url in zip(("stable", "candidate"), mvs, services, urls, strict=True):

@@ -20,6 +20,7 @@ from tinct_testing.controlplane.prometheus import Prometheus
 from tinct_testing.keda_cluster import WAIT, replicas, wait_replicas
 from tinct_testing.queue_exporter import QueueExporter
 from tinct_testing.release_cluster import (
+    HOLD,
     apply,
     backends,
     condition,
@@ -33,7 +34,6 @@ from tinct_testing.wait import eventually
 
 pytestmark = pytest.mark.usefixtures("crds", "keda")
 
-HOLD = {"interval": "1h", "metrics": []}  # the release stays at its first step
 #: One cell at 50 % then 100 %: the candidate may take up to half of maxReplicas at step 0.
 CELLS = [{"match": {}, "weights": [50, 100]}]
 

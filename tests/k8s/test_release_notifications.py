@@ -19,8 +19,6 @@ from tinct_testing.release_cluster import apply, backends, example, operator, wa
 from tinct_testing.release_traffic import LONG_ADMIN_HIGH, MEDIUM_AUDIT_LOW, Background, Router, router
 from tinct_testing.wait import WAIT, eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 
 @pytest.fixture
 def rec() -> Iterator[Receiver]:

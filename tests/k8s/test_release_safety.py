@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
@@ -33,6 +32,8 @@ from tinct_testing.commands import tinct, tinct_ok
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
+    HOLD,
+    NO_METRICS,
     PROMOTED_PATH,
     STATUS_KEY,
     Versions,
@@ -58,11 +59,6 @@ from tinct_testing.release_cluster import (
 )
 from tinct_testing.repeat import Repeating
 from tinct_testing.wait import WAIT, eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
-
-NO_METRICS = {"interval": "2s", "metrics": []}
-HOLD = {"interval": "1h", "metrics": []}
 
 
 class Sampler(Repeating):

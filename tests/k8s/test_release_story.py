@@ -11,11 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.lineage_artifacts import make_onnx
 from tinct_testing.release_cluster import (
+    HOLD,
     apply,
     backends,
     condition,
@@ -28,10 +27,6 @@ from tinct_testing.release_cluster import (
     wait_release,
 )
 from tinct_testing.wait import WAIT, eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
-
-HOLD = {"interval": "1h"}
 
 
 def _warnings(cluster: Cluster, ns: str, name: str) -> dict[str, str]:

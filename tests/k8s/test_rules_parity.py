@@ -13,8 +13,6 @@ import yaml
 from tinct_testing.controlplane.harness import Cluster
 from tinct_testing.gr_rules import CASES, Case, model_refusal, release_doc, table_refusal
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_api_server_and_models_agree(cluster: Cluster, namespace: str, case: Case) -> None:

@@ -42,8 +42,6 @@ from tinct_testing.release_traffic import router
 from tinct_testing.shadow_helpers import Comparer, Mirrored, PairPump, comparer
 from tinct_testing.wait import eventually
 
-pytestmark = pytest.mark.usefixtures("crds")
-
 SHADOW_DOC = ROOT / "docs" / "concepts" / "shadow-traffic.md"
 
 LONG = "len:long+role:admin+latency:high"

@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tinct.api.names import label_value
 from tinct.api.routing import DATA_KEY, configmap_name, routing_configmap
 from tinct.operator.bookkeeping import ANNOTATIONS_LIMIT
@@ -63,8 +61,6 @@ from tinct_testing.release_cluster import (
 )
 from tinct_testing.router_fakes import table as table_doc
 from tinct_testing.wait import WAIT, eventually
-
-pytestmark = pytest.mark.usefixtures("crds")
 
 #: The key of the only cell of the releases here (``match: {}``).
 CELL = "len:*+role:*+latency:*"

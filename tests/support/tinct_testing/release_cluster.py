@@ -296,6 +296,11 @@ def history(root: Path, release: str = "chat") -> list[dict[str, Any]]:
 
 #: (state, step) of each history row of the shipped example stepped to its end: it starts,
 #: steps twice and is promoted (``step`` counts from 1, as ``2/4`` reads).
+#: An analysis without metrics whose steps move on every 2 s.
+NO_METRICS = {"interval": "2s", "metrics": []}
+#: An analysis without metrics that holds a release at its step for an hour (longer than any test).
+HOLD = {"interval": "1h", "metrics": []}
+
 PROMOTED_PATH = [("Progressing", 1), ("Progressing", 2), ("Progressing", 3), ("Promoted", 4)]
 
 

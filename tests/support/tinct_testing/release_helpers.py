@@ -38,7 +38,7 @@ def example(**spec: Any) -> dict[str, Any]:
     """``examples/grayrelease.yaml`` with ``spec`` fields replaced; autoscaling by HPA unless given."""
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "grayrelease.yaml").read_text())
     doc["spec"]["autoscaling"] = copy.deepcopy(HPA_AUTOSCALING)
-    doc["spec"].update(spec)
+    doc["spec"].update(copy.deepcopy(spec))  # a shared constant stays as it was
     return doc
 
 
