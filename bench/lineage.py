@@ -39,7 +39,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -477,9 +476,9 @@ def main() -> int:
         p.error(
             f"--rss-gib {args.rss_gib} is under {MIN_HASH_BYTES // MIB} MiB: too small to show a bounded peak"
         )
-    tmp = Path(tempfile.mkdtemp(prefix="tinct-bench-lineage-"))
     result: dict[str, Any] = {}
-    try:
+    with tempfile.TemporaryDirectory(prefix="tinct-bench-lineage-", ignore_cleanup_errors=True) as d:
+        tmp = Path(d)
         result.update(bench_hashing(tmp, args.hash_gib, args.rss_gib))
         result.update(bench_delta(tmp))
         if args.skip_cluster:
@@ -490,8 +489,6 @@ def main() -> int:
             )
         else:
             result.update(bench_cluster(tmp, args.versions))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
     return 0
 

@@ -458,10 +458,19 @@ def test_notifiers_reach_the_operator_with_secret_urls_kept_in_their_secret(
     }
 
 
-def _monitored(docs: list[dict[str, Any]], monitor: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Services of ``docs`` that ServiceMonitor ``monitor`` selects."""
+def _scraped(docs: list[dict[str, Any]], component: str, port: int) -> dict[str, Any]:
+    """Assert that the ServiceMonitor of ``component`` picks its metrics Service alone, which
+    reaches the Pods of its Deployment on ``port``; the ServiceMonitor."""
+    monitor = one(docs, "ServiceMonitor", f"t-tinct-{component}")
     wanted = monitor["spec"]["selector"]["matchLabels"].items()
-    return [d for d in by_kind(docs, "Service") if wanted <= d["metadata"]["labels"].items()]
+    selected = [d for d in by_kind(docs, "Service") if wanted <= d["metadata"]["labels"].items()]
+    assert [d["metadata"]["name"] for d in selected] == [f"t-tinct-{component}-metrics"]
+    deployment = one(docs, "Deployment", f"t-tinct-{component}")
+    assert selected[0]["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert selected[0]["spec"]["ports"] == [
+        {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    return monitor
 
 
 def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
@@ -474,18 +483,11 @@ def test_optional_servicemonitor_and_networkpolicy(helm: Helm) -> None:
             "networkPolicy.routerFrom": [{"namespaceSelector": {"matchLabels": {"gateway": "true"}}}],
         },
     )
-    sm = one(docs, "ServiceMonitor", "t-tinct-router")
-    assert sm["metadata"]["labels"]["release"] == "prom"
-    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
     # The ServiceMonitor picks the metrics Service alone, which reaches the router Pods'
     # metrics port; the client-facing Service does not carry it.
-    selected = _monitored(docs, sm)
-    assert [d["metadata"]["name"] for d in selected] == ["t-tinct-router-metrics"]
-    router = one(docs, "Deployment", "t-tinct-router")
-    assert selected[0]["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
-    assert selected[0]["spec"]["ports"] == [
-        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
-    ]
+    sm = _scraped(docs, "router", 9090)
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
     assert [p["name"] for p in one(docs, "Service", "t-tinct-router")["spec"]["ports"]] == ["http"]
     router_np = one(docs, "NetworkPolicy", "t-tinct-router")
     proxy_rule, metrics_rule = router_np["spec"]["ingress"]
@@ -528,14 +530,8 @@ def test_dashboard_alerts_and_operator_scraping_are_optional(helm: Helm) -> None
         "TinctRouterStaleTable",
     }
     # The operator is scraped too: a ServiceMonitor picking a metrics Service of the operator's Pods.
-    sm = one(docs, "ServiceMonitor", "t-tinct-operator")
-    selected = _monitored(docs, sm)
-    assert [d["metadata"]["name"] for d in selected] == ["t-tinct-operator-metrics"]
+    _scraped(docs, "operator", 9100)
     operator = one(docs, "Deployment", "t-tinct-operator")
-    assert selected[0]["spec"]["selector"] == operator["spec"]["selector"]["matchLabels"]
-    assert selected[0]["spec"]["ports"] == [
-        {"name": "metrics", "port": 9100, "targetPort": "metrics", "protocol": "TCP"}
-    ]
     assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in container(operator)["ports"]
 
 
