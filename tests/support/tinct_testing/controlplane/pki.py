@@ -16,6 +16,7 @@ metrics API server serve with it, and the metrics API server is the gRPC client 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import ipaddress
 from collections.abc import Sequence
@@ -43,6 +44,18 @@ class Pki:
     front_proxy_ca_cert: Path
     front_proxy_client_cert: Path
     front_proxy_client_key: Path
+
+    @classmethod
+    def under(cls, directory: Path) -> Pki:
+        """The files in ``directory``, each named after its field: ``controller_manager_key``
+        is ``controller-manager.key``, ``ca_cert`` ``ca.crt``; the serving pair is the API
+        server's (``apiserver.crt``)."""
+        paths = {}
+        for f in dataclasses.fields(cls):
+            stem, _, kind = f.name.rpartition("_")
+            stem = "apiserver" if stem == "serving" else stem.replace("_", "-")
+            paths[f.name] = directory / f"{stem}.{'crt' if kind == 'cert' else kind}"
+        return cls(**paths)
 
 
 #: The front-proxy client cert's CN; the API server's --requestheader-allowed-names.
@@ -161,21 +174,7 @@ def make_pki(directory: Path, serving_ips: Sequence[str] = ()) -> Pki:
     Service's IP and the node's); its certificate then names the Service's DNS names too.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    p = Pki(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        controller_manager_cert=directory / "controller-manager.crt",
-        controller_manager_key=directory / "controller-manager.key",
-        sa_key=directory / "sa.key",
-        sa_pub=directory / "sa.pub",
-        front_proxy_ca_cert=directory / "front-proxy-ca.crt",
-        front_proxy_client_cert=directory / "front-proxy-client.crt",
-        front_proxy_client_key=directory / "front-proxy-client.key",
-    )
+    p = Pki.under(directory)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("tinct-test-ca")
     ca = _issue(ca_name, ca_key, ca_name, ca_key, ca=True)
