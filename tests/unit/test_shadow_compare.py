@@ -127,32 +127,34 @@ def test_a_whole_answer_with_an_added_field_agrees_and_one_missing_usage_differs
     assert verdict(chat("hi"), chat("hi", finish="length"), request=DET)[:2] == ("different", "structure")
 
 
-def test_json_content_added_field_passes_dropped_or_retyped_field_fails() -> None:
-    base = {"answer": "Paris", "confidence": 0.9, "sources": ["atlas"]}
-    same = verdict(chat(json.dumps(base)), chat(json.dumps({**base, "citations": ["x"]})), request=JSON_REQ)
-    assert same == ("same", "text", None)
-    dropped = {k: v for k, v in base.items() if k != "confidence"}
-    assert verdict(chat(json.dumps(base)), chat(json.dumps(dropped)), request=JSON_REQ) == (
-        "different",
-        "structure",
-        "$.content.confidence: missing from the candidate's answer",
-    )
-    retyped = {**base, "sources": "atlas"}
-    assert verdict(chat(json.dumps(base)), chat(json.dumps(retyped)), request=JSON_REQ)[:2] == (
-        "different",
-        "structure",
-    )
-    assert verdict(chat(json.dumps(base)), chat("Paris, I think"), request=JSON_REQ) == (
-        "different",
-        "structure",
-        "$.content: stable answered JSON, the candidate did not",
-    )
-    # The same shape with another value is a text difference (deterministic request).
-    other = {**base, "answer": "Lyon"}
-    assert verdict(chat(json.dumps(base)), chat(json.dumps(other)), request=JSON_REQ)[:2] == (
-        "different",
-        "text",
-    )
+_BASE = {"answer": "Paris", "confidence": 0.9, "sources": ["atlas"]}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "expected"),
+    [
+        ({**_BASE, "citations": ["x"]}, ("same", "text", None)),
+        (
+            {k: v for k, v in _BASE.items() if k != "confidence"},
+            ("different", "structure", "$.content.confidence: missing from the candidate's answer"),
+        ),
+        ({**_BASE, "sources": "atlas"}, ("different", "structure")),
+        (
+            "Paris, I think",
+            ("different", "structure", "$.content: stable answered JSON, the candidate did not"),
+        ),
+        # The same shape with another value is a text difference (deterministic request).
+        ({**_BASE, "answer": "Lyon"}, ("different", "text")),
+    ],
+    ids=["added-field", "dropped-field", "retyped-field", "not-json", "other-value"],
+)
+def test_json_content_added_field_passes_dropped_or_retyped_field_fails(
+    candidate: dict[str, object] | str, expected: tuple[str | None, ...]
+) -> None:
+    """``expected``: the verdict, its layer and (where given) its reason."""
+    answer = candidate if isinstance(candidate, str) else json.dumps(candidate)
+    got = verdict(chat(json.dumps(_BASE)), chat(answer), request=JSON_REQ)
+    assert got[: len(expected)] == expected
 
 
 # --- tool calls -----------------------------------------------------------------------------
