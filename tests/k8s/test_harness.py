@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import stat
 from pathlib import Path
 
@@ -104,25 +103,15 @@ def test_existing_cluster_is_used_when_named(cluster: Cluster, monkeypatch: pyte
 @pytest.mark.usefixtures("own_control_plane")
 def test_processes_die_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     """SIGKILL skips atexit and finally; no control-plane process may outlive it."""
-    pids_file = tmp_path / "pids"
-    script = (
-        "import sys, time\n"
+    setup = (
         "from tinct_testing.controlplane.harness import ControlPlane\n"
-        "cp = ControlPlane().start()\n"
-        f"open({str(pids_file)!r}, 'w').write(' '.join([*map(str, cp.pids), str(cp.workdir)]))\n"
-        "time.sleep(600)\n"
+        f"cp = ControlPlane(workdir=Path({str(tmp_path / 'cp')!r})).start()"
     )
-    with killed_hard(script, pids_file, timeout=60) as words:
-        *pid_words, workdir = words
-        pids = [int(p) for p in pid_words]
+    with killed_hard(setup, "cp.pids", tmp_path, timeout=60) as pids:
         assert len(pids) == 4  # kwok too
         assert all(running(p) for p in pids)
-    try:
-        eventually(
-            lambda: not any(running(p) for p in pids),
-            timeout=30,
-            what="no control-plane process outliving its owner",
-        )
-    finally:
-        # Nothing ran the owner's cleanup, so its scratch directory is left; remove it here.
-        shutil.rmtree(workdir, ignore_errors=True)
+    eventually(
+        lambda: not any(running(p) for p in pids),
+        timeout=30,
+        what="no control-plane process outliving its owner",
+    )

@@ -132,20 +132,14 @@ def test_a_scaledobject_moves_replicas_up_and_down_with_the_queue(
 @pytest.mark.usefixtures("own_control_plane")
 def test_keda_dies_with_a_test_process_killed_hard(tmp_path: Path) -> None:
     """SIGKILL skips atexit and finally; neither KEDA process may outlive the test process."""
-    pids_file = tmp_path / "pids"
-    script = (
-        "import sys, time\n"
-        "from pathlib import Path\n"
+    setup = (
         "from tinct_testing.controlplane.harness import ControlPlane\n"
         "from tinct_testing.controlplane.keda import Keda\n"
         # Work directories in tmp_path: nothing runs the owner's cleanup.
         f"cp = ControlPlane(workdir=Path({str(tmp_path / 'cp')!r}), with_kwok=False).start()\n"
-        f"k = Keda(cp, workdir=Path({str(tmp_path / 'keda')!r})).start()\n"
-        f"open({str(pids_file)!r}, 'w').write(' '.join(map(str, [*k.pids, *cp.pids])))\n"
-        "time.sleep(600)\n"
+        f"k = Keda(cp, workdir=Path({str(tmp_path / 'keda')!r})).start()"
     )
-    with killed_hard(script, pids_file, timeout=240) as words:
-        pids = [int(p) for p in words]
+    with killed_hard(setup, "[*k.pids, *cp.pids]", tmp_path, timeout=240) as pids:
         assert len(pids) == 5, pids  # KEDA's two, etcd, kube-apiserver, kube-controller-manager
         assert all(running(p) for p in pids)
     eventually(

@@ -233,17 +233,23 @@ def running(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def killed_hard(script: str, out: Path, timeout: float) -> Iterator[list[str]]:
-    """A Python process running ``script`` in this environment, until it wrote ``out``: the
-    words written are yielded, then the process gets SIGKILL -- no atexit, no ``finally`` --
-    the way a CI job's timeout or an OOM kill ends a test run."""
+def killed_hard(setup: str, pids: str, directory: Path, timeout: float) -> Iterator[list[int]]:
+    """A Python process (in this environment) that runs ``setup``, writes the pids the
+    expression ``pids`` gives into ``directory`` and sleeps: those pids are yielded once
+    written, then the process gets SIGKILL -- no atexit, no ``finally`` -- the way a CI job's
+    timeout or an OOM kill ends a test run."""
+    out = directory / "pids"
+    script = (
+        f"import time\nfrom pathlib import Path\n{setup}\n"
+        f"Path({str(out)!r}).write_text(' '.join(map(str, {pids})))\ntime.sleep(600)\n"
+    )
     owner = subprocess.Popen([sys.executable, "-c", script])
     try:
 
-        def written() -> list[str]:
+        def written() -> list[int]:
             if owner.poll() is not None:
                 raise RuntimeError(f"the process exited with code {owner.returncode} before writing {out}")
-            return out.read_text().split() if out.exists() else []
+            return [int(w) for w in out.read_text().split()] if out.exists() else []
 
         yield eventually(written, timeout=timeout, what=f"{out} written")
     finally:
