@@ -39,6 +39,12 @@ def exporter() -> Iterator[tuple[str, Gauge]]:
     thread.join(5)
 
 
+@pytest.fixture
+def prom(prometheus: Callable[..., Prometheus]) -> Prometheus:
+    """A started Prometheus with no targets."""
+    return prometheus()
+
+
 def _value(prom: Prometheus, promql: str) -> float:
     [sample] = prom.wait_for(promql)
     return float(sample["value"][1])
@@ -49,12 +55,9 @@ def test_prometheus_is_the_release_built(prometheus_bin: Path) -> None:
     assert "prometheus, version 3.16.0" in out.stdout + out.stderr
 
 
-def test_scrapes_a_target_and_answers_queries(
-    prometheus: Callable[..., Prometheus], exporter: tuple[str, Gauge]
-) -> None:
+def test_scrapes_a_target_and_answers_queries(prom: Prometheus, exporter: tuple[str, Gauge]) -> None:
     target, gauge = exporter
     gauge.set(42)
-    prom = prometheus()
     assert prom.query("tinct_test_value") == []
 
     t0 = time.monotonic()
@@ -78,12 +81,9 @@ def test_scrapes_a_target_and_answers_queries(
     )
 
 
-def test_stop_and_start_keep_the_port_and_the_data(
-    prometheus: Callable[..., Prometheus], exporter: tuple[str, Gauge]
-) -> None:
+def test_stop_and_start_keep_the_port_and_the_data(prom: Prometheus, exporter: tuple[str, Gauge]) -> None:
     target, gauge = exporter
     gauge.set(5)
-    prom = prometheus()
     prom.set_targets([target], wait=True)
     _value(prom, "tinct_test_value")
     url, pid = prom.url, prom.pid
@@ -115,19 +115,17 @@ def test_bad_target_is_refused_with_the_reason(prometheus_bin: Path, tmp_path: P
         prom.close()
 
 
-def test_waiting_for_a_dead_target_fails_with_its_scrape_error(prometheus: Callable[..., Prometheus]) -> None:
-    prom = prometheus()
+def test_waiting_for_a_dead_target_fails_with_its_scrape_error(prom: Prometheus) -> None:
     dead = f"127.0.0.1:{_free_port()}"
     with pytest.raises(AssertionError, match="connection refused"):
         prom.set_targets([dead], wait=True, timeout=5)
 
 
 async def test_router_metrics_are_scraped_per_side(
-    prometheus: Callable[..., Prometheus], backends: tuple[FakeScheduler, FakeScheduler]
+    prom: Prometheus, backends: tuple[FakeScheduler, FakeScheduler]
 ) -> None:
     """What the release analysis reads: the router's request counter, per scheduler side."""
     v1, v2 = backends
-    prom = prometheus()
     async with running_router(table(v1.url, v2.url, default_weight=100)) as (base, _):
         async with aiohttp.ClientSession() as http:
             for _ in range(5):
