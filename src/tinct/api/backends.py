@@ -24,7 +24,7 @@ from yarl import URL
 
 from tinct.text import listed
 
-__all__ = ["BackendPolicy", "parse_allowed"]
+__all__ = ["BackendPolicy", "FollowsTables", "parse_allowed"]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -122,3 +122,16 @@ class BackendPolicy:
             if why is not None:
                 out.append(f"{side}: {why}")
         return out
+
+
+class FollowsTables:
+    """A configuration (a dataclass) that follows routing tables from the cluster: it has the
+    ``allow_backends`` and ``cluster_domain`` flags, and :attr:`backends` judges with them."""
+
+    allow_backends: tuple[str, ...]
+    cluster_domain: str
+
+    @property
+    def backends(self) -> BackendPolicy:
+        """Which backends a table from the cluster may name."""
+        return BackendPolicy(self.allow_backends, self.cluster_domain)

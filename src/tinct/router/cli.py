@@ -7,6 +7,7 @@ library and the docs cannot drift apart.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -22,38 +23,25 @@ _D = RouterConfig()
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
-    """The :class:`RouterConfig` the parsed flags describe."""
-    return RouterConfig(
-        host=args.host,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        max_body_bytes=args.max_body_bytes,
-        head_timeout=args.head_timeout,
-        body_timeout=args.body_timeout,
-        upstream_head_timeout=args.upstream_head_timeout,
-        shutdown_timeout=args.shutdown_timeout,
-        table_files=tuple(Path(t) for t in args.table or ()),
-        default_release=args.default_release,
-        watch=args.watch,
-        namespace=args.namespace,
-        selector=args.selector,
-        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
-        context=args.context,
-        trust_role_from=tuple(args.trust_role_from),
-        pass_through_prefixes=tuple(args.pass_through_prefix or _D.pass_through_prefixes),
-        allow_backends=parse_allowed(args.allow_backend),
-        cluster_domain=args.cluster_domain,
-        model_owners=tuple(args.model_owner),
-        resolve=tuple(args.resolve or ()),
-        workers=_workers(args),
-        measure_tokens=not args.no_token_metrics,
-        comparer=args.comparer or None,
-        comparer_token_file=Path(args.comparer_token_file) if args.comparer_token_file else None,
-        comparer_queue=args.comparer_queue,
-        shadow_max_held_bytes=args.shadow_max_held_bytes,
-        upstream_keepalive=args.upstream_keepalive,
-        keepalive_timeout=args.upstream_idle_timeout,
-    )
+    """The :class:`RouterConfig` the parsed flags describe: a flag named as a field gives it as
+    parsed; the others are converted here."""
+    given = vars(args)
+    same = {f.name: given[f.name] for f in dataclasses.fields(RouterConfig) if f.name in given}
+    converted = {
+        "table_files": tuple(Path(t) for t in args.table or ()),
+        "kubeconfig": Path(args.kubeconfig) if args.kubeconfig else None,
+        "trust_role_from": tuple(args.trust_role_from),
+        "pass_through_prefixes": tuple(args.pass_through_prefix or _D.pass_through_prefixes),
+        "allow_backends": parse_allowed(args.allow_backend),
+        "model_owners": tuple(args.model_owner),
+        "resolve": tuple(args.resolve or ()),
+        "workers": _workers(args),
+        "measure_tokens": not args.no_token_metrics,
+        "comparer": args.comparer or None,
+        "comparer_token_file": Path(args.comparer_token_file) if args.comparer_token_file else None,
+        "keepalive_timeout": args.upstream_idle_timeout,
+    }
+    return RouterConfig(**{**same, **converted})
 
 
 def _check_comparer(args: argparse.Namespace) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tinct.api.backends import BackendPolicy
+from tinct.api.backends import FollowsTables
 from tinct.api.ownership import parse_model_owners
 from tinct.api.routing import TABLE_LABEL
 from tinct.router.metrics import RouterMetrics
@@ -28,7 +28,7 @@ DEFAULT_SELECTOR = f"{TABLE_LABEL}=true"
 
 
 @dataclass
-class RouterConfig:
+class RouterConfig(FollowsTables):
     """How the router runs; the routing itself comes from the table."""
 
     host: str = "0.0.0.0"
@@ -115,11 +115,6 @@ class RouterConfig:
     def owners(self) -> dict[str, str]:
         """Model -> the namespace a cluster administrator gave it."""
         return dict(parse_model_owners(self.model_owners))
-
-    @property
-    def backends(self) -> BackendPolicy:
-        """Which backends a table from the cluster may name."""
-        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from tinct.api.backends import BackendPolicy
+from tinct.api.backends import FollowsTables
 from tinct.router.sources import table_sources
 from tinct.router.table import TableHolder
 from tinct.shadow.compare import Outcome, compare
@@ -51,7 +51,7 @@ DEFAULT_PORT = 8090
 
 
 @dataclass(frozen=True)
-class ComparerConfig:
+class ComparerConfig(FollowsTables):
     """Everything ``tinct comparer`` is told; the command's flags map onto it one to one."""
 
     host: str = "0.0.0.0"
@@ -78,11 +78,6 @@ class ComparerConfig:
     allow_backends: tuple[str, ...] = ()
     #: The cluster's DNS domain: ``<service>.<namespace>.svc.<cluster_domain>`` is a Service.
     cluster_domain: str = "cluster.local"
-
-    @property
-    def backends(self) -> BackendPolicy:
-        """Which backends a table from the cluster may name (as the routers judge it)."""
-        return BackendPolicy(self.allow_backends, self.cluster_domain)
 
 
 @dataclass
