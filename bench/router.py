@@ -308,6 +308,21 @@ def _wait_ready(metrics_port: int, proc: subprocess.Popen[bytes], timeout: float
     wait_ready("tinct router", lambda: http_ok(url), proc, time.monotonic() + timeout, interval=0.1)
 
 
+def _workers_router(
+    tmp: Path,
+    table: dict[str, Any],
+    procs: list[subprocess.Popen[bytes]],
+    workers: int,
+    python: str = sys.executable,
+) -> int:
+    """A router with ``workers`` worker processes serving ``table``, all ready; its port."""
+    port, metrics_port = free_port(), free_port()
+    extra = ("--workers", str(workers), "--metrics-port", str(metrics_port))
+    _start_router(tmp, table, port, procs, *extra, python=python)
+    _wait_ready(metrics_port, procs[-1])
+    return port
+
+
 def _release_tables(stable: str, candidate: str, n: int) -> list[dict[str, Any]]:
     """``n`` releases, each serving one model ``model-<i>``, all on the same backends."""
     return [
@@ -939,16 +954,7 @@ def against(
         urls = {}
         for workers in (1, 2):
             for name, python in pythons.items():
-                port, metrics_port = free_port(), free_port()
-                _start_router(
-                    tmp,
-                    _table(stable, candidate, 0),
-                    port,
-                    procs,
-                    *("--workers", str(workers), "--metrics-port", str(metrics_port)),
-                    python=python,
-                )
-                _wait_ready(metrics_port, procs[-1])
+                port = _workers_router(tmp, _table(stable, candidate, 0), procs, workers, python)
                 urls[f"{name}/{workers}"] = url.format(port)
         w = _alternate(urls, trivial, args.duration, args.worker_connections, args.rounds, "workers")
         for n in pythons:
@@ -1228,18 +1234,7 @@ def _run(
         # One worker against two (SO_REUSEPORT), same table, same request, same connections.
         worker_urls: dict[str, str] = {}
         for workers in (1, 2):
-            port, metrics_port = free_port(), free_port()
-            _start_router(
-                tmp,
-                _table(stable_url, candidate_url, 0),
-                port,
-                procs,
-                "--workers",
-                str(workers),
-                "--metrics-port",
-                str(metrics_port),
-            )
-            _wait_ready(metrics_port, procs[-1])
+            port = _workers_router(tmp, _table(stable_url, candidate_url, 0), procs, workers)
             worker_urls[f"workers_{workers}"] = url.format(port)
         wr = _alternate(
             worker_urls, trivial_lua, args.duration, args.worker_connections, args.rounds, "workers"

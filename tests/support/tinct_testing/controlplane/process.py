@@ -163,6 +163,19 @@ def wait_ready(
     return round(time.monotonic() - started, 2)
 
 
+class Workdir:
+    """A work directory: ``path``, the one given, else a new one that :meth:`remove` removes."""
+
+    def __init__(self, given: Path | None, prefix: str) -> None:
+        self.path = given or Path(tempfile.mkdtemp(prefix=prefix))
+        self._own = given is None
+
+    def remove(self) -> None:
+        """Remove the directory if it was made here; a given one stays."""
+        if self._own:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
 class Processes:
     """Processes started together and stopped together, in a work directory of their own.
 
@@ -176,8 +189,8 @@ class Processes:
     start_timeout = 60.0
 
     def __init__(self, workdir: Path | None, prefix: str) -> None:
-        self._own_workdir = workdir is None
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix=prefix))
+        self._workdir = Workdir(workdir, prefix)
+        self.workdir = self._workdir.path
         self._stopped = False
 
     def _start(self, deadline: float) -> None:
@@ -206,8 +219,7 @@ class Processes:
                     with contextlib.suppress(OSError, subprocess.SubprocessError):
                         p.stop()
         finally:
-            if self._own_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            self._workdir.remove()
             atexit.unregister(self.stop)
 
     def __enter__(self) -> Self:
@@ -261,6 +273,7 @@ __all__ = [
     "ControlPlaneError",
     "Process",
     "Processes",
+    "Workdir",
     "http_ok",
     "killed_hard",
     "running",

@@ -12,8 +12,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -27,7 +25,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from tinct_testing.controlplane.harness import free_port
-from tinct_testing.controlplane.process import Process, http_ok, wait_ready
+from tinct_testing.controlplane.process import Process, Workdir, http_ok, wait_ready
 from tinct_testing.wait import eventually
 
 JOB = "tinct"
@@ -48,8 +46,8 @@ class Prometheus:
     ) -> None:
         """``host``: the address to listen on; a node's IP makes it reachable from its Pods."""
         self.binary = binary
-        self._own_workdir = workdir is None
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="tinct-prom-"))
+        self._workdir = Workdir(workdir, "tinct-prom-")
+        self.workdir = self._workdir.path
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.host = host
@@ -175,8 +173,7 @@ class Prometheus:
         try:
             self.stop()
         finally:
-            if self._own_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            self._workdir.remove()
             atexit.unregister(self.close)
 
     def alive(self) -> bool:
