@@ -323,6 +323,15 @@ def _workers_router(
     return port
 
 
+def _figures(prefix: str, runs: dict[str, dict[str, float]], measures: tuple[str, ...]) -> dict[str, float]:
+    """``<prefix><side>_rps`` (and ``_p50_ms``, ``_p99_ms`` when asked) of each side's run."""
+    return {
+        f"{prefix}{side}_{m}" + ("" if m == "rps" else "_ms"): round(run[m], 1 if m == "rps" else 3)
+        for m in measures
+        for side, run in runs.items()
+    }
+
+
 def _release_tables(stable: str, candidate: str, n: int) -> list[dict[str, Any]]:
     """``n`` releases, each serving one model ``model-<i>``, all on the same backends."""
     return [
@@ -1152,28 +1161,14 @@ def _run(
         )
         share = _candidate_share(router50)
         print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
-        d, n, r = runs["direct"], runs["nginx"], runs["router"]
-        rd, rn, rr = real["direct"], real["nginx"], real["router"]
+        summary.update(_figures("", runs, ("rps", "p50", "p99")))
+        summary["router_vs_nginx"] = round(runs["router"]["rps"] / runs["nginx"]["rps"], 3)
+        summary.update(_figures("realistic_", real, ("rps",)))
         summary.update(
-            {
-                "direct_rps": round(d["rps"], 1),
-                "nginx_rps": round(n["rps"], 1),
-                "router_rps": round(r["rps"], 1),
-                "router_vs_nginx": round(r["rps"] / n["rps"], 3),
-                "direct_p50_ms": round(d["p50"], 3),
-                "nginx_p50_ms": round(n["p50"], 3),
-                "router_p50_ms": round(r["p50"], 3),
-                "direct_p99_ms": round(d["p99"], 3),
-                "nginx_p99_ms": round(n["p99"], 3),
-                "router_p99_ms": round(r["p99"], 3),
-                "realistic_direct_rps": round(rd["rps"], 1),
-                "realistic_nginx_rps": round(rn["rps"], 1),
-                "realistic_router_rps": round(rr["rps"], 1),
-                "realistic_router_vs_nginx": round(rr["rps"] / rn["rps"], 3),
-                "realistic_nginx_p99_ms": round(rn["p99"], 3),
-                "realistic_router_p99_ms": round(rr["p99"], 3),
-                "realistic_candidate_share": round(share, 3),
-            }
+            realistic_router_vs_nginx=round(real["router"]["rps"] / real["nginx"]["rps"], 3),
+            realistic_nginx_p99_ms=round(real["nginx"]["p99"], 3),
+            realistic_router_p99_ms=round(real["router"]["p99"], 3),
+            realistic_candidate_share=round(share, 3),
         )
     if "shadow" in cases:
         summary.update(_shadow_case(args, tmp, procs, stable_url, candidate_url, url, trivial_lua))
