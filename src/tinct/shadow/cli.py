@@ -144,6 +144,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tinct.shadow.service import ComparerConfig
 
     d = ComparerConfig()
+
+    def count(parser: argparse.ArgumentParser, flag: str, text: str) -> None:
+        """A positive whole number ``--a-b``: TINCT_COMPARER_A_B, else the configuration's."""
+        name = flag.removeprefix("--").replace("-", "_")
+        default = int(_env(name.upper()) or getattr(d, name))
+        parser.add_argument(flag, type=_positive, default=default, help=text)
+
+    def switch(parser: argparse.ArgumentParser, flag: str, text: str) -> None:
+        """An on/off ``--a-b``, on by default when TINCT_COMPARER_A_B is 1, true or yes."""
+        on = (_env(flag.removeprefix("--").replace("-", "_").upper()) or "").lower() in ("1", "true", "yes")
+        parser.add_argument(flag, action="store_true", default=on, help=text)
+
     p = sub.add_parser(
         "comparer",
         help="compare the answers of mirrored requests (shadow traffic) and export the agreement",
@@ -182,11 +194,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="file holding the bearer token routers send (TINCT_COMPARER_TOKEN_FILE; or the token "
         "itself in TINCT_COMPARER_TOKEN)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--insecure-no-token",
-        action="store_true",
-        default=(_env("INSECURE_NO_TOKEN") or "").lower() in ("1", "true", "yes"),
-        help="take pairs without a token (TINCT_COMPARER_INSECURE_NO_TOKEN): only where nothing "
+        "take pairs without a token (TINCT_COMPARER_INSECURE_NO_TOKEN): only where nothing "
         "else can reach the port",
     )
     p.add_argument(
@@ -194,24 +205,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="root of the lineage tables; pairs go to its shadow_pairs table (default: "
         "$TINCT_LINEAGE_ROOT, else /var/lib/tinct/lineage)",
     )
-    p.add_argument(
-        "--no-lineage",
-        action="store_true",
-        default=(_env("NO_LINEAGE") or "").lower() in ("1", "true", "yes"),
-        help="count verdicts without recording them (TINCT_COMPARER_NO_LINEAGE)",
-    )
-    p.add_argument(
+    switch(p, "--no-lineage", "count verdicts without recording them (TINCT_COMPARER_NO_LINEAGE)")
+    count(
+        p,
         "--queue-size",
-        type=_positive,
-        default=int(_env("QUEUE_SIZE") or d.queue_size),
-        help="pairs waiting to be compared; more are dropped and counted (TINCT_COMPARER_QUEUE_SIZE; "
+        "pairs waiting to be compared; more are dropped and counted (TINCT_COMPARER_QUEUE_SIZE; "
         "default: %(default)s)",
     )
-    p.add_argument(
+    count(
+        p,
         "--batch-rows",
-        type=_positive,
-        default=int(_env("BATCH_ROWS") or d.batch_rows),
-        help="rows of shadow_pairs per commit at most; a commit also every 2 s (default: %(default)s)",
+        "rows of shadow_pairs per commit at most; a commit also every 2 s (default: %(default)s)",
     )
     p.add_argument(
         "--judge",
@@ -222,17 +226,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "name in spec.shadow.judge.name (repeatable; TINCT_COMPARER_JUDGES, comma-separated; its API "
         "key, if any, in TINCT_JUDGE_API_KEY_<NAME>)",
     )
-    p.add_argument(
+    count(
+        p,
         "--judge-concurrency",
-        type=_positive,
-        default=int(_env("JUDGE_CONCURRENCY") or d.judge_concurrency),
-        help="judge calls in flight at most; more are skipped and counted (budget) (default: %(default)s)",
+        "judge calls in flight at most; more are skipped and counted (budget) (default: %(default)s)",
     )
-    p.add_argument(
-        "--judge-per-minute",
-        type=_positive,
-        default=int(_env("JUDGE_PER_MINUTE") or d.judge_per_minute),
-        help="judge calls per minute at most (default: %(default)s)",
-    )
+    count(p, "--judge-per-minute", "judge calls per minute at most (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd)
