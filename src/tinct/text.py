@@ -52,18 +52,24 @@ def listing(items: Iterable[str], most: int = 3, *, sep: str = ", ") -> str:
 def prompt_text(doc: dict[str, Any], *, roles: bool = False) -> str:
     """The text of a request's messages (chat) or prompt (completions), a line each.
 
-    A message whose content is a list of parts gives their texts joined by spaces; with
-    ``roles`` each message's line starts with its role (``user: …``), as a judge reads it.
+    With ``roles`` each message is one line starting with its role (``user: …``), its parts'
+    texts joined by spaces, as a judge reads it; without, each part is a line of its own.
     """
     parts: list[str] = []
     for m in doc.get("messages") or []:
         if not isinstance(m, dict):
             continue
         content = m.get("content")
-        if isinstance(content, list):
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        texts = (
+            [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+            if isinstance(content, list)
+            else None
+        )
         if roles:
-            parts.append(f"{m.get('role', 'user')}: {content if isinstance(content, str) else ''}")
+            line = " ".join(texts) if texts is not None else content if isinstance(content, str) else ""
+            parts.append(f"{m.get('role', 'user')}: {line}")
+        elif texts is not None:
+            parts.extend(texts)
         elif isinstance(content, str):
             parts.append(content)
     prompt = doc.get("prompt")

@@ -300,7 +300,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--pass-through-prefix",
         metavar="PATH",
         action="append",
-        default=[x for x in os.environ.get("TINCT_ROUTER_PASS_THROUGH_PREFIX", "").split(",") if x] or None,
+        default=_listed("TINCT_ROUTER_PASS_THROUGH_PREFIX") or None,
         help="pass requests whose path is under PATH through to stable, unclassified; any other "
         "path (besides POST /v1/chat/completions and /v1/completions, always classified) gets a "
         "404. PATH ending in / takes every path under it, one without takes itself and what is "

@@ -53,11 +53,11 @@ def config_from_args(args: argparse.Namespace) -> object:
     from tinct.api.backends import parse_allowed
     from tinct.lineage.root import lineage_root
     from tinct.shadow.service import ComparerConfig
+    from tinct.text import listed
 
     judges = dict(args.judge or [])
-    for item in (_env("JUDGES") or "").split(","):
-        if item.strip():
-            judges.setdefault(*_judge(item.strip()))
+    for item in listed(_env("JUDGES") or ""):
+        judges.setdefault(*_judge(item))
     return ComparerConfig(
         host=args.host,
         port=args.port,
