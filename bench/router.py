@@ -10,7 +10,10 @@ by side per run, never subtracted across runs:
   every cell at weight 0: the router only parses and forwards) and a realistic one (several
   messages, ~3,000 tokens, every cell at weight 50, a new ``X-Session-Id`` per request, so
   classification of a real prompt, the sticky hash and the candidate choice all run; the
-  candidate is the same nginx under another host name).
+  candidate is the same nginx under another host name). The trivial request also goes
+  through a relay in this script (``relay``: uvloop and httptools, a task and a future per
+  request, nothing else: the least a Python proxy does), and the CPU each serving process
+  spends per request, in user space and in the kernel, is read from ``/proc``.
 - ``long``: a ~220 KB chat request (a system prompt, four turns, a long user turn) at 20 and
   150 connections, directly, through nginx, through the router (1 process, weight 50:
   classification and the sticky hash run) and through the router as the chart runs it on
@@ -589,6 +592,83 @@ def _engine_main(port: int, tokens: int, interval: float) -> None:
     loop.run_until_complete(serve())
 
 
+def _relay_main(port: int, upstream: int) -> None:
+    """The least an HTTP/1.1 proxy in Python can do per request, as a reference for the
+    router's own cost: uvloop and httptools as the router uses them, one upstream connection
+    per client connection, and per request a task awaiting a future for the answer (as the
+    router's handler does); no classification, header rewriting, metrics or timeouts."""
+    import httptools
+    import uvloop
+
+    class Upstream(asyncio.Protocol):
+        def __init__(self, client: Client) -> None:
+            self.client = client
+            self.parser = httptools.HttpResponseParser(self)
+            self.pieces: list[bytes] = []
+            self.t: asyncio.Transport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            self.pieces.append(data)
+            self.parser.feed_data(data)
+
+        def on_message_complete(self) -> None:
+            answer, self.pieces = b"".join(self.pieces), []
+            if self.client.answer is not None:
+                self.client.answer.set_result(answer)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.client.t is not None:
+                self.client.t.close()
+
+    class Client(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpRequestParser(self)
+            self.pieces: list[bytes] = []
+            self.t: asyncio.Transport | None = None
+            self.answer: asyncio.Future[bytes] | None = None
+            self.up: asyncio.Task[tuple[asyncio.BaseTransport, Upstream]] | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t = transport  # type: ignore[assignment]
+            self.up = loop.create_task(loop.create_connection(lambda: Upstream(self), "127.0.0.1", upstream))
+
+        def data_received(self, data: bytes) -> None:
+            self.pieces.append(data)
+            self.parser.feed_data(data)
+
+        def on_message_complete(self) -> None:
+            request, self.pieces = b"".join(self.pieces), []
+            loop.create_task(self.exchange(request))
+
+        async def exchange(self, request: bytes) -> None:
+            assert self.up is not None
+            assert self.t is not None
+            up = (await self.up)[1]
+            assert up.t is not None
+            self.answer = loop.create_future()
+            up.t.write(request)
+            answer = await self.answer
+            self.answer = None
+            if not self.t.is_closing():
+                self.t.write(answer)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.up is not None and self.up.done() and not self.up.exception():
+                self.up.result()[0].close()
+
+    async def serve() -> None:
+        server = await loop.create_server(Client, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await asyncio.Future()
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(serve())
+
+
 def chunk_of(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
@@ -717,7 +797,7 @@ def long_prompt_request() -> str:
 
 
 def _mean_runs(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.mean(r[k] for r in runs) for k in ("rps", "p50", "p99")}
+    return {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
 
 
 def _shadow_case(
@@ -774,15 +854,38 @@ def _shadow_case(
 
 
 def _alternate(
-    targets: dict[str, str], script: Path, duration: float, connections: int, rounds: int, label: str
+    targets: dict[str, str],
+    script: Path,
+    duration: float,
+    connections: int,
+    rounds: int,
+    label: str,
+    pids: dict[str, int] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """wrk against each of ``targets`` (name -> URL) in alternating rounds; the mean of each."""
+    """wrk against each of ``targets`` (name -> URL) in alternating rounds; the mean of each.
+    For the sides ``pids`` names (name -> the one process serving it), also the CPU that
+    process spent per request, in user space (``user_us``) and in the kernel (``sys_us``)."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
     for _ in range(rounds):
         for name, url in targets.items():
-            got[name].append(_wrk(url, script, duration, connections))
+            pid = (pids or {}).get(name)
+            before = _cpu_s(pid) if pid else (0.0, 0.0)
+            run = _wrk(url, script, duration, connections)
+            if pid:
+                requests = run["rps"] * duration
+                after = _cpu_s(pid)
+                run["user_us"] = (after[0] - before[0]) / requests * 1e6
+                run["sys_us"] = (after[1] - before[1]) / requests * 1e6
+            got[name].append(run)
             print(f"{label} {name:>8}: {got[name][-1]}", file=sys.stderr)
     return {name: _mean_runs(r) for name, r in got.items()}
+
+
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """Seconds of CPU ``pid`` has spent so far in user space and in the kernel."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def token_meter_us() -> float:
@@ -1063,10 +1166,15 @@ def main() -> int:
     ap.add_argument("--engine", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--tokens", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--load", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--relay", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--to", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rate", type=float, default=2000.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.engine is not None:
         _engine_main(args.engine, args.tokens, 1.0)
+        return 0
+    if args.relay is not None:
+        _relay_main(args.relay, args.to)
         return 0
     if args.load is not None:
         _load_main(args.load, args.streams, args.rate)
@@ -1133,22 +1241,32 @@ def _run(
         proxy,
         procs,
     )
+    nginx_proxy = procs[-1].pid  # its master; the worker serves
     stable_url, candidate_url = f"http://127.0.0.1:{backend}", f"http://localhost:{backend}"
     path = "/v1/chat/completions"
     url = "http://127.0.0.1:{}" + path
     if "hop" in cases:
-        router, router50 = free_port(), free_port()
+        router, router50, relay = free_port(), free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 0), router, procs)
+        pids = {"router": procs[-1].pid, "nginx": _children(nginx_proxy)[0]}
         _start_router(tmp, _table(stable_url, candidate_url, 50), router50, procs)
+        _wait_port(relay, _helper(["--relay", str(relay), "--to", str(backend)], procs), "relay")
+        pids["relay"] = procs[-1].pid
         runs: dict[str, dict[str, float]] = {}
         runs.update(
             _alternate(
-                {"direct": url.format(backend), "nginx": url.format(proxy), "router": url.format(router)},
+                {
+                    "direct": url.format(backend),
+                    "nginx": url.format(proxy),
+                    "relay": url.format(relay),
+                    "router": url.format(router),
+                },
                 trivial_lua,
                 args.duration,
                 args.connections,
                 args.rounds,
                 "plain",
+                pids,
             )
         )
         real = _alternate(
@@ -1163,6 +1281,10 @@ def _run(
         print(f"realistic run: candidate answered {share:.1%} of the routed requests", file=sys.stderr)
         summary.update(_figures("", runs, ("rps", "p50", "p99")))
         summary["router_vs_nginx"] = round(runs["router"]["rps"] / runs["nginx"]["rps"], 3)
+        summary["router_vs_relay"] = round(runs["router"]["rps"] / runs["relay"]["rps"], 3)
+        for side in pids:
+            summary[f"{side}_user_us_per_request"] = round(runs[side]["user_us"], 1)
+            summary[f"{side}_sys_us_per_request"] = round(runs[side]["sys_us"], 1)
         summary.update(_figures("realistic_", real, ("rps",)))
         summary.update(
             realistic_router_vs_nginx=round(real["router"]["rps"] / real["nginx"]["rps"], 3),
@@ -1175,6 +1297,7 @@ def _run(
     if "long" in cases:
         long_router, workers_router, workers_metrics = free_port(), free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 50), long_router, procs)
+        long_pids = {"router": procs[-1].pid, "nginx": _children(nginx_proxy)[0]}
         _start_router(
             tmp,
             _table(stable_url, candidate_url, 50),
@@ -1190,7 +1313,7 @@ def _run(
             "workers": url.format(workers_router),
         }
         for conns in (20, 150):
-            got = _alternate(targets, long_lua, args.duration, conns, args.rounds, f"long{conns}")
+            got = _alternate(targets, long_lua, args.duration, conns, args.rounds, f"long{conns}", long_pids)
             d, r, w = got["direct"], got["router"], got["workers"]
             for name, run in got.items():
                 summary[f"long_prompt_{name}_rps_{conns}"] = round(run["rps"], 1)
@@ -1203,6 +1326,9 @@ def _run(
             summary[f"long_prompt_rps_ratio_workers{suffix}"] = round(w["rps"] / d["rps"], 3)
             summary[f"long_prompt_added_p50_ms_workers{suffix}"] = round(w["p50"] - d["p50"], 3)
             summary[f"long_prompt_added_p99_ms_workers{suffix}"] = round(w["p99"] - d["p99"], 3)
+            for side in long_pids:
+                summary[f"long_prompt_{side}_user_us_per_request{suffix}"] = round(got[side]["user_us"], 1)
+                summary[f"long_prompt_{side}_sys_us_per_request{suffix}"] = round(got[side]["sys_us"], 1)
     if "tables" in cases:
         # One table vs a hundred: the request's model picks its table among them.
         one_table, hundred_tables = free_port(), free_port()
