@@ -90,6 +90,7 @@ from typing import Any
 from tinct.router.config import RouterConfig
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.controlplane.process import http_ok, wait_ready
+from tinct_testing.measure import children, cpu_times, status_mb
 from tinct_testing.router_fakes import PairReceiver, table_doc  # the tests' routing table and pair receiver
 
 #: Size of the long-prompt case's request body.
@@ -869,23 +870,16 @@ def _alternate(
     for _ in range(rounds):
         for name, url in targets.items():
             pid = (pids or {}).get(name)
-            before = _cpu_s(pid) if pid else (0.0, 0.0)
+            before = cpu_times(pid) if pid else (0.0, 0.0)
             run = _wrk(url, script, duration, connections)
             if pid:
                 requests = run["rps"] * duration
-                after = _cpu_s(pid)
+                after = cpu_times(pid)
                 run["user_us"] = (after[0] - before[0]) / requests * 1e6
                 run["sys_us"] = (after[1] - before[1]) / requests * 1e6
             got[name].append(run)
             print(f"{label} {name:>8}: {got[name][-1]}", file=sys.stderr)
     return {name: _mean_runs(r) for name, r in got.items()}
-
-
-def _cpu_s(pid: int) -> tuple[float, float]:
-    """Seconds of CPU ``pid`` has spent so far in user space and in the kernel."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def token_meter_us() -> float:
@@ -906,21 +900,8 @@ def token_meter_us() -> float:
     return statistics.median(samples)
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(x) for x in text.split()]
-
-
 def _rss_kb(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1])
-    return total
+    return round(sum(status_mb(pid) for pid in pids) * 1024)
 
 
 def _fds(pids: list[int]) -> int:
@@ -958,7 +939,7 @@ def streams_case(
     )
     router = procs[-1]
     _wait_ready(metrics_port, router)
-    pids = _children(router.pid)
+    pids = children(router.pid)
     time.sleep(1.0)
     rss_before, fds_before = _rss_kb(pids), _fds(pids)
     out: dict[str, list[dict[str, Any]]] = {"router": [], "direct": []}
@@ -1248,7 +1229,7 @@ def _run(
     if "hop" in cases:
         router, router50, relay = free_port(), free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 0), router, procs)
-        pids = {"router": procs[-1].pid, "nginx": _children(nginx_proxy)[0]}
+        pids = {"router": procs[-1].pid, "nginx": children(nginx_proxy)[0]}
         _start_router(tmp, _table(stable_url, candidate_url, 50), router50, procs)
         _wait_port(relay, _helper(["--relay", str(relay), "--to", str(backend)], procs), "relay")
         pids["relay"] = procs[-1].pid
@@ -1297,7 +1278,7 @@ def _run(
     if "long" in cases:
         long_router, workers_router, workers_metrics = free_port(), free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 50), long_router, procs)
-        long_pids = {"router": procs[-1].pid, "nginx": _children(nginx_proxy)[0]}
+        long_pids = {"router": procs[-1].pid, "nginx": children(nginx_proxy)[0]}
         _start_router(
             tmp,
             _table(stable_url, candidate_url, 50),

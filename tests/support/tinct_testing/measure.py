@@ -24,10 +24,24 @@ def status_mb(pid: int, field: str = "VmRSS") -> float:
     return float("nan")
 
 
+def cpu_times(pid: int) -> tuple[float, float]:
+    """CPU seconds process ``pid`` has used in user space and in the kernel."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) process ``pid`` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_times(pid))
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started that still run (none once it ended)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def cold_build(make: Callable[[], object], what: str, *, after: Callable[[], object] | None = None) -> float:
