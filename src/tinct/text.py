@@ -60,18 +60,14 @@ def prompt_text(doc: dict[str, Any], *, roles: bool = False) -> str:
         if not isinstance(m, dict):
             continue
         content = m.get("content")
-        texts = (
-            [str(p.get("text", "")) for p in content if isinstance(p, dict)]
-            if isinstance(content, list)
-            else None
-        )
+        if isinstance(content, list):
+            texts = [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+        else:
+            texts = [content] if isinstance(content, str) else []
         if roles:
-            line = " ".join(texts) if texts is not None else content if isinstance(content, str) else ""
-            parts.append(f"{m.get('role', 'user')}: {line}")
-        elif texts is not None:
+            parts.append(f"{m.get('role', 'user')}: {' '.join(texts)}")
+        else:
             parts.extend(texts)
-        elif isinstance(content, str):
-            parts.append(content)
     prompt = doc.get("prompt")
     if isinstance(prompt, str):
         parts.append(prompt)
