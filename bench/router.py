@@ -217,13 +217,18 @@ def _lua(body: str, sessions: bool) -> str:
     )
 
 
-def _wrk(url: str, script: Path, duration: float, connections: int) -> dict[str, float]:
-    # A short warm-up fills keep-alive pools and JITs nothing, but settles the caches.
+def _warm(url: str, script: Path, connections: int) -> None:
+    """A second of load: fills keep-alive pools and settles the caches (JITs nothing)."""
     subprocess.run(
         ["wrk", "-t1", f"-c{connections}", "-d1s", "-s", str(script), url],
         check=True,
         capture_output=True,
     )
+
+
+def _wrk(url: str, script: Path, duration: float, connections: int, *, warm: bool = True) -> dict[str, float]:
+    if warm:
+        _warm(url, script, connections)
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency", "-s", str(script), url],
         check=True,
@@ -870,8 +875,9 @@ def _alternate(
     for _ in range(rounds):
         for name, url in targets.items():
             pid = (pids or {}).get(name)
+            _warm(url, script, connections)  # apart: its requests are not in the CPU read below
             before = cpu_times(pid) if pid else (0.0, 0.0)
-            run = _wrk(url, script, duration, connections)
+            run = _wrk(url, script, duration, connections, warm=False)
             if pid:
                 requests = run["rps"] * duration
                 after = cpu_times(pid)
