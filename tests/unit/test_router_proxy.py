@@ -409,3 +409,34 @@ async def test_which_fallbacks_count_in_the_candidates_time_to_first_byte(
     ttfb = "tinct_router_time_to_first_byte_seconds"
     assert _buckets(text, ttfb, "candidate").get("+Inf", 0) == candidate_observations
     assert _buckets(text, ttfb, "stable")["+Inf"] == 1
+
+
+async def test_long_head_deadlines_are_met_by_the_pools_watch_and_leave_nothing_behind(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stable's head timeout is minutes in production, met by one watch rather than a timer
+    # per request; here the watch takes a timeout of 1 s.
+    monkeypatch.setattr("tinct.router.upstream.WATCH_HEADS_FROM", 0.5)
+    monkeypatch.setattr("tinct.router.response.HEAD_TICK", 0.1)
+    cfg = RouterConfig(upstream_head_timeout=1.0)
+    async with running_router(table(v1.url, v2.url), cfg) as (base, router):
+        assert router._pool is not None
+        watch = router._pool.head_watch
+        for _ in range(3):
+            assert (await post(http, base, chat()))[0] == 200
+        assert watch.waiting == {}  # answered heads leave the watch at once
+        v1.reset("stall")
+        started = time.monotonic()
+        status, _, body = await post(http, base, chat())
+        waited = time.monotonic() - started
+        assert (status, body["error"]["code"]) == (502, "bad_gateway")
+        timeouts = router.state.metrics.registry.get_sample_value(
+            "tinct_router_upstream_rejected_total",
+            {"namespace": "llm", "release": "chat", "side": "stable", "reason": "head_timeout"},
+        )
+        assert timeouts == 1
+        assert waited >= 1.0  # never before the deadline
+        assert watch.waiting == {}
+        v1.release_stall.set()
+        v1.reset("ok")
+        assert (await post(http, base, chat()))[0] == 200

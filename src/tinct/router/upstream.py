@@ -38,7 +38,9 @@ from tinct.router.flow import WriteFlow
 from tinct.router.framing import final_chunked
 from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
+    WATCH_HEADS_FROM,
     ClientBodyError,
+    HeadWatch,
     IdleWatch,
     Response,
     UpstreamConnectError,
@@ -307,6 +309,8 @@ class UpstreamPool:
         self._idle: dict[Origin, list[UpstreamConnection]] = {}
         #: Answers streaming with an idle timeout, checked together.
         self.idle_watch = IdleWatch(self.loop)
+        #: Answers waiting for their head under a long deadline, checked together.
+        self.head_watch = HeadWatch(self.loop)
         self._tls: ssl.SSLContext | None = None
         self._sweeper = self.loop.create_task(self._sweep(), name="tinct-upstream-idle-sweep")
 
@@ -335,7 +339,9 @@ class UpstreamPool:
         Raises:
             UpstreamConnectError: no connection could be made.
             UpstreamTimeoutError: the head was not in within ``timeout`` seconds (connecting
-                and sending included); one timer, not a cancel scope, on the hot path.
+                and sending included): a timer of its own below
+                :data:`~tinct.router.response.WATCH_HEADS_FROM` seconds, else the pool's
+                :class:`~tinct.router.response.HeadWatch` (at most half a second late).
             UpstreamError: the backend failed before its response head.
         """
         if isinstance(body, Body):
@@ -350,6 +356,7 @@ class UpstreamPool:
             framing = b""
         head = b"%b %b HTTP/1.1\r\n%b%b\r\n" % (method.encode("ascii"), target, headers, framing)
         deadline = None if timeout is None else self.loop.time() + timeout
+        watch = self.head_watch
         for attempt in range(2):
             conn = await self._acquire(origin, deadline, fresh=attempt > 0)
             resp = Response(conn, head_only)
@@ -368,7 +375,12 @@ class UpstreamPool:
                 else:
                     # Two buffers, one system call: a long prompt is not copied to be joined.
                     conn.transport.writelines((head, body))
-            timer = None if deadline is None else self.loop.call_at(deadline, resp._head_overdue)
+            timer = None
+            if deadline is not None:
+                if timeout is not None and timeout >= WATCH_HEADS_FROM:
+                    watch.add(resp, deadline)
+                else:
+                    timer = self.loop.call_at(deadline, resp._head_overdue)
             try:
                 await resp.head
             except _StaleError:
@@ -385,6 +397,8 @@ class UpstreamPool:
             finally:
                 if timer is not None:
                     timer.cancel()
+                elif deadline is not None:
+                    watch.discard(resp)
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
