@@ -9,7 +9,7 @@ import pytest
 
 from tinct.cli import main
 from tinct.router.config import RouterConfig
-from tinct.router.trust import RoleTrust
+from tinct.router.trust import MAX_DECIDED, RoleTrust
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
 
 
@@ -35,6 +35,19 @@ def test_nobody_is_trusted_by_default() -> None:
 )
 def test_allows(networks: list[str], peer: str | None, allowed: bool) -> None:
     assert RoleTrust(networks).allows(peer) is allowed
+
+
+def test_decisions_kept_per_peer_stay_right_and_bounded() -> None:
+    trust = RoleTrust(["10.0.0.0/8"])
+    for _ in range(2):  # the second round answers from what the first decided
+        assert trust.allows("10.0.0.1") is True
+        assert trust.allows("11.0.0.1") is False
+        assert trust.allows("::ffff:10.0.0.9") is True
+        assert trust.allows("not-an-ip") is False
+    for i in range(3 * MAX_DECIDED):  # a peer per connection from a large network
+        assert trust.allows(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}") is True
+    assert len(trust._decided) <= MAX_DECIDED
+    assert trust.allows("11.0.0.1") is False
 
 
 def test_bad_range_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,9 @@ from collections.abc import Iterable
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+#: Peers whose decision is kept; past that many the record starts afresh.
+MAX_DECIDED = 4096
+
 
 class RoleTrust:
     """The peer networks whose role header is believed."""
@@ -27,11 +30,22 @@ class RoleTrust:
             except ValueError:
                 raise ValueError(f"--trust-role-from: {spec!r} is not an IP address or CIDR range") from None
         self.networks: tuple[_Network, ...] = tuple(parsed)
+        #: Peers already decided: parsing an address costs more than the rest of a request's
+        #: classification, and a router hears from few peers (its gateways) over and over.
+        self._decided: dict[str, bool] = {}
 
     def allows(self, peer: str | None) -> bool:
         """Whether the role header of a request from ``peer`` (an IP address) is believed."""
         if not self.networks or not peer:
             return False
+        decided = self._decided.get(peer)
+        if decided is None:
+            if len(self._decided) >= MAX_DECIDED:
+                self._decided.clear()
+            decided = self._decided[peer] = self._decide(peer)
+        return decided
+
+    def _decide(self, peer: str) -> bool:
         try:
             address = ipaddress.ip_address(peer)
         except ValueError:
@@ -44,4 +58,4 @@ class RoleTrust:
         return f"RoleTrust({[str(n) for n in self.networks]})"
 
 
-__all__ = ["RoleTrust"]
+__all__ = ["MAX_DECIDED", "RoleTrust"]
