@@ -87,15 +87,6 @@ _DROP_REQUEST = HOP_BY_HOP_B | {
 }
 _DROP_RESPONSE = HOP_BY_HOP_B | {b"content-length", b"server"}
 _XFF = b"x-forwarded-for"
-_SSE = b"text/event-stream"
-
-
-def _event_stream(resp: Response) -> bool:
-    """The answer says it is Server-Sent Events."""
-    for n, _, value in resp.headers:
-        if n == b"content-type":
-            return value[:17].lower() == _SSE
-    return False
 
 
 def forward_headers(fields: Fields, hops: frozenset[bytes], remote: str | None) -> bytes:
@@ -372,7 +363,7 @@ class Proxy:
         meter = None
         if ex.body is not None:
             if self.measure_tokens:
-                meter = ex.meter = self.metrics.meter(ex, resp.status, _event_stream(resp), ex.stream)
+                meter = ex.meter = self.metrics.meter(ex, resp.status, resp.event_stream is True, ex.stream)
             # No retry once an answer is taken: a long prompt is not held for a whole stream.
             ex.body = b""
         complete = False

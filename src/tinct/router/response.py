@@ -181,6 +181,7 @@ class Response:
         "closing",
         "complete",
         "content_length",
+        "event_stream",
         "head",
         "head_lines",
         "head_only",
@@ -203,6 +204,8 @@ class Response:
         self.reason = b""
         self.headers: Fields = []
         self.content_length: int | None = None
+        #: Its first ``Content-Type`` says Server-Sent Events (None: it has none).
+        self.event_stream: bool | None = None
         self.chunked = False
         #: Header names the backend's ``Connection`` header makes hop-by-hop (beyond the standard ones).
         self.hops: frozenset[bytes] = frozenset()

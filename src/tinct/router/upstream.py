@@ -52,6 +52,8 @@ from tinct.router.wire import HOP_BY_HOP_B, LAST_CHUNK, chunk, connection_tokens
 
 _log = logging.getLogger(__name__)
 
+_SSE = b"text/event-stream"
+
 #: (host, port, TLS) of a backend: the pool's key.
 Origin: TypeAlias = tuple[str, int, bool]
 
@@ -220,24 +222,28 @@ class UpstreamConnection(asyncio.Protocol):
             return
         r.head_lines += 1
         r.head_size += len(name) + len(value) + 4
-        if r.head_lines > MAX_RESPONSE_HEADERS:
+        if r.head_lines > MAX_RESPONSE_HEADERS or r.head_size > MAX_RESPONSE_HEAD:
             raise UpstreamRejectedError(
-                "head_too_large", f"the backend's response head has over {MAX_RESPONSE_HEADERS} header lines"
-            )
-        if r.head_size > MAX_RESPONSE_HEAD:
-            raise UpstreamRejectedError(
-                "head_too_large", f"the backend's response head is over {MAX_RESPONSE_HEAD} bytes"
+                "head_too_large",
+                f"the backend's response head has over {MAX_RESPONSE_HEADERS} header lines"
+                if r.head_lines > MAX_RESPONSE_HEADERS
+                else f"the backend's response head is over {MAX_RESPONSE_HEAD} bytes",
             )
         n = name.lower()
         r.headers.append((n, name, value))
         if n == b"content-length":
             r.content_length = int(value)
-        elif n == b"transfer-encoding":
-            r.chunked = final_chunked([value])
+        elif n == b"content-type":
+            if r.event_stream is None:  # the first one counts
+                r.event_stream = value[:17].lower() == _SSE
         elif n == b"connection":
+            if value == b"keep-alive":  # what most backends send: nothing to drop or close
+                return
             tokens = connection_tokens(value)
             r.closing = r.closing or b"close" in tokens
             r.hops |= tokens - HOP_BY_HOP_B
+        elif n == b"transfer-encoding":
+            r.chunked = final_chunked([value])
 
     def on_headers_complete(self) -> None:
         r = self.resp
@@ -250,6 +256,7 @@ class UpstreamConnection(asyncio.Protocol):
             r._informational = True  # 100 Continue and the like: skip, the answer follows
             r.headers = []
             r.reason = b""
+            r.event_stream = None
             r.content_length = None
             r.chunked = r.closing = False
             r.hops = frozenset()
