@@ -71,7 +71,7 @@ def connection_tokens(value: bytes) -> frozenset[bytes]:
 
 def header_block(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     """``Name: value\\r\\n`` lines of ``headers``."""
-    return b"".join(b"%b: %b\r\n" % hv for hv in headers)
+    return b"".join([b"%b: %b\r\n" % hv for hv in headers])  # a list joins twice as fast as a generator
 
 
 def simple_response(
