@@ -74,6 +74,7 @@ bench: bootstrap ## run the benchmarks in bench/ (minutes; each prints a JSON li
 	$(BIN)/python bench/artifacts.py
 	$(BIN)/python bench/lineage.py
 	$(BIN)/python bench/router.py
+	$(BIN)/python bench/router_code.py
 	$(BIN)/python bench/release.py
 	$(BIN)/python bench/node.py
 

@@ -802,8 +802,10 @@ def long_prompt_request() -> str:
     return json.dumps({"model": "bench", "messages": turns, "temperature": 0.2, "max_tokens": 256})
 
 
-def _mean_runs(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
+def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each key's median over the rounds: a round that something else on the machine slowed
+    (a first run three times slower than the rest has been seen) does not move it."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def _shadow_case(
@@ -868,7 +870,7 @@ def _alternate(
     label: str,
     pids: dict[str, int] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """wrk against each of ``targets`` (name -> URL) in alternating rounds; the mean of each.
+    """wrk against each of ``targets`` (name -> URL) in alternating rounds; the median of each.
     For the sides ``pids`` names (name -> the one process serving it), also the CPU that
     process spent per request, in user space (``user_us``) and in the kernel (``sys_us``)."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
@@ -885,7 +887,7 @@ def _alternate(
                 run["sys_us"] = (after[1] - before[1]) / requests * 1e6
             got[name].append(run)
             print(f"{label} {name:>8}: {got[name][-1]}", file=sys.stderr)
-    return {name: _mean_runs(r) for name, r in got.items()}
+    return {name: _median_runs(r) for name, r in got.items()}
 
 
 def token_meter_us() -> float:

@@ -1,0 +1,200 @@
+"""What the router's own code costs per request, without the kernel, wrk or a backend.
+
+``bench/router.py`` times whole proxies under wrk, where the router's user-space share of a
+plain request (a few dozen microseconds) moves by several percent from one run to the next.
+This script drives the router's real objects in one process instead: a
+:class:`~tinct.router.connection.ServerConnection` and the upstream pool's
+:class:`~tinct.router.upstream.UpstreamConnection` s on in-memory transports, on uvloop. The
+client side feeds the bench's plain chat request (one read, as wrk's arrive); each upstream
+transport answers what the router sends it with a fixed 200 in the next loop iteration, as a
+backend's answer arrives in a later one. Everything else is the router as it runs: parsing,
+classification, the sticky choice, the upstream head deadline, the answer's head, token
+metrics and request metrics.
+
+Keys of the JSON line (microseconds of CPU per request, the median of seven batches):
+
+- ``request_us``: the whole plain request, routed to stable by a table at weight 0.
+- ``request_trusted_role_us``: the same with ``--trust-role-from`` set (the role header read).
+- ``request_no_token_metrics_us``: the same with ``--no-token-metrics``; ``token_metrics_us``
+  is what token metrics add.
+- ``request_candidate_us``: weight 50 with a new ``X-Session-Id`` per request: the sticky
+  hash, and half the requests to the candidate.
+- ``connection_floor_us``: the connection alone: the request parsed, a task run, a fixed
+  answer written; ``router_code_us`` = ``request_us`` less that floor.
+
+The loop iterations the client side waits for are part of every figure; compare figures of
+one run, or runs of two commits on one machine.
+
+Usage: python bench/router_code.py [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import uvloop
+
+from tinct.router.app import Router
+from tinct.router.config import RouterConfig
+from tinct.router.connection import ServerConnection
+from tinct.router.request import Request
+from tinct.router.upstream import UpstreamConnection
+from tinct_testing.router_fakes import table
+
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Say ok. " * 8}]}).encode()
+ANSWER_BODY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+).encode()
+ANSWER = (
+    b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 05 Dec 2026 21:00:00 GMT\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%b"
+    % (len(ANSWER_BODY), ANSWER_BODY)
+)
+#: Backends of the table: never connected to (the pool is given connections on fakes).
+STABLE, CANDIDATE = "http://127.0.0.1:9", "http://localhost:9"
+
+
+def request(session: str = "bench") -> bytes:
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nContent-Length: %d\r\n"
+        b"Content-Type: application/json\r\nX-Session-Id: %b\r\n\r\n%b" % (len(BODY), session.encode(), BODY)
+    )
+
+
+class ClientTransport:
+    """The client's side of a connection: counts the router's writes."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+
+    def writelines(self, data: Any) -> None:
+        self.writes += 1
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class BackendTransport(ClientTransport):
+    """A backend's side: answers each request in the next loop iteration."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: UpstreamConnection) -> None:
+        super().__init__()
+        self.loop = loop
+        self.conn = conn
+
+    def write(self, data: bytes) -> None:
+        self.loop.call_soon(self.conn.data_received, ANSWER)
+
+    def writelines(self, data: Any) -> None:
+        self.write(b"")
+
+
+async def per_request_us(config: RouterConfig, weight: float, requests: int, *, floor: bool = False) -> float:
+    """Median CPU microseconds per request over seven batches, after a warm-up."""
+    router = Router(config)
+    await router.start()
+    router.state.holder.swap(table(STABLE, CANDIDATE, default_weight=weight), "bench")
+    loop = asyncio.get_running_loop()
+    pool, server = router._pool, router._server
+    assert pool is not None
+    assert server is not None
+    for host in ("127.0.0.1", "localhost"):
+        for _ in range(2):
+            upstream = UpstreamConnection(pool, (host, 9, False))
+            upstream.connection_made(BackendTransport(loop, upstream))  # type: ignore[arg-type]
+            pool.release(upstream)
+    if floor:
+        fixed = (200, [(b"Content-Type", b"application/json")], ANSWER_BODY)
+
+        async def answer(req: Request, conn: ServerConnection) -> None:
+            await req.body.read_all(1 << 20)
+            conn.respond(fixed)
+
+        server.handler = answer
+    conn = ServerConnection(server)
+    client = ClientTransport()
+    conn.connection_made(client)  # type: ignore[arg-type]
+    sessions = 0 < weight < 100
+    heads = [request(f"s-{i}") for i in range(1000)] if sessions else [request()]
+
+    async def run(n: int) -> None:
+        for i in range(n):
+            before = client.writes
+            conn.data_received(heads[i % len(heads)])
+            while client.writes == before:
+                await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the handler's task ends
+        assert not client.closed, "the router closed the client's connection"
+
+    await run(2000)
+    batches = []
+    for _ in range(7):
+        started = time.process_time()
+        await run(requests // 7)
+        batches.append((time.process_time() - started) / (requests // 7) * 1e6)
+    conn.connection_lost(None)
+    await router.stop()
+    return statistics.median(batches)
+
+
+async def main(requests: int) -> dict[str, float]:
+    base = RouterConfig(host="127.0.0.1", port=0, shutdown_timeout=1)
+
+    def cfg(**kw: Any) -> RouterConfig:
+        return RouterConfig(**{**base.__dict__, **kw})
+
+    out: dict[str, float] = {}
+    for key, config, weight, floor in (
+        ("request_us", base, 0.0, False),
+        ("request_trusted_role_us", cfg(trust_role_from=("10.0.0.0/8",)), 0.0, False),
+        ("request_no_token_metrics_us", cfg(measure_tokens=False), 0.0, False),
+        ("request_candidate_us", base, 50.0, False),
+        ("connection_floor_us", base, 0.0, True),
+    ):
+        out[key] = round(await per_request_us(config, weight, requests, floor=floor), 2)
+        print(f"{key}: {out[key]}", file=sys.stderr)
+    out["token_metrics_us"] = round(out["request_us"] - out["request_no_token_metrics_us"], 2)
+    out["router_code_us"] = round(out["request_us"] - out["connection_floor_us"], 2)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--requests", type=int, default=35_000, help="requests per figure (default: %(default)s)")
+    args = ap.parse_args()
+    print(json.dumps(uvloop.run(main(args.requests))))
