@@ -807,7 +807,7 @@ def long_prompt_request() -> str:
 
 def _median_runs(runs: list[dict[str, float]]) -> dict[str, float]:
     """Each key's median over the rounds: a round that something else on the machine slowed
-    (a first run three times slower than the rest has been seen) does not move it."""
+    (a first run at half the speed of the rest has been seen) does not move it."""
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
