@@ -154,14 +154,7 @@ class Proxy:
     def health(self, table: CompiledTable) -> CandidateHealth:
         """Ejection state of the table's candidate, per (namespace, release); kept across
         table swaps that keep the candidate and its fallback rules."""
-        key = (
-            table.namespace,
-            table.release,
-            str(table.candidate.url),
-            table.candidate.scheduler_version,
-            table.consecutive_failures,
-            table.cooldown,
-        )
+        key = table.health_key
         h = self._health.get(key)
         if h is None:
             release = key[:2]

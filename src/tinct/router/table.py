@@ -128,6 +128,16 @@ class CompiledTable:
         self.consecutive_failures = table.fallback.consecutive_failures
         self.cooldown = float(table.fallback.cooldown_seconds)
         self.sticky_base = salt(table.release)
+        #: What keeps a candidate's ejection state across table swaps
+        #: (:meth:`~tinct.router.proxy.Proxy.health`): built once, read on every candidate request.
+        self.health_key = (
+            self.namespace,
+            self.release,
+            str(self.candidate.url),
+            self.candidate.scheduler_version,
+            self.consecutive_failures,
+            self.cooldown,
+        )
 
     @property
     def tags(self) -> list[str]:
