@@ -39,26 +39,19 @@ import time
 from typing import Any
 
 import uvloop
+from router import ANSWER, REQUEST, _table  # the hop case's request, answer and table
 
+from tinct.api.routing import RoutingTable
 from tinct.router.app import Router
 from tinct.router.config import RouterConfig
 from tinct.router.connection import ServerConnection
 from tinct.router.request import Request
 from tinct.router.upstream import UpstreamConnection
-from tinct_testing.router_fakes import table
 
-BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Say ok. " * 8}]}).encode()
-ANSWER_BODY = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-    }
-).encode()
-ANSWER = (
+#: The hop case's request and answer (``bench/router.py``), as bytes on the wire.
+BODY = REQUEST.encode()
+ANSWER_BODY = ANSWER.encode()
+RESPONSE = (
     b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 05 Dec 2026 21:00:00 GMT\r\n"
     b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%b"
     % (len(ANSWER_BODY), ANSWER_BODY)
@@ -118,7 +111,7 @@ class BackendTransport(ClientTransport):
         self.conn = conn
 
     def write(self, data: bytes) -> None:
-        self.loop.call_soon(self.conn.data_received, ANSWER)
+        self.loop.call_soon(self.conn.data_received, RESPONSE)
 
     def writelines(self, data: Any) -> None:
         self.write(b"")
@@ -128,7 +121,7 @@ async def per_request_us(config: RouterConfig, weight: float, requests: int, *, 
     """Median CPU microseconds per request over seven batches, after a warm-up."""
     router = Router(config)
     await router.start()
-    router.state.holder.swap(table(STABLE, CANDIDATE, default_weight=weight), "bench")
+    router.state.holder.swap(RoutingTable.model_validate(_table(STABLE, CANDIDATE, weight)), "bench")
     loop = asyncio.get_running_loop()
     pool, server = router._pool, router._server
     assert pool is not None
