@@ -6,12 +6,13 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
 
 from tinct.router.config import RouterConfig
+from tinct.router.response import Feed, HeadWatch, Response, UpstreamTimeoutError
 from tinct.router.summing import parse as parse_metrics
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.router_fakes import FakeScheduler, running_router, table
@@ -411,20 +412,58 @@ async def test_which_fallbacks_count_in_the_candidates_time_to_first_byte(
     assert _buckets(text, ttfb, "stable")["+Inf"] == 1
 
 
-async def test_long_head_deadlines_are_met_by_the_pools_watch_and_leave_nothing_behind(
-    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+class _Feed:
+    """Just enough of a connection for a :class:`Response` that never gets an answer."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+
+
+async def test_the_head_watch_fails_each_answer_at_its_own_deadline_and_no_other() -> None:
+    loop = asyncio.get_running_loop()
+    watch = HeadWatch(loop)
+    failed: dict[str, float] = {}
+
+    def answer(name: str) -> Response:
+        r = Response(cast(Feed, _Feed()), head_only=False)
+        r.head.add_done_callback(lambda _: failed.setdefault(name, loop.time()))
+        return r
+
+    now = loop.time()
+    a, b, c, d = answer("a"), answer("b"), answer("c"), answer("d")
+    deadlines = {"a": now + 0.2, "b": now + 0.3, "c": now + 0.35, "d": now + 0.1}
+    assert watch.add(a, 0.2, deadlines["a"])
+    assert watch.add(b, 0.2, deadlines["b"])
+    assert watch.add(c, 0.5, deadlines["c"])  # another timeout: another queue
+    # Before the last deadline of its queue: not taken, the caller times it itself.
+    assert not watch.add(d, 0.2, deadlines["d"])
+    watch.discard(a, 0.2)  # its head came: the timer set for it must not fail anything
+    assert len(watch) == 2
+    await asyncio.sleep(0.5)
+    assert sorted(failed) == ["b", "c"]
+    for name in ("b", "c"):
+        assert failed[name] >= deadlines[name]  # never before the deadline
+        assert isinstance({"b": b, "c": c}[name].head.exception(), UpstreamTimeoutError)
+    assert not a.head.done()
+    assert not d.head.done()
+    assert len(watch) == 0
+    assert watch.queues == {}
+    for r in (a, d):
+        r.head.cancel()
+
+
+async def test_head_deadlines_are_met_by_the_pools_watch_and_leave_nothing_behind(
+    v1: FakeScheduler, v2: FakeScheduler, http: aiohttp.ClientSession
 ) -> None:
-    # Stable's head timeout is minutes in production, met by one watch rather than a timer
-    # per request; here the watch takes a timeout of 1 s.
-    monkeypatch.setattr("tinct.router.upstream.WATCH_HEADS_FROM", 0.5)
-    monkeypatch.setattr("tinct.router.response.HEAD_TICK", 0.1)
+    # Stable's head timeout (minutes in production, 1 s here) is met by the pool's watch,
+    # not by a timer per request.
     cfg = RouterConfig(upstream_head_timeout=1.0)
     async with running_router(table(v1.url, v2.url), cfg) as (base, router):
         assert router._pool is not None
         watch = router._pool.head_watch
         for _ in range(3):
             assert (await post(http, base, chat()))[0] == 200
-        assert watch.waiting == {}  # answered heads leave the watch at once
+        assert len(watch) == 0  # answered heads leave the watch at once
         v1.reset("stall")
         started = time.monotonic()
         status, _, body = await post(http, base, chat())
@@ -436,7 +475,8 @@ async def test_long_head_deadlines_are_met_by_the_pools_watch_and_leave_nothing_
         )
         assert timeouts == 1
         assert waited >= 1.0  # never before the deadline
-        assert watch.waiting == {}
+        assert len(watch) == 0
+        assert watch.queues == {}  # an emptied queue goes with its last timer
         v1.release_stall.set()
         v1.reset("ok")
         assert (await post(http, base, chat()))[0] == 200

@@ -14,6 +14,7 @@ carries the ``reason`` the proxy counts.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
 
@@ -125,44 +126,77 @@ class IdleWatch:
             self._tick = MAX_TICK
 
 
-#: Head deadlines at least this many seconds away are checked by a :class:`HeadWatch` (at
-#: most :data:`HEAD_TICK` late); nearer ones get a timer of their own.
-WATCH_HEADS_FROM = 10.0
-HEAD_TICK = 0.5
+class _Queue:
+    """The answers a :class:`HeadWatch` holds for one timeout, in the order of their deadlines."""
+
+    __slots__ = ("entries", "last", "timer")
+
+    def __init__(self) -> None:
+        #: Each answer still waiting for its head, and its deadline (loop time), oldest first.
+        self.entries: OrderedDict[Response, float] = OrderedDict()
+        #: The latest deadline added: one before it would break the order.
+        self.last = 0.0
+        #: Set for the first entry's deadline (or an earlier one that left), while any waits.
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class HeadWatch:
-    """Answers waiting for their head under a long deadline (stable's, minutes by default),
-    checked together twice a second.
+    """Answers waiting for their head, met at their deadlines without a timer each.
 
-    A timer per request, started and cancelled around every head, cost a tenth of the
-    router's time on a plain request (uvloop makes a handle and a libuv timer for each, and
-    closes the timer in a later loop iteration); a dictionary entry costs a few dozen
-    nanoseconds, and a deadline of minutes loses nothing by being met half a second late.
+    A timer per request, started and cancelled around every head, cost about 2 µs of a
+    request (uvloop makes a handle and a libuv timer for each, and closes the timer in a later
+    loop iteration). Requests sent with one timeout (stable's head timeout, a candidate's
+    ``latencyMs``) reach their deadlines in the order they were added, so the watch keeps one
+    queue per timeout and one timer per queue, set for its first deadline; an answer whose
+    head arrives leaves its queue at once (an ordered dictionary's entry, a few dozen
+    nanoseconds). A timer set for an entry that left fires for nothing and is set again for
+    the next deadline: with steady traffic, about once per timeout. An answer whose deadline
+    would come before the last one of its queue (a request sent again keeps its first
+    deadline) is not taken: :meth:`add` says so, and the caller gives it a timer of its own.
     """
 
-    __slots__ = ("_handle", "_loop", "waiting")
+    __slots__ = ("_loop", "queues")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        #: Each answer still waiting for its head, and its deadline (loop time).
-        self.waiting: dict[Response, float] = {}
-        self._handle: asyncio.TimerHandle | None = None
+        #: Timeout (seconds) -> its queue, while any answer or timer is in it.
+        self.queues: dict[float, _Queue] = {}
 
-    def add(self, resp: Response, deadline: float) -> None:
-        self.waiting[resp] = deadline
-        if self._handle is None:
-            self._handle = self._loop.call_later(HEAD_TICK, self._check)
+    def __len__(self) -> int:
+        """Answers waiting."""
+        return sum(len(q.entries) for q in self.queues.values())
 
-    def discard(self, resp: Response) -> None:
-        self.waiting.pop(resp, None)
+    def add(self, resp: Response, timeout: float, deadline: float) -> bool:
+        """Watch ``resp`` until :meth:`discard`, failing it at ``deadline`` (sent with
+        ``timeout``); False when that deadline is before its queue's last (not taken)."""
+        q = self.queues.get(timeout)
+        if q is None:
+            q = self.queues[timeout] = _Queue()
+        elif deadline < q.last:
+            return False
+        q.last = deadline
+        q.entries[resp] = deadline
+        if q.timer is None:
+            q.timer = self._loop.call_at(deadline, self._check, timeout)
+        return True
 
-    def _check(self) -> None:
+    def discard(self, resp: Response, timeout: float) -> None:
+        q = self.queues.get(timeout)
+        if q is not None:
+            q.entries.pop(resp, None)
+
+    def _check(self, timeout: float) -> None:
+        q = self.queues[timeout]
+        entries = q.entries
         now = self._loop.time()
-        for resp in [r for r, deadline in self.waiting.items() if deadline <= now]:
-            del self.waiting[resp]
+        while entries:
+            resp, deadline = next(iter(entries.items()))
+            if deadline > now:  # also when the loop's timer fired a little early
+                q.timer = self._loop.call_at(deadline, self._check, timeout)
+                return
+            del entries[resp]
             resp._head_overdue()
-        self._handle = self._loop.call_later(HEAD_TICK, self._check) if self.waiting else None
+        del self.queues[timeout]
 
 
 class Response:
@@ -355,8 +389,6 @@ class Response:
 
 
 __all__ = [
-    "HEAD_TICK",
-    "WATCH_HEADS_FROM",
     "ClientBodyError",
     "Feed",
     "HeadWatch",

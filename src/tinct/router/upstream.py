@@ -38,7 +38,6 @@ from tinct.router.flow import WriteFlow
 from tinct.router.framing import final_chunked
 from tinct.router.request import Body, BodyTimeoutError
 from tinct.router.response import (
-    WATCH_HEADS_FROM,
     ClientBodyError,
     HeadWatch,
     IdleWatch,
@@ -316,7 +315,7 @@ class UpstreamPool:
         self._idle: dict[Origin, list[UpstreamConnection]] = {}
         #: Answers streaming with an idle timeout, checked together.
         self.idle_watch = IdleWatch(self.loop)
-        #: Answers waiting for their head under a long deadline, checked together.
+        #: Answers waiting for their head, met at their deadlines.
         self.head_watch = HeadWatch(self.loop)
         self._tls: ssl.SSLContext | None = None
         self._sweeper = self.loop.create_task(self._sweep(), name="tinct-upstream-idle-sweep")
@@ -346,9 +345,9 @@ class UpstreamPool:
         Raises:
             UpstreamConnectError: no connection could be made.
             UpstreamTimeoutError: the head was not in within ``timeout`` seconds (connecting
-                and sending included): a timer of its own below
-                :data:`~tinct.router.response.WATCH_HEADS_FROM` seconds, else the pool's
-                :class:`~tinct.router.response.HeadWatch` (at most half a second late).
+                and sending included), met by the pool's
+                :class:`~tinct.router.response.HeadWatch` (a request sent again, by a timer
+                of its own).
             UpstreamError: the backend failed before its response head.
         """
         if isinstance(body, Body):
@@ -383,11 +382,8 @@ class UpstreamPool:
                     # Two buffers, one system call: a long prompt is not copied to be joined.
                     conn.transport.writelines((head, body))
             timer = None
-            if deadline is not None:
-                if timeout is not None and timeout >= WATCH_HEADS_FROM:
-                    watch.add(resp, deadline)
-                else:
-                    timer = self.loop.call_at(deadline, resp._head_overdue)
+            if timeout is not None and deadline is not None and not watch.add(resp, timeout, deadline):
+                timer = self.loop.call_at(deadline, resp._head_overdue)
             try:
                 await resp.head
             except _StaleError:
@@ -404,8 +400,8 @@ class UpstreamPool:
             finally:
                 if timer is not None:
                     timer.cancel()
-                elif deadline is not None:
-                    watch.discard(resp)
+                elif timeout is not None:
+                    watch.discard(resp, timeout)
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
