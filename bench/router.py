@@ -12,8 +12,10 @@ by side per run, never subtracted across runs:
   classification of a real prompt, the sticky hash and the candidate choice all run; the
   candidate is the same nginx under another host name). The trivial request also goes
   through a relay in this script (``relay``: uvloop and httptools, a task and a future per
-  request, nothing else: the least a Python proxy does), and the CPU each serving process
-  spends per request, in user space and in the kernel, is read from ``/proc``.
+  request, nothing else: the least a Python proxy does) and through ``lean`` (the router's
+  necessary work on that request written flat, with no task, future or error path: how fast
+  its request path could be in Python), and the CPU each serving process spends per
+  request, in user space and in the kernel, is read from ``/proc``.
 - ``long``: a ~220 KB chat request (a system prompt, four turns, a long user turn) at 20 and
   150 connections, directly, through nginx, through the router (1 process, weight 50:
   classification and the sticky hash run) and through the router as the chart runs it on
@@ -678,6 +680,202 @@ def _relay_main(port: int, upstream: int) -> None:
     loop.run_until_complete(serve())
 
 
+def _lean_main(port: int, upstream: int) -> None:
+    """The router's necessary work on the plain request, written flat: how fast the router's
+    request path could be in Python, as a reference for its design (the relay is the floor of
+    a proxy that does nothing). Per request, with no task, future or object of its own:
+
+    - the request parsed by httptools (target, each header, body), its framing checked (one
+      ``Content-Length`` of digits);
+    - classification: the body parsed by orjson, the model looked up, the prompt's characters
+      summed over the messages, the length bucket found, role and latency headers read;
+    - the forwarded head built (hop-by-hop headers, ``Host`` and length dropped,
+      ``X-Forwarded-For`` extended, ``X-Scheduler-Version`` added) and written with the body,
+      on a keep-alive upstream connection from a pool;
+    - the answer parsed by httptools (status, each header, body), its head rebuilt (hop-by-hop,
+      ``Server`` and length dropped, ``Content-Length`` and ``X-Scheduler-Active`` added, the
+      backend's ``Date`` kept) and written with the body;
+    - a request counter, a duration and a time-to-first-byte histogram; the answer's
+      ``choices`` and usage found by the two scans token metrics make.
+
+    What it leaves out: every error path (a malformed request, a failed backend, timeouts,
+    flow control), streaming bodies, fallback, mirroring and sessions. It serves the trivial
+    request only (one table, weight 0).
+    """
+    import httptools
+    import orjson
+    import uvloop
+
+    from tinct.histogram import Histogram
+
+    hops = {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+    drop_request = hops | {b"host", b"content-length", b"expect", b"x-scheduler-version", b"x-tinct-shadow"}
+    drop_answer = hops | {b"content-length", b"server"}
+    bounds = ((512.0, "short"), (4096.0, "medium"), (float("inf"), "long"))
+    roles, latencies = {"user", "admin"}, {"low", "high"}
+    routes = {(b, r, lat): f"{b}-{r}-{lat}" for _, b in bounds for r in roles for lat in latencies}
+    models = {"bench": routes}
+    seconds = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+    duration, ttfb = Histogram(seconds), Histogram(seconds)
+    counts: dict[tuple[str, int], int] = {}
+    choices, usage = re.compile(rb'"choices"\s*:'), re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+    idle: list[Upstream] = []
+
+    class Upstream(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpResponseParser(self)
+            self.t: asyncio.Transport | None = None
+            self.client: Client | None = None
+            self.reason = b""
+            self.fields: list[tuple[bytes, bytes, bytes]] = []
+            self.pieces: list[bytes] = []
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_message_begin(self) -> None:
+            self.reason, self.fields, self.pieces = b"", [], []
+
+        def on_status(self, status: bytes) -> None:
+            self.reason += status
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.fields.append((name.lower(), name, value))
+
+        def on_body(self, body: bytes) -> None:
+            self.pieces.append(body)
+
+        def on_message_complete(self) -> None:
+            client, self.client = self.client, None
+            if self.parser.should_keep_alive():
+                idle.append(self)
+            elif self.t is not None:
+                self.t.close()
+            if client is not None:
+                client.answered(self, self.parser.get_status_code())
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self in idle:
+                idle.remove(self)
+
+    class Client(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpRequestParser(self)
+            self.t: asyncio.Transport | None = None
+            self.remote = b""
+            self.target = b""
+            self.fields: list[tuple[bytes, bytes, bytes]] = []
+            self.pieces: list[bytes] = []
+            self.started = 0.0
+            self.route = ""
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t = transport  # type: ignore[assignment]
+            self.remote = str(transport.get_extra_info("peername")[0]).encode()
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_message_begin(self) -> None:
+            self.target, self.fields, self.pieces = b"", [], []
+
+        def on_url(self, url: bytes) -> None:
+            self.target += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.fields.append((name.lower(), name, value))
+
+        def on_headers_complete(self) -> None:
+            lengths = [v for n, _, v in self.fields if n == b"content-length"]
+            if len(lengths) != 1 or not lengths[0].isdigit():
+                raise ValueError("framing")
+
+        def on_body(self, body: bytes) -> None:
+            self.pieces.append(body)
+
+        def on_message_complete(self) -> None:
+            self.started = time.perf_counter()
+            body = b"".join(self.pieces)
+            doc = orjson.loads(body)
+            table = models[doc["model"]]
+            chars = 0
+            for m in doc["messages"]:
+                c = m.get("content")
+                chars += len(c) if isinstance(c, str) else 0
+            estimate = chars / 4
+            bucket = next(name for bound, name in bounds if estimate <= bound)
+            by_name = {n: v for n, _, v in self.fields}
+            role = by_name.get(b"x-user-role", b"user").decode()
+            latency = by_name.get(b"x-latency-class", b"low").decode()
+            self.route = table[
+                (bucket, role if role in roles else "user", latency if latency in latencies else "low")
+            ]
+            lines = [b"POST %b HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (self.target, upstream)]
+            prior = None
+            for n, name, value in self.fields:
+                if n in drop_request:
+                    continue
+                if n == b"x-forwarded-for":
+                    prior = prior or value
+                    continue
+                lines.append(b"%b: %b\r\n" % (name, value))
+            xff = prior + b", " + self.remote if prior else self.remote
+            lines.append(b"X-Forwarded-For: %b\r\nX-Scheduler-Version: v1\r\n" % xff)
+            lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+            lines.append(body)
+            if idle:
+                up = idle.pop()
+                up.client = self
+                assert up.t is not None
+                up.t.write(b"".join(lines))
+            else:
+                loop.create_task(self.connect(b"".join(lines)))
+
+        async def connect(self, request: bytes) -> None:
+            _, up = await loop.create_connection(Upstream, "127.0.0.1", upstream)
+            up.client = self
+            assert up.t is not None
+            up.t.write(request)
+
+        def answered(self, up: Upstream, status: int) -> None:
+            first = time.perf_counter() - self.started
+            out = [b"HTTP/1.1 %d %b\r\n" % (status, up.reason)]
+            for n, name, value in up.fields:
+                if n not in drop_answer:
+                    out.append(b"%b: %b\r\n" % (name, value))
+            body = b"".join(up.pieces)
+            out.append(b"Content-Length: %d\r\nX-Scheduler-Active: v1\r\n\r\n" % len(body))
+            out.append(body)
+            if self.t is not None and not self.t.is_closing():
+                self.t.write(b"".join(out))
+            if choices.search(body) is not None:
+                usage.search(body)
+            duration.observe(time.perf_counter() - self.started)
+            ttfb.observe(first)
+            key = (self.route, status)
+            counts[key] = counts.get(key, 0) + 1
+
+    async def serve() -> None:
+        server = await loop.create_server(Client, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await asyncio.Future()
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(serve())
+
+
 def chunk_of(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
@@ -1159,6 +1357,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--load", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--relay", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--lean", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--to", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rate", type=float, default=2000.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1167,6 +1366,9 @@ def main() -> int:
         return 0
     if args.relay is not None:
         _relay_main(args.relay, args.to)
+        return 0
+    if args.lean is not None:
+        _lean_main(args.lean, args.to)
         return 0
     if args.load is not None:
         _load_main(args.load, args.streams, args.rate)
@@ -1238,12 +1440,14 @@ def _run(
     path = "/v1/chat/completions"
     url = "http://127.0.0.1:{}" + path
     if "hop" in cases:
-        router, router50, relay = free_port(), free_port(), free_port()
+        router, router50, relay, lean = free_port(), free_port(), free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 0), router, procs)
         pids = {"router": procs[-1].pid, "nginx": children(nginx_proxy)[0]}
         _start_router(tmp, _table(stable_url, candidate_url, 50), router50, procs)
         _wait_port(relay, _helper(["--relay", str(relay), "--to", str(backend)], procs), "relay")
         pids["relay"] = procs[-1].pid
+        _wait_port(lean, _helper(["--lean", str(lean), "--to", str(backend)], procs), "lean")
+        pids["lean"] = procs[-1].pid
         runs: dict[str, dict[str, float]] = {}
         runs.update(
             _alternate(
@@ -1251,6 +1455,7 @@ def _run(
                     "direct": url.format(backend),
                     "nginx": url.format(proxy),
                     "relay": url.format(relay),
+                    "lean": url.format(lean),
                     "router": url.format(router),
                 },
                 trivial_lua,
@@ -1274,6 +1479,8 @@ def _run(
         summary.update(_figures("", runs, ("rps", "p50", "p99")))
         summary["router_vs_nginx"] = round(runs["router"]["rps"] / runs["nginx"]["rps"], 3)
         summary["router_vs_relay"] = round(runs["router"]["rps"] / runs["relay"]["rps"], 3)
+        summary["router_vs_lean"] = round(runs["router"]["rps"] / runs["lean"]["rps"], 3)
+        summary["lean_vs_nginx"] = round(runs["lean"]["rps"] / runs["nginx"]["rps"], 3)
         for side in pids:
             summary[f"{side}_user_us_per_request"] = round(runs[side]["user_us"], 1)
             summary[f"{side}_sys_us_per_request"] = round(runs[side]["sys_us"], 1)
