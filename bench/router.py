@@ -22,6 +22,8 @@ by side per run, never subtracted across runs:
   two CPUs (``--workers 2``). ``long_prompt_rps_ratio`` is router / direct at 150
   connections, ``long_prompt_added_p50_ms`` / ``_p99_ms`` the added latency there; the
   ``_workers`` keys the same for ``--workers 2``, ``_20`` at 20 connections.
+  ``long_prompt_rps_ratio_lean`` is the same ratio for ``lean`` (one process; see ``hop``):
+  what the router's necessary work on a long prompt allows in Python.
 - ``tables``: a router with 100 routing tables (one model each) against one with a single
   table, the request naming one of the models: picking the table by model costs nothing that
   grows with the number of releases.
@@ -1497,6 +1499,9 @@ def _run(
         long_router, workers_router, workers_metrics = free_port(), free_port(), free_port()
         _start_router(tmp, _table(stable_url, candidate_url, 50), long_router, procs)
         long_pids = {"router": procs[-1].pid, "nginx": children(nginx_proxy)[0]}
+        long_lean = free_port()
+        _wait_port(long_lean, _helper(["--lean", str(long_lean), "--to", str(backend)], procs), "lean")
+        long_pids["lean"] = procs[-1].pid
         _start_router(
             tmp,
             _table(stable_url, candidate_url, 50),
@@ -1510,6 +1515,7 @@ def _run(
             "nginx": url.format(proxy),
             "router": url.format(long_router),
             "workers": url.format(workers_router),
+            "lean": url.format(long_lean),
         }
         for conns in (20, 150):
             got = _alternate(targets, long_lua, args.duration, conns, args.rounds, f"long{conns}", long_pids)
@@ -1525,6 +1531,7 @@ def _run(
             summary[f"long_prompt_rps_ratio_workers{suffix}"] = round(w["rps"] / d["rps"], 3)
             summary[f"long_prompt_added_p50_ms_workers{suffix}"] = round(w["p50"] - d["p50"], 3)
             summary[f"long_prompt_added_p99_ms_workers{suffix}"] = round(w["p99"] - d["p99"], 3)
+            summary[f"long_prompt_rps_ratio_lean{suffix}"] = round(got["lean"]["rps"] / d["rps"], 3)
             for side in long_pids:
                 summary[f"long_prompt_{side}_user_us_per_request{suffix}"] = round(got[side]["user_us"], 1)
                 summary[f"long_prompt_{side}_sys_us_per_request{suffix}"] = round(got[side]["sys_us"], 1)
