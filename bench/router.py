@@ -79,6 +79,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import shutil
@@ -1112,7 +1113,15 @@ def token_meter_us() -> float:
 
 
 def _rss_kb(pids: list[int]) -> int:
-    return round(sum(status_mb(pid) for pid in pids) * 1024)
+    """Resident kB of the router's workers ``pids``; an error naming one that ended (a zombie
+    has no resident memory to read) rather than a sum that is not a number."""
+    total = 0.0
+    for pid in pids:
+        mb = status_mb(pid)
+        if math.isnan(mb):
+            raise RuntimeError(f"router worker {pid} ended during the streams case; see its log above")
+        total += mb
+    return round(total * 1024)
 
 
 def _fds(pids: list[int]) -> int:
