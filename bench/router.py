@@ -433,8 +433,9 @@ async def _chunk_relay_delays(
     router_ports: dict[str, int], backend_port: int, chunks: int = RELAY_CHUNKS, rounds: int = RELAY_ROUNDS
 ) -> dict[str, list[list[float]]]:
     """ms from the SSE backend's write of a chunk to the client's read of it, via each router,
-    in alternating rounds of ``chunks`` chunks (a change in load falls on every router alike);
-    per router, the delays of each round."""
+    in alternating rounds of ``chunks`` chunks (a change in load falls on every router alike),
+    the routers' order reversed every other round (whichever goes first in a round does not
+    always go first); per router, the delays of each round."""
     import aiohttp
 
     sent: dict[int, float] = {}
@@ -444,8 +445,9 @@ async def _chunk_relay_delays(
     try:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         async with aiohttp.ClientSession() as http:
-            for _ in range(rounds):
-                for name, port in router_ports.items():
+            order = list(router_ports.items())
+            for n in range(rounds):
+                for name, port in order if n % 2 == 0 else order[::-1]:
                     sent.clear()
                     delays[name].append([])
                     async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
