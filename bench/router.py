@@ -734,12 +734,13 @@ def _lean_main(port: int, upstream: int) -> None:
     choices, usage = re.compile(rb'"choices"\s*:'), re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
     idle: list[Upstream] = []
 
-    class Upstream(asyncio.Protocol):
+    class Message(asyncio.Protocol):
+        """What both sides do alike: feed httptools, keep the header lines and body pieces."""
+
+        parser: httptools.HttpRequestParser | httptools.HttpResponseParser
+
         def __init__(self) -> None:
-            self.parser = httptools.HttpResponseParser(self)
             self.t: asyncio.Transport | None = None
-            self.client: Client | None = None
-            self.reason = b""
             self.fields: list[tuple[bytes, bytes, bytes]] = []
             self.pieces: list[bytes] = []
 
@@ -749,17 +750,24 @@ def _lean_main(port: int, upstream: int) -> None:
         def data_received(self, data: bytes) -> None:
             self.parser.feed_data(data)
 
-        def on_message_begin(self) -> None:
-            self.reason, self.fields, self.pieces = b"", [], []
-
-        def on_status(self, status: bytes) -> None:
-            self.reason += status
-
         def on_header(self, name: bytes, value: bytes) -> None:
             self.fields.append((name.lower(), name, value))
 
         def on_body(self, body: bytes) -> None:
             self.pieces.append(body)
+
+    class Upstream(Message):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parser = httptools.HttpResponseParser(self)
+            self.client: Client | None = None
+            self.reason = b""
+
+        def on_message_begin(self) -> None:
+            self.reason, self.fields, self.pieces = b"", [], []
+
+        def on_status(self, status: bytes) -> None:
+            self.reason += status
 
         def on_message_complete(self) -> None:
             client, self.client = self.client, None
@@ -774,23 +782,18 @@ def _lean_main(port: int, upstream: int) -> None:
             if self in idle:
                 idle.remove(self)
 
-    class Client(asyncio.Protocol):
+    class Client(Message):
         def __init__(self) -> None:
+            super().__init__()
             self.parser = httptools.HttpRequestParser(self)
-            self.t: asyncio.Transport | None = None
             self.remote = b""
             self.target = b""
-            self.fields: list[tuple[bytes, bytes, bytes]] = []
-            self.pieces: list[bytes] = []
             self.started = 0.0
             self.route = ""
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.t = transport  # type: ignore[assignment]
+            super().connection_made(transport)
             self.remote = str(transport.get_extra_info("peername")[0]).encode()
-
-        def data_received(self, data: bytes) -> None:
-            self.parser.feed_data(data)
 
         def on_message_begin(self) -> None:
             self.target, self.fields, self.pieces = b"", [], []
@@ -798,16 +801,10 @@ def _lean_main(port: int, upstream: int) -> None:
         def on_url(self, url: bytes) -> None:
             self.target += url
 
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self.fields.append((name.lower(), name, value))
-
         def on_headers_complete(self) -> None:
             lengths = [v for n, _, v in self.fields if n == b"content-length"]
             if len(lengths) != 1 or not lengths[0].isdigit():
                 raise ValueError("framing")
-
-        def on_body(self, body: bytes) -> None:
-            self.pieces.append(body)
 
         def on_message_complete(self) -> None:
             self.started = time.perf_counter()
