@@ -21,6 +21,13 @@ Keys of the JSON line (microseconds of CPU per request, the median of seven batc
   hash, and half the requests to the candidate.
 - ``connection_floor_us``: the connection alone: the request parsed, a task run, a fixed
   answer written; ``router_code_us`` = ``request_us`` less that floor.
+- ``chunk_to_client_us``: an SSE chunk of a streaming chat answer (one token), from the
+  backend's bytes handed to the upstream connection to the router's write of them to the
+  client's transport; ``chunk_us`` until the router is done with the chunk (token metrics
+  included). ``_no_token_metrics_us`` the same with ``--no-token-metrics``, and
+  ``token_metrics_chunk_to_client_us``, ``token_metrics_chunk_us`` the differences: the delay
+  token metrics add to a chunk on its way to the client, and their time per chunk. Medians of
+  seven batches of wall-clock time, each chunk fed in a loop iteration of its own.
 
 The loop iterations the client side waits for are part of every figure; compare figures of
 one run, or runs of two commits on one machine.
@@ -39,7 +46,7 @@ import time
 from typing import Any
 
 import uvloop
-from router import ANSWER, REQUEST, _table  # the hop case's request, answer and table
+from router import ANSWER, REQUEST, _event, _table, chunk_of  # the hop case's, and the SSE case's event
 
 from tinct.api.routing import RoutingTable
 from tinct.router.app import Router
@@ -55,6 +62,12 @@ RESPONSE = (
     b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 05 Dec 2026 21:00:00 GMT\r\n"
     b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n%b"
     % (len(ANSWER_BODY), ANSWER_BODY)
+)
+#: A streaming chat request, and the head of the event stream that answers it.
+STREAM_BODY = b'{"model":"bench","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
 )
 #: Backends of the table: never connected to (the pool is given connections on fakes).
 STABLE, CANDIDATE = "http://127.0.0.1:9", "http://localhost:9"
@@ -165,6 +178,79 @@ async def per_request_us(config: RouterConfig, weight: float, requests: int, *, 
     return statistics.median(batches)
 
 
+class StampingTransport(ClientTransport):
+    """A client's side that notes when the router last wrote to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = 0.0
+
+    def write(self, data: bytes) -> None:
+        self.at = time.perf_counter()
+        self.writes += 1
+
+
+class StreamTransport(ClientTransport):
+    """A backend's side that answers a request with the head of an event stream only."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: UpstreamConnection) -> None:
+        super().__init__()
+        self.loop = loop
+        self.conn = conn
+
+    def write(self, data: bytes) -> None:
+        self.loop.call_soon(self.conn.data_received, STREAM_HEAD)
+
+    def writelines(self, data: Any) -> None:
+        self.write(b"")
+
+
+async def chunk_relay_us(config: RouterConfig, chunks: int) -> tuple[float, float]:
+    """(to the client, in all): median wall-clock microseconds of an SSE chunk through the
+    router, over seven batches of ``chunks // 7`` chunks of one streaming answer."""
+    router = Router(config)
+    await router.start()
+    router.state.holder.swap(RoutingTable.model_validate(_table(STABLE, CANDIDATE, 0)), "bench")
+    loop = asyncio.get_running_loop()
+    pool, server = router._pool, router._server
+    assert pool is not None
+    assert server is not None
+    upstream = UpstreamConnection(pool, ("127.0.0.1", 9, False))
+    upstream.connection_made(StreamTransport(loop, upstream))  # type: ignore[arg-type]
+    pool.release(upstream)
+    conn = ServerConnection(server)
+    client = StampingTransport()
+    conn.connection_made(client)  # type: ignore[arg-type]
+    conn.data_received(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(STREAM_BODY), STREAM_BODY)
+    )
+    while not client.writes:  # the answer's head, sent when the stream starts
+        await asyncio.sleep(0)
+    events = [chunk_of(_event(i)) for i in range(100)]
+
+    async def run(n: int) -> tuple[float, float]:
+        to_client, in_all = [], []
+        perf = time.perf_counter
+        for i in range(n):
+            await asyncio.sleep(0)
+            t0 = perf()
+            upstream.data_received(events[i % 100])
+            t1 = perf()
+            to_client.append(client.at - t0)
+            in_all.append(t1 - t0)
+        return statistics.median(to_client) * 1e6, statistics.median(in_all) * 1e6
+
+    await run(2000)
+    batches = [await run(chunks // 7) for _ in range(7)]
+    assert client.writes > chunks, "the router did not relay every chunk"
+    upstream.data_received(chunk_of(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    await asyncio.sleep(0)
+    conn.connection_lost(None)
+    await router.stop()
+    return statistics.median(b[0] for b in batches), statistics.median(b[1] for b in batches)
+
+
 async def main(requests: int) -> dict[str, float]:
     base = RouterConfig(host="127.0.0.1", port=0, shutdown_timeout=1)
 
@@ -183,6 +269,15 @@ async def main(requests: int) -> dict[str, float]:
         print(f"{key}: {out[key]}", file=sys.stderr)
     out["token_metrics_us"] = round(out["request_us"] - out["request_no_token_metrics_us"], 2)
     out["router_code_us"] = round(out["request_us"] - out["connection_floor_us"], 2)
+    for suffix, config in (("", base), ("_no_token_metrics", cfg(measure_tokens=False))):
+        to_client, in_all = await chunk_relay_us(config, requests)
+        out[f"chunk_to_client{suffix}_us"] = round(to_client, 2)
+        out[f"chunk{suffix}_us"] = round(in_all, 2)
+        print(f"chunk{suffix}: to the client {to_client:.2f} us, in all {in_all:.2f} us", file=sys.stderr)
+    out["token_metrics_chunk_to_client_us"] = round(
+        out["chunk_to_client_us"] - out["chunk_to_client_no_token_metrics_us"], 2
+    )
+    out["token_metrics_chunk_us"] = round(out["chunk_us"] - out["chunk_no_token_metrics_us"], 2)
     return out
 
 
