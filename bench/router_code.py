@@ -53,6 +53,7 @@ from tinct.router.app import Router
 from tinct.router.config import RouterConfig
 from tinct.router.connection import ServerConnection
 from tinct.router.request import Request
+from tinct.router.server import HttpServer
 from tinct.router.upstream import UpstreamConnection
 
 #: The hop case's request and answer (``bench/router.py``), as bytes on the wire.
@@ -116,22 +117,28 @@ class ClientTransport:
 
 
 class BackendTransport(ClientTransport):
-    """A backend's side: answers each request in the next loop iteration."""
+    """A backend's side: answers each request with ``answer`` in the next loop iteration."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, conn: UpstreamConnection) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, conn: UpstreamConnection, answer: bytes = RESPONSE
+    ) -> None:
         super().__init__()
         self.loop = loop
         self.conn = conn
+        self.answer = answer
 
     def write(self, data: bytes) -> None:
-        self.loop.call_soon(self.conn.data_received, RESPONSE)
+        self.loop.call_soon(self.conn.data_received, self.answer)
 
     def writelines(self, data: Any) -> None:
         self.write(b"")
 
 
-async def per_request_us(config: RouterConfig, weight: float, requests: int, *, floor: bool = False) -> float:
-    """Median CPU microseconds per request over seven batches, after a warm-up."""
+async def _started(
+    config: RouterConfig, weight: float, answer: bytes
+) -> tuple[Router, HttpServer, list[UpstreamConnection]]:
+    """A router serving the hop case's table at ``weight``, its pool given two connections to
+    each backend that answer every request with ``answer``."""
     router = Router(config)
     await router.start()
     router.state.holder.swap(RoutingTable.model_validate(_table(STABLE, CANDIDATE, weight)), "bench")
@@ -139,11 +146,19 @@ async def per_request_us(config: RouterConfig, weight: float, requests: int, *, 
     pool, server = router._pool, router._server
     assert pool is not None
     assert server is not None
+    upstreams = []
     for host in ("127.0.0.1", "localhost"):
         for _ in range(2):
             upstream = UpstreamConnection(pool, (host, 9, False))
-            upstream.connection_made(BackendTransport(loop, upstream))  # type: ignore[arg-type]
+            upstream.connection_made(BackendTransport(loop, upstream, answer))  # type: ignore[arg-type]
             pool.release(upstream)
+            upstreams.append(upstream)
+    return router, server, upstreams
+
+
+async def per_request_us(config: RouterConfig, weight: float, requests: int, *, floor: bool = False) -> float:
+    """Median CPU microseconds per request over seven batches, after a warm-up."""
+    router, server, _ = await _started(config, weight, RESPONSE)
     if floor:
         fixed = (200, [(b"Content-Type", b"application/json")], ANSWER_BODY)
 
@@ -190,34 +205,10 @@ class StampingTransport(ClientTransport):
         self.writes += 1
 
 
-class StreamTransport(ClientTransport):
-    """A backend's side that answers a request with the head of an event stream only."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, conn: UpstreamConnection) -> None:
-        super().__init__()
-        self.loop = loop
-        self.conn = conn
-
-    def write(self, data: bytes) -> None:
-        self.loop.call_soon(self.conn.data_received, STREAM_HEAD)
-
-    def writelines(self, data: Any) -> None:
-        self.write(b"")
-
-
 async def chunk_relay_us(config: RouterConfig, chunks: int) -> tuple[float, float]:
     """(to the client, in all): median wall-clock microseconds of an SSE chunk through the
     router, over seven batches of ``chunks // 7`` chunks of one streaming answer."""
-    router = Router(config)
-    await router.start()
-    router.state.holder.swap(RoutingTable.model_validate(_table(STABLE, CANDIDATE, 0)), "bench")
-    loop = asyncio.get_running_loop()
-    pool, server = router._pool, router._server
-    assert pool is not None
-    assert server is not None
-    upstream = UpstreamConnection(pool, ("127.0.0.1", 9, False))
-    upstream.connection_made(StreamTransport(loop, upstream))  # type: ignore[arg-type]
-    pool.release(upstream)
+    router, server, upstreams = await _started(config, 0.0, STREAM_HEAD)
     conn = ServerConnection(server)
     client = StampingTransport()
     conn.connection_made(client)  # type: ignore[arg-type]
@@ -227,6 +218,7 @@ async def chunk_relay_us(config: RouterConfig, chunks: int) -> tuple[float, floa
     )
     while not client.writes:  # the answer's head, sent when the stream starts
         await asyncio.sleep(0)
+    upstream = next(u for u in upstreams if u.resp is not None)  # the one the request went out on
     events = [chunk_of(_event(i)) for i in range(100)]
 
     async def run(n: int) -> tuple[float, float]:
