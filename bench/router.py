@@ -476,7 +476,6 @@ RouterSpec = tuple[str, tuple[str, ...], str]
 
 def _relay_in_both_orders(
     tmp: Path,
-    procs: list[subprocess.Popen[bytes]],
     table: dict[str, Any],
     backend_port: int,
     routers: list[RouterSpec],
@@ -1328,7 +1327,7 @@ def against(
             for name, python in pythons.items()
             for kind, extra in (("sse", ()), ("sse_unmeasured", ("--no-token-metrics",)))
         ]
-        sessions = _relay_in_both_orders(tmp, procs, sse, sse_backend, specs)
+        sessions = _relay_in_both_orders(tmp, sse, sse_backend, specs)
         for n in pythons:
             keys[n]["chunk_relay_delay_median_ms"] = statistics.median(_all_sessions(sessions, f"{n}/sse"))
             keys[n]["token_metrics_added_us"] = _added_us_both_orders(
@@ -1639,7 +1638,6 @@ def _run(
         sse_table = _table(f"http://127.0.0.1:{sse_backend}", f"http://localhost:{sse_backend}")
         sessions = _relay_in_both_orders(
             tmp,
-            procs,
             sse_table,
             sse_backend,
             [("measured", (), sys.executable), ("unmeasured", ("--no-token-metrics",), sys.executable)],
