@@ -66,6 +66,19 @@ def test_a_stream_split_anywhere_reads_the_same(size: int) -> None:
     assert m.first is not None
 
 
+def test_an_event_per_chunk_as_engines_send_reads_the_same() -> None:
+    events = [e + b"\n\n" for e in STREAM.split(b"\n\n") if e]
+    m = fed(STREAM, iter(events))
+    assert (m.events, m.usage, m.output_tokens, m.done, m.violations) == (3, 5, 5, True, set())
+
+
+def test_a_lone_cr_ends_a_line_inside_a_one_line_chunk() -> None:
+    # CR alone is a line end in SSE: this chunk is an event line and a data line, and the
+    # engine-shaped reading of a one-line event must not take it as one line.
+    m = fed(b'event: message\rdata: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: [DONE]\n\n')
+    assert (m.events, m.done, m.violations) == (1, True, set())
+
+
 def test_crlf_framing_and_a_last_event_without_its_blank_line_are_read() -> None:
     crlf = STREAM.replace(b"\n", b"\r\n")
     m = fed(crlf, split(crlf, 3))

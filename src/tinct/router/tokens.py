@@ -55,16 +55,16 @@ _CONTENT = re.compile(rb'"(?:content|text|reasoning_content|arguments)"\s*:\s*"[
 _COMPACT = (b'content":"', b'text":"', b'arguments":"')
 
 
-def _has_content(payload: bytes) -> bool:
-    """The event's data has a non-empty content string (see the module)."""
+def _has_content(buf: bytes, start: int, end: int) -> bool:
+    """The event data ``buf[start:end]`` has a non-empty content string (see the module)."""
     for key in _COMPACT:
-        i = payload.find(key)
+        i = buf.find(key, start, end)
         while i >= 0:
             after = i + len(key)
-            if payload[after : after + 1] != b'"':
+            if after == end or buf[after] != 34:  # not '"': the string is not empty
                 return True
-            i = payload.find(key, after)
-    return b'": "' in payload and _CONTENT.search(payload) is not None
+            i = buf.find(key, after, end)
+    return buf.find(b'": "', start, end) >= 0 and _CONTENT.search(buf, start, end) is not None
 
 
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*([0-9]{1,9})')
@@ -134,15 +134,17 @@ class Meter:
             if buf[-1:] == b"\r":  # maybe half of a CRLF: wait for the next byte
                 buf, tail = buf[:-1], b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        end = buf.find(b"\n\n")
+        nl = buf.find(b"\n")
+        size = len(buf)
+        if nl == size - 2 and buf[-1] == 10:  # one event of one line: what engines send
+            self._pending = tail
+            self._data(buf, nl, now)
+            return
+        end = buf.find(b"\n\n", nl) if nl >= 0 else -1
         if end < 0:
             self._pending = buf + tail
-            if len(buf) > MAX_EVENT:
+            if size > MAX_EVENT:
                 self._too_long()
-            return
-        if end == len(buf) - 2:  # one whole event: what engines send, one token at a time
-            self._pending = tail
-            self._event(buf[:end], now)
             return
         events = buf.split(b"\n\n")
         self._pending = events.pop() + tail
@@ -164,30 +166,42 @@ class Meter:
         self._pending = b""
 
     def _event(self, ev: bytes, now: float) -> None:
-        payload: bytes | None
+        """One event (without its blank line), of any shape."""
         if ev[:5] == b"data:" and b"\n" not in ev:
-            payload = ev[6:] if ev[5:6] == b" " else ev[5:]
-        else:
-            payload = self._fields(ev)
-            if payload is None:
-                return
-        if payload == b"[DONE]":
-            self.done = True
+            self._data(ev, len(ev), now)
             return
-        if payload[:1] != b"{":
-            self._violated("sse_framing")
+        payload = self._fields(ev)
+        if payload is not None:
+            self._payload(payload, 0, len(payload), now)
+
+    def _data(self, buf: bytes, end: int, now: float) -> None:
+        """The event of one ``data:`` line, ``buf[:end]`` (the line without its end)."""
+        if buf[:5] != b"data:":
+            payload = self._fields(buf[:end])
+            if payload is not None:
+                self._payload(payload, 0, len(payload), now)
             return
-        if b'"choices"' not in payload and b'"error"' not in payload:
+        self._payload(buf, 6 if buf[5:6] == b" " else 5, end, now)
+
+    def _payload(self, buf: bytes, start: int, end: int, now: float) -> None:
+        """An event's data, ``buf[start:end]``: read where it lies, not copied."""
+        if buf[start : start + 1] != b"{":
+            if end - start == 6 and buf.startswith(b"[DONE]", start):
+                self.done = True
+            else:
+                self._violated("sse_framing")
+            return
+        if buf.find(b'"choices"', start, end) < 0 and buf.find(b'"error"', start, end) < 0:
             self._violated("no_choices")
-        if _has_content(payload):
+        if _has_content(buf, start, end):
             if self.first is None:
                 self.first = now
             else:
                 self._itl.observe(now - self._last)
             self._last = now
             self.events += 1
-        if b'"completion_tokens"' in payload:
-            m = _USAGE.search(payload)
+        if buf.find(b'"completion_tokens"', start, end) >= 0:
+            m = _USAGE.search(buf, start, end)
             if m is not None:
                 self.usage = int(m.group(1))
 
