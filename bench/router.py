@@ -35,10 +35,13 @@ by side per run, never subtracted across runs:
   time from sending a streaming request to an emulated engine (``tinct emulator``) to reading
   its first SSE chunk (and the same straight to the engine); and the median delay of an SSE
   chunk (a chat chunk carrying one token) from the backend's write to the client's read,
-  through a router measuring tokens and, in alternating rounds (12 of 40 chunks), through one
-  started with ``--no-token-metrics``: ``token_metrics_added_us`` is the median over rounds
-  of the difference of the two routers' medians; ``token_meter_us_per_chunk`` the time the
-  token meter takes per chunk, in process.
+  through a router measuring tokens and, in alternating rounds (36 of 40 chunks over six
+  sessions), through one started with ``--no-token-metrics``: ``token_metrics_added_us`` is
+  the mean over sessions of the median over rounds of the difference of the two routers'
+  medians; ``token_metrics_added_us_paired`` the same added delay through one router, whose
+  chunks of a chat stream (metered) and of the same stream passed through unclassified (not
+  metered) take turns, the median of the pairs' differences; ``token_meter_us_per_chunk``
+  the time the token meter takes to read a chunk, in process.
 - ``streams``: ``--streams`` (10,000) concurrent streaming chat requests through one router
   started with ``--workers 2`` to an emulated engine sending one token a second for
   ``--stream-seconds`` (20) s, then the same straight to the engine. Engine and load generator
@@ -465,6 +468,85 @@ async def _chunk_relay_delays(
     finally:
         await runner.cleanup()
     return delays
+
+
+#: The path of the paired measure's stream that is not measured: under the router's default
+#: pass-through prefix, so relayed to stable unclassified, without a meter.
+PASS_THROUGH_SSE = "/v1/bench/unmetered"
+
+
+async def _paired_relay_delays(
+    router_port: int, backend_port: int, chunks: int = RELAY_CHUNKS, rounds: int = RELAY_ROUNDS
+) -> tuple[list[float], list[float]]:
+    """ms from the SSE backend's write of a chunk to the client's read of it, through one
+    router, for two streams open side by side: a chat request (classified, so its answer
+    passes the token meter) and the same request on :data:`PASS_THROUGH_SSE` (passed through
+    unclassified: no meter). Their chunks take turns, 10 ms apart, the order turned every
+    chunk, so both streams' chunks meet the same process, CPUs and load; per chunk pair, the
+    two delays."""
+    import aiohttp
+    from aiohttp import web
+
+    triggers = {name: asyncio.Event() for name in ("metered", "unmetered")}
+    stamps: dict[str, dict[int, float]] = {name: {} for name in triggers}
+
+    def handler(name: str) -> Any:
+        async def sse(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(chunks):
+                await triggers[name].wait()
+                triggers[name].clear()
+                stamps[name][i] = time.perf_counter()
+                await resp.write(_event(i))
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+
+        return sse
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler("metered"))
+    app.router.add_post(PASS_THROUGH_SSE, handler("unmetered"))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", backend_port).start()
+    metered: list[float] = []
+    unmetered: list[float] = []
+    got = {"metered": metered, "unmetered": unmetered}
+    paths = {"metered": "/v1/chat/completions", "unmetered": PASS_THROUGH_SSE}
+    body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(rounds):
+                for stamp in stamps.values():
+                    stamp.clear()
+                url = f"http://127.0.0.1:{router_port}"
+                async with (
+                    http.post(url + paths["metered"], json=body) as a,
+                    http.post(url + paths["unmetered"], json=body) as b,
+                ):
+                    streams = {"metered": a, "unmetered": b}
+                    for i in range(chunks):
+                        order = ("metered", "unmetered") if i % 2 == 0 else ("unmetered", "metered")
+                        for name in order:
+                            await asyncio.sleep(0.01)
+                            triggers[name].set()
+                            line = await streams[name].content.readline()
+                            read = time.perf_counter()
+                            assert line == _event(i)[:-1], line
+                            await streams[name].content.readline()
+                            got[name].append((read - stamps[name][i]) * 1000)
+                    await a.read()
+                    await b.read()
+    finally:
+        await runner.cleanup()
+    return metered, unmetered
+
+
+def _paired_added_us(metered: list[float], unmetered: list[float]) -> float:
+    """Microseconds the meter adds to a chunk's relay: the median of the pairs' differences."""
+    return statistics.median(m - u for m, u in zip(metered, unmetered, strict=True)) * 1000
 
 
 def _all(rounds: list[list[float]]) -> list[float]:
@@ -1142,8 +1224,9 @@ def _alternate(
 
 
 def token_meter_us() -> float:
-    """In-process median microseconds a :class:`~tinct.router.tokens.Meter` spends on one SSE
-    chunk carrying one token (what token metrics add to each relayed chunk, after its write)."""
+    """In-process median microseconds a :class:`~tinct.router.tokens.Meter` spends reading one
+    SSE chunk carrying one token (in the router its reading waits for the
+    :class:`~tinct.router.tokens.MeterSweep`, apart from the chunk's relay)."""
     from tinct.histogram import Histogram
     from tinct.router.metrics import ITL_BUCKETS
     from tinct.router.tokens import Meter
@@ -1328,10 +1411,15 @@ def against(
             for kind, extra in (("sse", ()), ("sse_unmeasured", ("--no-token-metrics",)))
         ]
         sessions = _relay_in_both_orders(tmp, sse, sse_backend, specs)
-        for n in pythons:
+        for n, python in pythons.items():
             keys[n]["chunk_relay_delay_median_ms"] = statistics.median(_all_sessions(sessions, f"{n}/sse"))
             keys[n]["token_metrics_added_us"] = _added_us_both_orders(
                 sessions, f"{n}/sse", f"{n}/sse_unmeasured"
+            )
+            port = free_port()
+            _start_router(tmp, sse, port, procs, python=python)
+            keys[n]["token_metrics_added_us_paired"] = _paired_added_us(
+                *asyncio.run(_paired_relay_delays(port, sse_backend))
             )
     if "streams" in cases:
         for _ in range(args.stream_rounds):
@@ -1656,6 +1744,14 @@ def _run(
             _time_to_first_chunk({"router": sse_router, "direct": sse_backend}, sse_backend, 50)
         )
         print(f"time to first SSE chunk (median of 50): {ttfc}", file=sys.stderr)
+        metered, unmetered = asyncio.run(_paired_relay_delays(sse_router, sse_backend))
+        paired_us = _paired_added_us(metered, unmetered)
+        print(
+            f"SSE chunk via one router, metered / passed through: median {statistics.median(metered):.3f} / "
+            f"{statistics.median(unmetered):.3f} ms, the meter adds {paired_us:.1f} us (median of "
+            f"{len(metered)} pairs)",
+            file=sys.stderr,
+        )
         summary.update(
             {
                 "classify_us_4k_tokens": round(us, 2),
@@ -1664,6 +1760,7 @@ def _run(
                 "chunk_relay_delay_median_ms": round(medians["measured"], 3),
                 "chunk_relay_delay_median_ms_unmeasured": round(medians["unmeasured"], 3),
                 "token_metrics_added_us": round(_added_us_both_orders(sessions, "measured", "unmeasured"), 1),
+                "token_metrics_added_us_paired": round(paired_us, 1),
                 "token_meter_us_per_chunk": round(token_meter_us(), 2),
             }
         )

@@ -23,10 +23,12 @@ Keys of the JSON line (microseconds of CPU per request, the median of seven batc
   answer written; ``router_code_us`` = ``request_us`` less that floor.
 - ``chunk_to_client_us``: an SSE chunk of a streaming chat answer (one token), from the
   backend's bytes handed to the upstream connection to the router's write of them to the
-  client's transport; ``chunk_us`` until the router is done with the chunk (token metrics
-  included). ``_no_token_metrics_us`` the same with ``--no-token-metrics``, and
+  client's transport; ``chunk_us`` until the router is done with the chunk's relay (token
+  metrics stamp and queue the chunk there; the meter reads queued chunks later, together:
+  :class:`~tinct.router.tokens.MeterSweep`, ``token_meter_us_per_chunk`` of
+  ``bench/router.py``). ``_no_token_metrics_us`` the same with ``--no-token-metrics``, and
   ``token_metrics_chunk_to_client_us``, ``token_metrics_chunk_us`` the differences: the delay
-  token metrics add to a chunk on its way to the client, and their time per chunk. Medians of
+  token metrics add to a chunk on its way to the client, and their time in its relay. Medians of
   seven batches of wall-clock time, each chunk fed in a loop iteration of its own.
 
 The loop iterations the client side waits for are part of every figure; compare figures of

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from tinct.histogram import Histogram
 from tinct.router.config import RouterConfig
 from tinct.router.metrics import ITL_BUCKETS, LATENCY_BUCKETS, RouterMetrics
 from tinct.router.summing import Family, merge, parse, render
-from tinct.router.tokens import MAX_EVENT, Meter
+from tinct.router.tokens import MAX_EVENT, MAX_QUEUED, SWEEP_EVERY, Meter, MeterSweep
 from tinct_testing.router_fakes import HostileBackend, running_router, table
 
 SHORT = "len:short+role:user+latency:low"
@@ -77,6 +78,32 @@ def test_a_lone_cr_ends_a_line_inside_a_one_line_chunk() -> None:
     # engine-shaped reading of a one-line event must not take it as one line.
     m = fed(b'event: message\rdata: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: [DONE]\n\n')
     assert (m.events, m.done, m.violations) == (1, True, set())
+
+
+async def test_a_stream_is_read_apart_from_its_relay_with_the_times_its_chunks_passed() -> None:
+    sweep = MeterSweep()
+    itl = Histogram(ITL_BUCKETS)
+    m = Meter(0.0, 200, True, True, itl, sweep)
+    m.feed(chunk("a"))
+    time.sleep(0.02)
+    m.feed(chunk("b"))
+    assert (m.events, m.first) == (0, None), "nothing is read while the chunks pass"
+    assert sweep.meters == [m]
+    await asyncio.sleep(SWEEP_EVERY * 2)  # the sweep's timer reads them
+    assert (m.events, sweep.meters) == (2, [])
+    assert itl.total >= 0.02, "the gap is the one between the chunks passing, not between their reading"
+    m.feed(chunk(None, usage={"completion_tokens": 9}))
+    m.feed(b"data: [DONE]\n\n")
+    m.finish(True)  # what is still queued is read before the request is counted
+    assert (m.usage, m.done, m.violations) == (9, True, set())
+
+
+async def test_a_stream_s_queue_is_bounded() -> None:
+    m = Meter(0.0, 200, True, True, Histogram(ITL_BUCKETS), MeterSweep())
+    big = chunk("x" * MAX_QUEUED)
+    m.feed(big[:100])
+    m.feed(big[100:])  # over the bound: read at once, no sweep needed
+    assert (m.events, m._body_size) == (1, 0)
 
 
 def test_crlf_framing_and_a_last_event_without_its_blank_line_are_read() -> None:

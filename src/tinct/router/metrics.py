@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from tinct.histogram import Histogram
-from tinct.router.tokens import Meter
+from tinct.router.tokens import Meter, MeterSweep
 
 if TYPE_CHECKING:
     from tinct.router.exchange import Exchange
@@ -188,6 +188,8 @@ class RouterMetrics:
         self.tokens_series: dict[SeriesKey, Histogram] = {}
         #: (namespace, release, side, dye_tag, kind) -> answers with that violation
         self.violations: dict[tuple[str, str, str, str, str], int] = {}
+        #: Reads the chunks of streams' meters, apart from their relay.
+        self.sweep = MeterSweep()
         r.register(_RequestCollector(self))
         self.fallbacks = Counter(
             "tinct_router_fallbacks",
@@ -284,7 +286,8 @@ class RouterMetrics:
         """A :class:`~tinct.router.tokens.Meter` for the answer ``ex`` is about to relay."""
         table = ex.table
         hkey = (table.namespace, table.release, ex.side, ex.tag)
-        return Meter(ex.started, status, stream, asked_stream, _series(self.itl_series, hkey, ITL_BUCKETS))
+        itl = _series(self.itl_series, hkey, ITL_BUCKETS)
+        return Meter(ex.started, status, stream, asked_stream, itl, self.sweep if stream else None)
 
     def _tokens(self, hkey: SeriesKey, meter: Meter) -> None:
         ttft = meter.ttft

@@ -24,7 +24,9 @@ towards ejection.
 While the router measures tokens, each classified answer passes a
 :class:`~tinct.router.tokens.Meter` *after* every chunk went to the client's transport: the
 time to first token, the gaps between tokens, the output tokens and the API contract are
-read off the bytes already sent, never holding one back.
+read off the bytes already sent, never holding one back. A stream's chunks are only stamped
+and queued as they pass, and read together a little later
+(:class:`~tinct.router.tokens.MeterSweep`): work right after a chunk's write delays its client.
 
 A mirrored request (:mod:`tinct.router.shadow`) has stable's answer teed the same way: each
 chunk goes to the client's transport first, then to the mirror's bounded copy; the proxy
