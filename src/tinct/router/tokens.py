@@ -327,7 +327,7 @@ class MeterSweep:
     meter read as it passed reached its client some 17-21 us later than a chunk passed through
     unmeasured, while the reading takes 1.5 us in a tight loop (cold, right after a wait for
     the next token, it takes longer), and 20 us of busy work after each write added about as
-    much. Queued and read here, the meter adds 1-5 us (``bench/router.py --cases sse``,
+    much. Queued and read here, the meter adds 1-9 us (``bench/router.py --cases sse``,
     ``token_metrics_added_us_paired``). The times are taken as the chunks pass, so time to
     first token and inter-token latency are what they were; the counts reach the metrics up
     to :data:`SWEEP_EVERY` later, and a stream's are read whole before its request is counted
