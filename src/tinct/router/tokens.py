@@ -216,21 +216,24 @@ class Meter:
 
     def _event(self, ev: bytes, now: float) -> None:
         """One event (without its blank line), of any shape."""
-        if ev[:5] == b"data:" and b"\n" not in ev:
+        if b"\n" in ev:
+            self._lines(ev, now)
+        else:
             self._data(ev, len(ev), now)
-            return
+
+    def _data(self, buf: bytes, end: int, now: float) -> None:
+        """The event of one line, ``buf[:end]`` (the line without its end): a ``data:`` line's
+        data is read where it lies."""
+        if buf[:5] == b"data:":
+            self._payload(buf, 6 if buf[5:6] == b" " else 5, end, now)
+        else:
+            self._lines(buf[:end], now)
+
+    def _lines(self, ev: bytes, now: float) -> None:
+        """An event read line by line (:meth:`_fields`)."""
         payload = self._fields(ev)
         if payload is not None:
             self._payload(payload, 0, len(payload), now)
-
-    def _data(self, buf: bytes, end: int, now: float) -> None:
-        """The event of one ``data:`` line, ``buf[:end]`` (the line without its end)."""
-        if buf[:5] != b"data:":
-            payload = self._fields(buf[:end])
-            if payload is not None:
-                self._payload(payload, 0, len(payload), now)
-            return
-        self._payload(buf, 6 if buf[5:6] == b" " else 5, end, now)
 
     def _payload(self, buf: bytes, start: int, end: int, now: float) -> None:
         """An event's data, ``buf[start:end]``: read where it lies, not copied."""
