@@ -95,6 +95,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinct.router.classify import CHAT_PATH
 from tinct.router.config import RouterConfig
 from tinct_testing.controlplane.harness import free_port
 from tinct_testing.controlplane.process import http_ok, wait_ready
@@ -360,7 +361,7 @@ def _release_tables(stable: str, candidate: str, n: int) -> list[dict[str, Any]]
 def classify_us() -> float:
     """Median microseconds to classify a ~4k-token chat request (body parse included)."""
     from tinct.api.routing import RoutingTable
-    from tinct.router.classify import CHAT_PATH, classify
+    from tinct.router.classify import classify
     from tinct.router.table import CompiledTable
 
     ct = CompiledTable(RoutingTable.model_validate(_table("http://127.0.0.1:1", "http://127.0.0.1:2")))
@@ -398,27 +399,34 @@ def _event(i: int) -> bytes:
     return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _sse_backend(port: int, chunks: int, go: asyncio.Event | None, sent: dict[int, float]) -> Any:
-    """An SSE backend on ``port``: ``chunks`` token events, each after ``go`` (or at once),
-    stamped when written (the relay delay needs the exact write time, which an emulated
-    engine's schedule does not give)."""
+async def _sse_backend(
+    port: int, chunks: int, paths: dict[str, tuple[asyncio.Event | None, dict[int, float]]]
+) -> Any:
+    """An SSE backend on ``port``: on each of ``paths``, ``chunks`` token events, each after
+    its path's event (or at once, for None), stamped in its path's dictionary when written
+    (the relay delay needs the exact write time, which an emulated engine's schedule does not
+    give)."""
     from aiohttp import web
 
-    async def sse(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for i in range(chunks):
-            if go is not None:
-                await go.wait()
-                go.clear()
-            sent[i] = time.perf_counter()
-            await resp.write(_event(i))
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
+    def answer(go: asyncio.Event | None, sent: dict[int, float]) -> Any:
+        async def sse(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(chunks):
+                if go is not None:
+                    await go.wait()
+                    go.clear()
+                sent[i] = time.perf_counter()
+                await resp.write(_event(i))
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+
+        return sse
 
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", sse)
+    for path, (go, sent) in paths.items():
+        app.router.add_post(path, answer(go, sent))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -445,7 +453,7 @@ async def _chunk_relay_delays(
 
     sent: dict[int, float] = {}
     go = asyncio.Event()
-    runner = await _sse_backend(backend_port, chunks, go, sent)
+    runner = await _sse_backend(backend_port, chunks, {CHAT_PATH: (go, sent)})
     delays: dict[str, list[list[float]]] = {name: [] for name in router_ports}
     try:
         body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -485,36 +493,16 @@ async def _paired_relay_delays(
     chunk, so both streams' chunks meet the same process, CPUs and load; per chunk pair, the
     two delays."""
     import aiohttp
-    from aiohttp import web
 
     triggers = {name: asyncio.Event() for name in ("metered", "unmetered")}
     stamps: dict[str, dict[int, float]] = {name: {} for name in triggers}
-
-    def handler(name: str) -> Any:
-        async def sse(request: web.Request) -> web.StreamResponse:
-            await request.read()
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
-            for i in range(chunks):
-                await triggers[name].wait()
-                triggers[name].clear()
-                stamps[name][i] = time.perf_counter()
-                await resp.write(_event(i))
-            await resp.write(b"data: [DONE]\n\n")
-            return resp
-
-        return sse
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler("metered"))
-    app.router.add_post(PASS_THROUGH_SSE, handler("unmetered"))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", backend_port).start()
+    paths = {"metered": CHAT_PATH, "unmetered": PASS_THROUGH_SSE}
+    runner = await _sse_backend(
+        backend_port, chunks, {paths[name]: (triggers[name], stamps[name]) for name in triggers}
+    )
     metered: list[float] = []
     unmetered: list[float] = []
     got = {"metered": metered, "unmetered": unmetered}
-    paths = {"metered": "/v1/chat/completions", "unmetered": PASS_THROUGH_SSE}
     body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     try:
         async with aiohttp.ClientSession() as http:
