@@ -104,6 +104,13 @@ async def test_a_stream_s_queue_is_bounded() -> None:
     m.feed(big[:100])
     m.feed(big[100:])  # over the bound: read at once, no sweep needed
     assert (m.events, m._body_size) == (1, 0)
+    # A byte at a time: each chunk's own cost counts, so the queue holds no more in memory.
+    tiny = chunk("y" * 1000)
+    for b in tiny:
+        m.feed(bytes([b]))
+    assert len(m._body) < 2 * len(tiny), "the queue was read before it held every byte apart"
+    m.finish(True)
+    assert m.events == 2
 
 
 def test_crlf_framing_and_a_last_event_without_its_blank_line_are_read() -> None:

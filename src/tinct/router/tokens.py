@@ -58,6 +58,9 @@ MAX_WHOLE = 1024 * 1024
 SWEEP_EVERY = 0.05
 #: Bytes a stream's meter may hold queued; a chunk that takes it over has the queue read at once.
 MAX_QUEUED = 64 * 1024
+#: Bytes a queued chunk costs beyond its data (its time, its bytes object, two list slots):
+#: counted, so a backend sending a byte at a time fills the queue no further than any other.
+_QUEUED_OVERHEAD = 80
 
 _CONTENT = re.compile(rb'"(?:content|text|reasoning_content|arguments)"\s*:\s*"[^"]')
 #: The same keys as written compactly (``content":"`` ends ``reasoning_content`` too): found
@@ -134,7 +137,7 @@ class Meter:
         self._pending = b""
         #: A whole answer's body; a stream's chunks not read yet, each after the time it passed.
         self._body: list[bytes | float] = []
-        #: Bytes in ``_body``.
+        #: Bytes in ``_body`` (with a stream's queued chunks' overhead).
         self._body_size = 0
         #: Reads a stream's queued chunks; None: each chunk is read as it passes.
         self._sweep = sweep
@@ -159,7 +162,7 @@ class Meter:
             sweep.add(self)
         queue.append(time.perf_counter())
         queue.append(data)
-        self._body_size += len(data)
+        self._body_size += len(data) + _QUEUED_OVERHEAD
         if self._body_size > MAX_QUEUED:
             self.read_queued()
 
