@@ -96,6 +96,7 @@ class Meter:
         "_itl",
         "_last",
         "_pending",
+        "_stamps",
         "_sweep",
         "done",
         "events",
@@ -135,8 +136,10 @@ class Meter:
         #: Still reading the stream (not after an event too long to look at).
         self.looking = True
         self._pending = b""
-        #: A whole answer's body; a stream's chunks not read yet, each after the time it passed.
-        self._body: list[bytes | float] = []
+        #: A whole answer's body; a stream's chunks not read yet.
+        self._body: list[bytes] = []
+        #: The times a stream's queued chunks passed, one per chunk in ``_body``.
+        self._stamps: list[float] = []
         #: Bytes in ``_body`` (with a stream's queued chunks' overhead).
         self._body_size = 0
         #: Reads a stream's queued chunks; None: each chunk is read as it passes.
@@ -160,7 +163,7 @@ class Meter:
         queue = self._body
         if not queue:
             sweep.add(self)
-        queue.append(time.perf_counter())
+        self._stamps.append(time.perf_counter())
         queue.append(data)
         self._body_size += len(data) + _QUEUED_OVERHEAD
         if self._body_size > MAX_QUEUED:
@@ -168,13 +171,13 @@ class Meter:
 
     def read_queued(self) -> None:
         """Read the chunks a stream queued, with the times they passed."""
-        queue = self._body
+        queue, stamps = self._body, self._stamps
         if not queue:
             return
-        self._body = []
+        self._body, self._stamps = [], []
         self._body_size = 0
-        for i in range(0, len(queue), 2):
-            self._read(queue[i + 1], queue[i])  # type: ignore[arg-type]
+        for data, now in zip(queue, stamps, strict=True):
+            self._read(data, now)
 
     def _read(self, data: bytes, now: float) -> None:
         """A chunk of a stream, passed at ``now``."""
@@ -291,7 +294,7 @@ class Meter:
             self.first = time.perf_counter()
         if self._body_size > MAX_WHOLE:
             return
-        body = b"".join(self._body)  # type: ignore[arg-type]  # a whole answer's: bytes only
+        body = b"".join(self._body)
         if self.status >= 400:  # rare: parsed, to tell an OpenAI error object from anything else
             try:
                 doc = json.loads(body) if body else None
