@@ -21,6 +21,9 @@ Keys of the JSON line (microseconds of CPU per request, the median of seven batc
   hash, and half the requests to the candidate.
 - ``connection_floor_us``: the connection alone: the request parsed, a task run, a fixed
   answer written; ``router_code_us`` = ``request_us`` less that floor.
+- ``long_request_us``: the long-prompt case's request (``bench/router.py --cases long``: about
+  220 KB, weight 50, no session header), fed in one read; ``long_parse_us`` is ``orjson.loads``
+  of its body alone, the part of it that classification cannot do without.
 - ``chunk_to_client_us``: an SSE chunk of a streaming chat answer (one token), from the
   backend's bytes handed to the upstream connection to the router's write of them to the
   client's transport; ``chunk_us`` until the router is done with the chunk's relay (token
@@ -47,8 +50,16 @@ import sys
 import time
 from typing import Any
 
+import orjson
 import uvloop
-from router import ANSWER, REQUEST, _event, _table, chunk_of  # the hop case's, and the SSE case's event
+from router import (  # the hop case's request, the long case's, and the SSE case's event
+    ANSWER,
+    REQUEST,
+    _event,
+    _table,
+    chunk_of,
+    long_prompt_request,
+)
 
 from tinct.api.routing import RoutingTable
 from tinct.router.app import Router
@@ -60,6 +71,7 @@ from tinct.router.upstream import UpstreamConnection
 
 #: The hop case's request and answer (``bench/router.py``), as bytes on the wire.
 BODY = REQUEST.encode()
+LONG_BODY = long_prompt_request().encode()
 ANSWER_BODY = ANSWER.encode()
 RESPONSE = (
     b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 05 Dec 2026 21:00:00 GMT\r\n"
@@ -76,10 +88,11 @@ STREAM_HEAD = (
 STABLE, CANDIDATE = "http://127.0.0.1:9", "http://localhost:9"
 
 
-def request(session: str = "bench") -> bytes:
+def request(session: str | None = "bench", body: bytes = BODY) -> bytes:
+    sid = b"X-Session-Id: %b\r\n" % session.encode() if session is not None else b""
     return (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: router\r\nContent-Length: %d\r\n"
-        b"Content-Type: application/json\r\nX-Session-Id: %b\r\n\r\n%b" % (len(BODY), session.encode(), BODY)
+        b"Content-Type: application/json\r\n%b\r\n%b" % (len(body), sid, body)
     )
 
 
@@ -158,8 +171,11 @@ async def _started(
     return router, server, upstreams
 
 
-async def per_request_us(config: RouterConfig, weight: float, requests: int, *, floor: bool = False) -> float:
-    """Median CPU microseconds per request over seven batches, after a warm-up."""
+async def per_request_us(
+    config: RouterConfig, weight: float, requests: int, *, floor: bool = False, long: bool = False
+) -> float:
+    """Median CPU microseconds per request over seven batches, after a warm-up (``long``: the
+    long-prompt request, without a session)."""
     router, server, _ = await _started(config, weight, RESPONSE)
     if floor:
         fixed = (200, [(b"Content-Type", b"application/json")], ANSWER_BODY)
@@ -172,8 +188,11 @@ async def per_request_us(config: RouterConfig, weight: float, requests: int, *, 
     conn = ServerConnection(server)
     client = ClientTransport()
     conn.connection_made(client)  # type: ignore[arg-type]
-    sessions = 0 < weight < 100
-    heads = [request(f"s-{i}") for i in range(1000)] if sessions else [request()]
+    sessions = 0 < weight < 100 and not long
+    if long:
+        heads = [request(None, LONG_BODY)]
+    else:
+        heads = [request(f"s-{i}") for i in range(1000)] if sessions else [request()]
 
     async def run(n: int) -> None:
         for i in range(n):
@@ -184,7 +203,7 @@ async def per_request_us(config: RouterConfig, weight: float, requests: int, *, 
             await asyncio.sleep(0)  # the handler's task ends
         assert not client.closed, "the router closed the client's connection"
 
-    await run(2000)
+    await run(min(2000, requests // 7))
     batches = []
     for _ in range(7):
         started = time.process_time()
@@ -192,6 +211,17 @@ async def per_request_us(config: RouterConfig, weight: float, requests: int, *, 
         batches.append((time.process_time() - started) / (requests // 7) * 1e6)
     conn.connection_lost(None)
     await router.stop()
+    return statistics.median(batches)
+
+
+def parse_us(body: bytes, n: int) -> float:
+    """Median CPU microseconds of ``orjson.loads(body)`` over seven batches of ``n // 7``."""
+    batches = []
+    for _ in range(7):
+        started = time.process_time()
+        for _ in range(n // 7):
+            orjson.loads(body)
+        batches.append((time.process_time() - started) / (n // 7) * 1e6)
     return statistics.median(batches)
 
 
@@ -262,6 +292,11 @@ async def main(requests: int) -> dict[str, float]:
     ):
         out[key] = round(await per_request_us(config, weight, requests, floor=floor), 2)
         print(f"{key}: {out[key]}", file=sys.stderr)
+    out["long_request_us"] = round(await per_request_us(base, 50.0, max(7, requests // 10), long=True), 2)
+    out["long_parse_us"] = round(parse_us(LONG_BODY, max(7, requests // 10)), 2)
+    print(
+        f"long_request_us: {out['long_request_us']}, long_parse_us: {out['long_parse_us']}", file=sys.stderr
+    )
     out["token_metrics_us"] = round(out["request_us"] - out["request_no_token_metrics_us"], 2)
     out["router_code_us"] = round(out["request_us"] - out["connection_floor_us"], 2)
     for suffix, config in (("", base), ("_no_token_metrics", cfg(measure_tokens=False))):
