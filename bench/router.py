@@ -40,7 +40,10 @@ by side per run, never subtracted across runs:
   the mean over sessions of the median over rounds of the difference of the two routers'
   medians; ``token_metrics_added_us_paired`` the same added delay through one router, whose
   chunks of a chat stream (metered) and of the same stream passed through unclassified (not
-  metered) take turns, the median of the pairs' differences; ``token_meter_us_per_chunk``
+  metered) take turns, the median of the pairs' differences; ``token_metrics_paired_reference_us``
+  the same pairs through a router started with ``--no-token-metrics`` (what the two paths
+  differ by without the meter) and ``token_metrics_added_us_paired_net`` the difference of the
+  two, the meter's own share; ``token_meter_us_per_chunk``
   the time the token meter takes to read a chunk, in process.
 - ``streams``: ``--streams`` (10,000) concurrent streaming chat requests through one router
   started with ``--workers 2`` to an emulated engine sending one token a second for
@@ -1736,9 +1739,17 @@ def _run(
         paired_us = _paired_added_us(metered, unmetered)
         print(
             f"SSE chunk via one router, metered / passed through: median {statistics.median(metered):.3f} / "
-            f"{statistics.median(unmetered):.3f} ms, the meter adds {paired_us:.1f} us (median of "
+            f"{statistics.median(unmetered):.3f} ms, {paired_us:.1f} us apart (median of "
             f"{len(metered)} pairs)",
             file=sys.stderr,
+        )
+        # The same pairs through a router that meters nothing: what the two paths differ by
+        # without the meter, this machine's zero for the key above.
+        reference_router = free_port()
+        _start_router(tmp, sse_table, reference_router, procs, "--no-token-metrics")
+        reference_us = _paired_added_us(*asyncio.run(_paired_relay_delays(reference_router, sse_backend)))
+        print(
+            f"the same through a router with --no-token-metrics: {reference_us:.1f} us apart", file=sys.stderr
         )
         summary.update(
             {
@@ -1749,6 +1760,8 @@ def _run(
                 "chunk_relay_delay_median_ms_unmeasured": round(medians["unmeasured"], 3),
                 "token_metrics_added_us": round(_added_us_both_orders(sessions, "measured", "unmeasured"), 1),
                 "token_metrics_added_us_paired": round(paired_us, 1),
+                "token_metrics_paired_reference_us": round(reference_us, 1),
+                "token_metrics_added_us_paired_net": round(paired_us - reference_us, 1),
                 "token_meter_us_per_chunk": round(token_meter_us(), 2),
             }
         )
