@@ -67,9 +67,17 @@ class Image:
         return self.ref.rsplit(":", 1)[1]
 
 
+#: buildah's commands that set up a container's network: each creates the CNI configuration
+#: directory (``/etc/cni/net.d`` and a lock in it) unless told another, even with chroot
+#: isolation; kept in the cache, so a build never changes the machine a node test compares.
+_NETWORK_COMMANDS = frozenset({"from", "bud", "build", "run"})
+
+
 def buildah(*args: str, input: bytes | None = None) -> str:
     """Run ``buildah`` on the cache's storage; its output, or an error carrying its stderr."""
     store = build.cache_root() / "buildah"
+    if args and args[0] in _NETWORK_COMMANDS:
+        args = (args[0], "--cni-config-dir", str(store / "cni"), *args[1:])
     argv = ["buildah", "--root", str(store / "root"), "--runroot", str(store / "run"), *args]
     proc = subprocess.run(argv, input=input, capture_output=True, timeout=1800)
     if proc.returncode != 0:
