@@ -170,6 +170,22 @@ def _unchanged(mv: ModelVersion) -> bool:
     )
 
 
+async def _handled_meanwhile(mv: ModelVersion, ctx: context.Context) -> bool:
+    """Whether the object as the API server has it now holds the verdict on ``mv``'s
+    generation (verifying again would only say it twice); False when it cannot be read."""
+    ns, name = mv.metadata.namespace or "", mv.metadata.name
+    try:
+        live = await asyncio.get_running_loop().run_in_executor(
+            ctx.io, ctx.status.get_object, PLURAL, ns, name
+        )
+    except Exception:
+        return False
+    if live is None:
+        return False
+    now = ModelVersion.model_validate(live)
+    return now.metadata.generation == mv.metadata.generation and _unchanged(now)
+
+
 def _claims_ready(mv: ModelVersion) -> bool:
     """Whether ``mv``'s status still says Ready=True, for another generation than its own."""
     st = mv.status
@@ -285,6 +301,11 @@ async def reconcile(
     log = logger or logging.getLogger(__name__)
     if _unchanged(mv):
         log.debug("generation %s already handled", mv.metadata.generation)
+        return None
+    if await _handled_meanwhile(mv, ctx):
+        # kopf waits a few seconds for its own patch to come back on the watch, then goes on
+        # with the copy it has: on a slow API server that is the one before the verdict.
+        log.info("generation %s already has its verdict; this copy of it was older", mv.metadata.generation)
         return None
     base = await adapters.wait_for_base(mv, ctx, retry) if mv.spec.adapter is not None else None
     if _claims_ready(mv):  # a new generation: Ready no longer speaks for it
