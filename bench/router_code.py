@@ -188,11 +188,12 @@ async def per_request_us(
     conn = ServerConnection(server)
     client = ClientTransport()
     conn.connection_made(client)  # type: ignore[arg-type]
-    sessions = 0 < weight < 100 and not long
     if long:
         heads = [request(None, LONG_BODY)]
+    elif 0 < weight < 100:  # a new session per request: the sticky hash runs
+        heads = [request(f"s-{i}") for i in range(1000)]
     else:
-        heads = [request(f"s-{i}") for i in range(1000)] if sessions else [request()]
+        heads = [request()]
 
     async def run(n: int) -> None:
         for i in range(n):

@@ -182,8 +182,8 @@ async def _handled_meanwhile(mv: ModelVersion, ctx: context.Context) -> bool:
         return False
     if live is None:
         return False
-    now = ModelVersion.model_validate(live)
-    return now.metadata.generation == mv.metadata.generation and _unchanged(now)
+    current = ModelVersion.model_validate(live)
+    return current.metadata.generation == mv.metadata.generation and _unchanged(current)
 
 
 def _claims_ready(mv: ModelVersion) -> bool:
