@@ -114,6 +114,17 @@ def _phase(stack: Stack, *phases: str) -> Callable[[], dict[str, Any] | None]:
     return check
 
 
+def _explain(stack: Stack, pump: PairPump) -> Callable[[], str]:
+    """What a wait for a phase shows when it gives up: the release's status (its last
+    analysis says why it held) and how many pairs the comparer took."""
+
+    def explain() -> str:
+        st = json.dumps(stack.status(), indent=1)
+        return f"pairs accepted {pump.accepted}, refused {pump.refused}; status:\n{st}"
+
+    return explain
+
+
 def test_a_dark_step_whose_candidate_answers_alike_advances(stack: Stack) -> None:
     with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
         apply(stack.cluster, stack.ns, stack.release())
@@ -126,7 +137,12 @@ def test_a_dark_step_whose_candidate_answers_alike_advances(stack: Stack) -> Non
             dark = eventually(mirroring, timeout=60, what="the dark step's table")
             assert [(c["weight"], c["shadow"]) for c in dark[1]["cells"]] == [(0, 20), (0, 20)]
             assert dark[1]["shadow"]["candidateModelVersion"] == "llama3-8b-2-0-0"
-            st = eventually(_phase(stack, "Promoted", "RolledBack"), timeout=240, what="Promoted")
+            st = eventually(
+                _phase(stack, "Promoted", "RolledBack"),
+                timeout=240,
+                what="Promoted",
+                explain=_explain(stack, pump),
+            )
         wait_history_written(stack.cluster, stack.ns)
     assert st["phase"] == "Promoted", st.get("message")
     assert pump.accepted > 0
@@ -146,8 +162,13 @@ def test_a_candidate_that_drifts_in_one_cell_is_rolled_back_at_the_dark_step_nam
     stack.engines.set(stack.engines.v2, drift_marker="[legal]")
     with operator(stack.ns, stack.root, TINCT_PROMETHEUS_URL=stack.prometheus.url):
         apply(stack.cluster, stack.ns, stack.release())
-        with stack.pump(long_prompt="[legal] may I quote this contract?"):
-            st = eventually(_phase(stack, "RolledBack", "Promoted"), timeout=240, what="RolledBack")
+        with stack.pump(long_prompt="[legal] may I quote this contract?") as pump:
+            st = eventually(
+                _phase(stack, "RolledBack", "Promoted"),
+                timeout=240,
+                what="RolledBack",
+                explain=_explain(stack, pump),
+            )
         wait_history_written(stack.cluster, stack.ns)
     assert st["phase"] == "RolledBack"
     assert f"cell {LONG} agrees 0%" in st["message"]
@@ -174,8 +195,14 @@ def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -
         # the two estimates (the candidate's and the floor) differ by 25 pp either way, so the
         # windows are long enough for 30 pairs and the bar sits well below what noise moves.
         apply(stack.cluster, stack.ns, stack.release(minimum=60, interval="10s", min_pairs=30))
-        with stack.pump(noise_every=3):
-            st = eventually(_phase(stack, "Promoted", "RolledBack"), timeout=240, what="Promoted")
+        with stack.pump(noise_every=3) as pump:
+            st = eventually(
+                _phase(stack, "Promoted", "RolledBack"),
+                timeout=240,
+                what="Promoted",
+                explain=_explain(stack, pump),
+            )
+    print("RATE", pump.accepted)
     assert st["phase"] == "Promoted", st.get("message")
     rows = query(
         "SELECT target, verdict, count(*) AS n FROM shadow_pairs GROUP BY target, verdict", str(stack.root)

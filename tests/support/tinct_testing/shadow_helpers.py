@@ -226,7 +226,9 @@ class Mirrored:
 class PairPump:
     """From a thread: mirror ``cells``' requests to the engines and post the pairs to the
     comparer, as routers do, until stopped; every ``noise_every``-th pair is a noise pair.
-    ``uid`` is read each round (the release's, once it exists)."""
+    ``uid`` is asked each round until it answers (the release's, once it exists), then kept:
+    it reads the cluster (a ``kubectl`` process), which on a loaded machine takes long enough
+    to starve an analysis window of pairs. A round's cells are mirrored concurrently."""
 
     comparer: Comparer
     stable: str
@@ -244,29 +246,32 @@ class PairPump:
 
     async def _run(self) -> None:
         i = 0
+        uid: str | None = None
         async with aiohttp.ClientSession() as http:
             while not self._stop.is_set():
-                uid = self.uid()
+                uid = uid or self.uid()
                 if uid is None:
                     await asyncio.sleep(0.2)
                     continue
-                batch = []
+                rounds = []
                 for cell in self.cells:
                     target = "stable" if i % self.noise_every == self.noise_every - 1 else "candidate"
                     body = {**self.request, "messages": [{"role": "user", "content": f"{cell.prompt} #{i}"}]}
-                    pair = await mirror(
-                        http,
-                        self.stable,
-                        self.candidate,
-                        body,
-                        target=target,
-                        release=self.release,
-                        namespace=self.namespace,
-                        uid=uid,
-                        dye_tag=cell.dye_tag,
+                    rounds.append(
+                        mirror(
+                            http,
+                            self.stable,
+                            self.candidate,
+                            body,
+                            target=target,
+                            release=self.release,
+                            namespace=self.namespace,
+                            uid=uid,
+                            dye_tag=cell.dye_tag,
+                        )
                     )
-                    batch.append(pair)
                     i += 1
+                batch = list(await asyncio.gather(*rounds))
                 try:
                     status, got = await post_pairs(http, self.comparer.url, batch, self.comparer.token)
                 except (aiohttp.ClientError, OSError):
