@@ -202,7 +202,6 @@ def test_a_noisy_stable_does_not_fail_an_equally_noisy_candidate(stack: Stack) -
                 what="Promoted",
                 explain=_explain(stack, pump),
             )
-    print("RATE", pump.accepted)
     assert st["phase"] == "Promoted", st.get("message")
     rows = query(
         "SELECT target, verdict, count(*) AS n FROM shadow_pairs GROUP BY target, verdict", str(stack.root)

@@ -253,11 +253,11 @@ class PairPump:
                 if uid is None:
                     await asyncio.sleep(0.2)
                     continue
-                rounds = []
+                mirrors = []
                 for cell in self.cells:
                     target = "stable" if i % self.noise_every == self.noise_every - 1 else "candidate"
                     body = {**self.request, "messages": [{"role": "user", "content": f"{cell.prompt} #{i}"}]}
-                    rounds.append(
+                    mirrors.append(
                         mirror(
                             http,
                             self.stable,
@@ -271,7 +271,7 @@ class PairPump:
                         )
                     )
                     i += 1
-                batch = list(await asyncio.gather(*rounds))
+                batch = list(await asyncio.gather(*mirrors))
                 try:
                     status, got = await post_pairs(http, self.comparer.url, batch, self.comparer.token)
                 except (aiohttp.ClientError, OSError):
