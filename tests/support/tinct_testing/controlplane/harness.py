@@ -30,6 +30,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -91,9 +92,46 @@ class PodNetwork:
     service_ip: str = "10.0.0.1"
 
 
+#: Ports :func:`free_port` picks from: below Kubernetes' NodePort range (30000-32767) and
+#: below the kernel's ephemeral ports (``ip_local_port_range``, 32768-60999 by default).
+FREE_PORTS = range(15000, 30000)
+_LOCAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_given: set[int] = set()
+_pick = (
+    random.SystemRandom()
+)  # not the shared generator: a test that seeds it must not make two workers agree
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_LOCAL_PORT_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on (bound, then closed); every test helper uses this one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A loopback port nothing listens on (bound, then closed); every test helper uses this one.
+
+    The process the port is for binds it later, and until then the port must not be the
+    kernel's to give away: one from the ephemeral range can meanwhile become the local end
+    of an outgoing connection (any of the suite's clients, a watch that lasts minutes), and a
+    listener cannot bind a port such a connection holds -- a node's kube-proxy failed so on a
+    loaded machine, its health port taken for minutes. So the port comes from
+    :data:`FREE_PORTS`, below the ephemeral range, and is not given twice by one process.
+    """
+    low, high = FREE_PORTS.start, min(FREE_PORTS.stop, _ephemeral_low())
+    for _ in range(200 if high - low >= 1000 else 0):
+        port = _pick.randrange(low, high)
+        if port in _given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a machine whose ephemeral range starts low
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
