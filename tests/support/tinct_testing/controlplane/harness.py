@@ -92,21 +92,24 @@ class PodNetwork:
     service_ip: str = "10.0.0.1"
 
 
-#: Ports :func:`free_port` picks from: below Kubernetes' NodePort range (30000-32767) and
-#: below the kernel's ephemeral ports (``ip_local_port_range``, 32768-60999 by default).
-FREE_PORTS = range(15000, 30000)
-_LOCAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_given: set[int] = set()
-_pick = (
-    random.SystemRandom()
-)  # not the shared generator: a test that seeds it must not make two workers agree
-
-
-def _ephemeral_low() -> int:
+def _below_ephemeral(ports: range) -> range | None:
+    """``ports`` less the kernel's ephemeral ones (``ip_local_port_range``); None when that
+    leaves under a thousand."""
     try:
-        return int(_LOCAL_PORT_RANGE.read_text().split()[0])
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return 32768
+        low = 32768
+    kept = range(ports.start, min(ports.stop, low))
+    return kept if len(kept) >= 1000 else None
+
+
+#: Ports :func:`free_port` picks from: below Kubernetes' NodePort range (30000-32767) and the
+#: kernel's ephemeral ports (32768-60999 by default); None on a machine whose ephemeral range
+#: starts too low, where the kernel picks.
+FREE_PORTS = _below_ephemeral(range(15000, 30000))
+_given: set[int] = set()
+# Not the shared generator: a test that seeds it must not make two workers pick alike.
+_pick = random.SystemRandom()
 
 
 def free_port() -> int:
@@ -119,19 +122,19 @@ def free_port() -> int:
     loaded machine, its health port taken for minutes. So the port comes from
     :data:`FREE_PORTS`, below the ephemeral range, and is not given twice by one process.
     """
-    low, high = FREE_PORTS.start, min(FREE_PORTS.stop, _ephemeral_low())
-    for _ in range(200 if high - low >= 1000 else 0):
-        port = _pick.randrange(low, high)
-        if port in _given:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
+    if FREE_PORTS is not None:
+        for _ in range(200):
+            port = _pick.choice(FREE_PORTS)
+            if port in _given:
                 continue
-        _given.add(port)
-        return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a machine whose ephemeral range starts low
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _given.add(port)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
